@@ -1,0 +1,69 @@
+"""The ``tiergate`` command line."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import msgspec
+import typer
+
+from gateway.settings import Settings, SettingsError, load_settings
+
+cli = typer.Typer(
+    help="tiergate: an OpenAI-compatible gateway that sends each chat request to an edge model "
+    "or a vLLM cloud pool.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+ConfigOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--config",
+        "-c",
+        envvar="TIERGATE_CONFIG",
+        help="TOML settings file. Every setting can also be set as TIERGATE_<SECTION>__<NAME>.",
+        exists=True,
+        dir_okay=False,
+    ),
+]
+
+
+def _settings(config: Path | None, **overrides: object) -> Settings:
+    try:
+        return load_settings(config, **overrides)
+    except SettingsError as exc:
+        typer.echo(f"tiergate: {exc}", err=True)
+        raise typer.Exit(2) from exc
+
+
+@cli.command()
+def serve(
+    config: ConfigOption = None,
+    host: Annotated[str | None, typer.Option(help="Address to listen on [default: 127.0.0.1].")] = None,
+    port: Annotated[int | None, typer.Option(help="Port to listen on [default: 8080].")] = None,
+) -> None:
+    """Run the gateway: the edge model in-process, the cloud pool (or a local vLLM server it starts).
+
+    Ready on the edge tier at once; the cloud tier joins when its server answers.
+    SIGTERM or Ctrl-C stops accepting, lets in-flight requests finish (server.shutdown_grace_s),
+    then stops the tiers and any child process.
+    """
+    from gateway.server import run
+
+    settings = _settings(config, **{"server.host": host, "server.port": port})
+    run(settings)
+
+
+@cli.command("config")
+def show_config(config: ConfigOption = None) -> None:
+    """Print the effective settings (defaults, then the file, then TIERGATE_* variables) as JSON."""
+    settings = _settings(config)
+    typer.echo(msgspec.json.format(msgspec.json.encode(settings), indent=2).decode())
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    cli()

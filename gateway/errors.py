@@ -1,0 +1,144 @@
+"""The gateway's exceptions, and the one place they become OpenAI-shaped responses.
+
+    GatewayError                     status  type
+    ├── InvalidRequest                400    invalid_request_error
+    ├── AuthenticationFailed          401    authentication_error
+    ├── NotFound                      404    invalid_request_error / not_found
+    │   └── ModelNotFound             404    invalid_request_error / model_not_found
+    ├── PayloadTooLarge               413    invalid_request_error
+    ├── RateLimited                   429    rate_limit_exceeded (with Retry-After)
+    ├── UpstreamFailed                502    upstream_error
+    └── NoTierAvailable               503    service_unavailable
+
+Lower layers raise their own errors (``tiers.TierError``, the router's
+``NoTierAvailable``, Litestar's ``HTTPException``); :func:`to_gateway_error`
+maps each to one of these at the boundary.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+from litestar import Request, Response
+from litestar.exceptions import HTTPException
+
+import router
+import tiers
+
+log = logging.getLogger(__name__)
+
+
+class GatewayError(Exception):
+    status = 500
+    type = "server_error"
+    code: str | None = None
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        if code is not None:
+            self.code = code
+
+    def headers(self) -> dict[str, str]:
+        return {}
+
+
+class InvalidRequest(GatewayError):
+    status = 400
+    type = "invalid_request_error"
+
+
+class AuthenticationFailed(GatewayError):
+    status = 401
+    type = "authentication_error"
+    code = "invalid_api_key"
+
+
+class NotFound(GatewayError):
+    status = 404
+    type = "invalid_request_error"
+    code = "not_found"
+
+
+class ModelNotFound(NotFound):
+    status = 404
+    type = "invalid_request_error"
+    code = "model_not_found"
+
+
+class PayloadTooLarge(GatewayError):
+    status = 413
+    type = "invalid_request_error"
+    code = "payload_too_large"
+
+
+class RateLimited(GatewayError):
+    status = 429
+    type = "rate_limit_exceeded"
+    code = "rate_limit_exceeded"
+
+    def __init__(self, message: str, *, retry_after_s: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(max(1, math.ceil(self.retry_after_s)))}
+
+
+class UpstreamFailed(GatewayError):
+    status = 502
+    type = "upstream_error"
+
+
+class NoTierAvailable(GatewayError):
+    status = 503
+    type = "service_unavailable"
+    code = "no_tier_available"
+
+
+_HTTP_STATUS_ERRORS: dict[int, type[GatewayError]] = {
+    400: InvalidRequest,
+    401: AuthenticationFailed,
+    404: NotFound,
+    413: PayloadTooLarge,
+    429: RateLimited,
+}
+
+
+def to_gateway_error(exc: Exception) -> GatewayError:
+    """Map an exception from any layer to the gateway's tree (``raise ... from`` at the boundary)."""
+    if isinstance(exc, GatewayError):
+        return exc
+    if isinstance(exc, tiers.TierOverloaded):
+        return RateLimited(f"the {exc.tier} tier is busy: {exc.message}", retry_after_s=exc.retry_after_s)
+    if isinstance(exc, tiers.TierRejected):
+        return InvalidRequest(f"the {exc.tier} tier rejected the request: {exc.message}")
+    if isinstance(exc, tiers.TierUnavailable):
+        return NoTierAvailable(f"the {exc.tier} tier is unavailable: {exc.message}")
+    if isinstance(exc, tiers.TierError):
+        return UpstreamFailed(f"the {exc.tier} tier failed: {exc.message}")
+    if isinstance(exc, router.NoTierAvailable):
+        return NoTierAvailable(f"no tier can serve this request now: {exc}")
+    if isinstance(exc, HTTPException):
+        if exc.status_code == 413:
+            return PayloadTooLarge(
+                "the request body is larger than this gateway accepts (setting server.max_body_bytes)"
+            )
+        cls = _HTTP_STATUS_ERRORS.get(exc.status_code, InvalidRequest)
+        error = cls("no such endpoint" if exc.status_code == 404 else exc.detail or "bad request")
+        error.status = exc.status_code
+        return error
+    log.exception("unexpected error", exc_info=exc)
+    return GatewayError("internal error; the gateway logged the details")
+
+
+def error_body(error: GatewayError) -> dict[str, dict[str, str | None]]:
+    return {"error": {"message": error.message, "type": error.type, "param": error.param, "code": error.code}}
+
+
+def error_response(request: Request[object, object, object], exc: Exception) -> Response[object]:
+    """Litestar exception handler: every error leaves in OpenAI's shape."""
+    error = to_gateway_error(exc)
+    return Response(content=error_body(error), status_code=error.status, headers=error.headers())

@@ -1,0 +1,50 @@
+"""Prometheus metrics of one gateway, on a registry of its own (no global state)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+# Latency buckets from 1 ms to 2 min: the gateway's own work sits at the bottom,
+# CPU-bound generations at the top.
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter(
+            "tiergate_requests",
+            "Chat requests answered, by tier and HTTP status.",
+            ["tier", "status"],
+            registry=r,
+        )
+        self.latency = Histogram(
+            "tiergate_tier_latency_seconds",
+            "Time from dispatch to a tier until its full answer.",
+            ["tier"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.ttft = Histogram(
+            "tiergate_time_to_first_token_seconds",
+            "Time from dispatch to a tier until its first token.",
+            ["tier"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.failovers = Counter(
+            "tiergate_failovers",
+            "Requests moved to a fallback tier before the first byte.",
+            ["from_tier"],
+            registry=r,
+        )
+        self.tier_ready = Gauge(
+            "tiergate_tier_ready",
+            "1 when the tier can serve, else 0.",
+            ["tier"],
+            registry=r,
+        )
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,118 @@
+"""The routing decision: a pure function of (features, tier views, rule) → decision with a reason."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import msgspec
+
+from router._features import Features
+from tiers import Capabilities, Health, TierState
+
+EDGE = "edge"
+CLOUD = "cloud"
+
+
+class AutoRule(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The first, explicit rule for ``tiergate-auto`` (until the learned router replaces it).
+
+    A request goes to the edge model when it is small: its prompt is at most
+    ``edge_max_prompt_tokens`` (estimated) and it asks for at most
+    ``edge_max_output_tokens`` new tokens, and the edge takes every modality it
+    carries.  Everything else goes to the cloud pool.  If the chosen tier is
+    not ready, the other one serves the request when it can.
+    """
+
+    edge_max_prompt_tokens: int = 512
+    edge_max_output_tokens: int = 256
+
+
+@dataclass(frozen=True, slots=True)
+class TierView:
+    """What the router may know about a tier: what it accepts and how it is now."""
+
+    name: str
+    capabilities: Capabilities
+    state: TierState
+
+    @property
+    def ready(self) -> bool:
+        return self.state.health is Health.READY
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    tier: str
+    fallbacks: tuple[str, ...]
+    reason: str
+
+
+class NoTierAvailable(Exception):
+    """No tier can serve this request now; the message says why."""
+
+
+def _why_not(view: TierView, features: Features) -> str | None:
+    """Why ``view`` cannot take the request, or None if it can."""
+    if not view.ready:
+        return f"{view.name} is {view.state.health.value}"
+    missing = features.modalities - view.capabilities.modalities
+    if missing:
+        return f"{view.name} does not accept {', '.join(sorted(m.value for m in missing))}"
+    needed = features.prompt_tokens + (features.max_tokens or 1)
+    if needed > view.capabilities.max_context_tokens:
+        return (
+            f"{view.name} context is {view.capabilities.max_context_tokens} tokens, "
+            f"the request needs ~{needed}"
+        )
+    return None
+
+
+def pinned(name: str, views: Sequence[TierView], features: Features) -> Decision:
+    """The client named a tier: use it or say why not; never move the request elsewhere."""
+    for view in views:
+        if view.name == name:
+            why = _why_not(view, features)
+            if why is not None:
+                raise NoTierAvailable(why)
+            return Decision(name, (), f"{name}: pinned by model name")
+    raise NoTierAvailable(f"{name} is not configured")
+
+
+def auto(rule: AutoRule, views: Sequence[TierView], features: Features) -> Decision:
+    able = {v.name: v for v in views if _why_not(v, features) is None}
+    if not able:
+        raise NoTierAvailable("; ".join(w for v in views if (w := _why_not(v, features))))
+    max_out = features.max_tokens
+    small = features.prompt_tokens <= rule.edge_max_prompt_tokens and (
+        max_out is not None and max_out <= rule.edge_max_output_tokens
+    )
+    if small:
+        size = (
+            f"prompt ~{features.prompt_tokens} <= {rule.edge_max_prompt_tokens} tokens, "
+            f"max_tokens {max_out} <= {rule.edge_max_output_tokens}"
+        )
+        preferred, other = EDGE, CLOUD
+    else:
+        if features.prompt_tokens > rule.edge_max_prompt_tokens:
+            size = f"prompt ~{features.prompt_tokens} > {rule.edge_max_prompt_tokens} tokens"
+        elif max_out is None:
+            size = "max_tokens not set"
+        else:
+            size = f"max_tokens {max_out} > {rule.edge_max_output_tokens}"
+        preferred, other = CLOUD, EDGE
+    if preferred in able:
+        fallbacks = (other,) if other in able else ()
+        return Decision(preferred, fallbacks, f"{preferred}: {size}")
+    # The preferred tier cannot take it: say why, and use one that can.
+    view = next((v for v in views if v.name == preferred), None)
+    why = _why_not(view, features) if view is not None else f"{preferred} is not configured"
+    chosen, *rest = able
+    return Decision(chosen, tuple(rest), f"{chosen}: {why}")
+
+
+def decide(model: str, rule: AutoRule, views: Sequence[TierView], features: Features) -> Decision:
+    """Route a request for ``model`` (``tiergate-auto`` or a tier's name)."""
+    if model in (EDGE, CLOUD):
+        return pinned(model, views, features)
+    return auto(rule, views, features)

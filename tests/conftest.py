@@ -1,0 +1,118 @@
+"""Fixtures that start real gateways (``tiergate serve`` in a child process) on loopback ports."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+TIERGATE = str(Path(sys.executable).with_name("tiergate"))
+CLOUD_START_TIMEOUT_S = float(os.environ.get("TIERGATE_TEST_CLOUD_TIMEOUT", "900"))
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def children(pid: int) -> set[int]:
+    found: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        with contextlib.suppress(OSError):
+            found.update(int(p) for p in (task / "children").read_text().split())
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.exists() and stat.read_text().split(")")[-1].split()[0] == "Z")
+
+
+@dataclass
+class Gateway:
+    process: subprocess.Popen[bytes]
+    url: str
+    log_path: Path
+
+    def client(self, **kwargs: Any) -> openai.OpenAI:
+        return openai.OpenAI(base_url=f"{self.url}/v1", api_key="unused", max_retries=0, **kwargs)
+
+    def readyz(self) -> dict[str, Any]:
+        return dict(httpx.get(f"{self.url}/readyz", timeout=5).json())
+
+    def tier_health(self, name: str) -> str:
+        return next(t["health"] for t in self.readyz()["tiers"] if t["name"] == name)
+
+    def wait(self, predicate: Callable[[], bool], timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise AssertionError(f"gateway exited ({self.process.returncode}):\n{self.log()}")
+            with contextlib.suppress(httpx.HTTPError):
+                if predicate():
+                    return
+            time.sleep(0.25)
+        raise AssertionError(f"timed out after {timeout}s waiting for {what}:\n{self.log()[-4000:]}")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self, timeout: float = 60) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout)
+
+
+def start_gateway(tmp: Path, config: str = "", env: dict[str, str] | None = None) -> Gateway:
+    port = free_port()
+    config_path = tmp / "tiergate.toml"
+    config_path.write_text(f'data_dir = "{tmp / "data"}"\n{config}')
+    log_path = tmp / "gateway.log"
+    process = subprocess.Popen(
+        [TIERGATE, "serve", "--config", str(config_path), "--port", str(port)],
+        stdout=log_path.open("wb"),
+        stderr=subprocess.STDOUT,
+        env={**os.environ, **(env or {})},
+    )
+    gateway = Gateway(process, f"http://127.0.0.1:{port}", log_path)
+    gateway.wait(lambda: gateway.tier_health("edge") == "ready", 120, "the edge tier")
+    return gateway
+
+
+@pytest.fixture(scope="session")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    """The embedded default: edge in-process, cloud = a local vLLM the gateway starts itself."""
+    gw = start_gateway(tmp_path_factory.mktemp("gateway"))
+    yield gw
+    gw.stop()
+
+
+@pytest.fixture(scope="session")
+def cloud_gateway(gateway: Gateway) -> Gateway:
+    """The same gateway once its local vLLM server answers (start-up takes a minute or two)."""
+    gateway.wait(lambda: gateway.tier_health("cloud") == "ready", CLOUD_START_TIMEOUT_S, "the cloud tier")
+    return gateway
+
+
+@pytest.fixture
+def edge_only(tmp_path: Path) -> Iterator[Gateway]:
+    gw = start_gateway(tmp_path, "[cloud]\nenabled = false\n")
+    yield gw
+    gw.stop()

@@ -1,0 +1,75 @@
+from __future__ import annotations
+
+import pytest
+
+import router
+from tiers import Capabilities, Health, Modality, TierState
+
+TEXT = frozenset({Modality.TEXT})
+RULE = router.AutoRule(edge_max_prompt_tokens=100, edge_max_output_tokens=50)
+
+
+def view(name: str, health: Health = Health.READY, context: int = 2048, modalities=TEXT) -> router.TierView:
+    return router.TierView(name, Capabilities(modalities, context, f"{name}-model"), TierState(name, health))
+
+
+def features(prompt: int = 10, max_tokens: int | None = 20, modalities=TEXT) -> router.Features:
+    return router.Features(prompt, max_tokens, 1, modalities, False)
+
+
+BOTH = [view("edge"), view("cloud")]
+
+
+def test_small_request_goes_to_edge_with_cloud_as_fallback() -> None:
+    decision = router.decide("tiergate-auto", RULE, BOTH, features())
+    assert decision.tier == "edge"
+    assert decision.fallbacks == ("cloud",)
+    assert "prompt ~10 <= 100" in decision.reason
+
+
+@pytest.mark.parametrize(
+    ("prompt", "max_tokens", "why"),
+    [(101, 20, "prompt ~101 > 100"), (10, 51, "max_tokens 51 > 50"), (10, None, "max_tokens not set")],
+)
+def test_large_or_open_ended_request_goes_to_cloud(prompt: int, max_tokens: int | None, why: str) -> None:
+    decision = router.decide("tiergate-auto", RULE, BOTH, features(prompt, max_tokens))
+    assert decision.tier == "cloud"
+    assert decision.fallbacks == ("edge",)
+    assert why in decision.reason
+
+
+def test_when_cloud_is_starting_the_edge_serves_and_says_why() -> None:
+    views = [view("edge"), view("cloud", Health.STARTING)]
+    decision = router.decide("tiergate-auto", RULE, views, features(500, 100))
+    assert decision.tier == "edge"
+    assert decision.reason == "edge: cloud is starting"
+
+
+def test_request_larger_than_a_context_skips_that_tier() -> None:
+    views = [view("edge", context=512), view("cloud", Health.DOWN)]
+    with pytest.raises(router.NoTierAvailable, match="edge context is 512 tokens"):
+        router.decide("tiergate-auto", RULE, views, features(600, 10))
+
+
+def test_pinned_tier_never_moves() -> None:
+    views = [view("edge", Health.DOWN), view("cloud")]
+    with pytest.raises(router.NoTierAvailable, match="edge is down"):
+        router.decide("edge", RULE, views, features())
+    assert router.decide("cloud", RULE, views, features()) == router.Decision(
+        "cloud", (), "cloud: pinned by model name"
+    )
+
+
+def test_modality_the_edge_lacks_goes_to_a_tier_that_has_it() -> None:
+    image = frozenset({Modality.TEXT, Modality.IMAGE})
+    views = [view("edge"), view("cloud", modalities=image)]
+    decision = router.decide("tiergate-auto", RULE, views, features(modalities=image))
+    assert decision.tier == "cloud"
+    assert decision.fallbacks == ()
+    assert decision.reason == "cloud: edge does not accept image"
+
+
+def test_no_tier_at_all_says_why_for_each() -> None:
+    views = [view("edge", Health.DOWN), view("cloud", Health.STARTING)]
+    with pytest.raises(router.NoTierAvailable, match="edge is down; cloud is starting"):
+        router.decide("tiergate-auto", RULE, views, features())

@@ -1,0 +1,40 @@
+"""Errors a tier raises. The gateway maps them to HTTP answers in one place.
+
+TierError
+├── TierUnavailable      cannot serve now (down, starting, connect failed); try another tier
+│   └── TierTimeout      no answer within the tier's deadline
+├── TierOverloaded       its queue is full; the client should retry later (429)
+├── TierRejected         the engine refused the request as invalid (e.g. too long) (400)
+└── TierFailed           the engine failed after accepting the request (502)
+"""
+
+from __future__ import annotations
+
+
+class TierError(Exception):
+    def __init__(self, tier: str, message: str) -> None:
+        super().__init__(f"{tier}: {message}")
+        self.tier = tier
+        self.message = message
+
+
+class TierUnavailable(TierError):
+    pass
+
+
+class TierTimeout(TierUnavailable):
+    pass
+
+
+class TierOverloaded(TierError):
+    def __init__(self, tier: str, message: str, retry_after_s: float = 1.0) -> None:
+        super().__init__(tier, message)
+        self.retry_after_s = retry_after_s
+
+
+class TierRejected(TierError):
+    pass
+
+
+class TierFailed(TierError):
+    pass

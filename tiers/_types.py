@@ -1,0 +1,104 @@
+"""Engine-neutral request, result and state types shared by every tier.
+
+A tier receives a :class:`Generation` (OpenAI-style messages plus sampling
+parameters) and answers with a :class:`Completion`, or streams
+:class:`Delta` pieces ending in one whose ``finish_reason`` is set.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class Modality(enum.StrEnum):
+    TEXT = "text"
+    IMAGE = "image"
+    AUDIO = "audio"
+    VIDEO = "video"
+
+
+class Health(enum.StrEnum):
+    STARTING = "starting"  # not yet able to serve, expected to become ready
+    READY = "ready"
+    DOWN = "down"  # was or should be serving, cannot now
+    DISABLED = "disabled"  # switched off in configuration
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a tier's model accepts."""
+
+    modalities: frozenset[Modality]
+    max_context_tokens: int
+    model: str  # the model name the engine reports
+
+    def accepts(self, needed: frozenset[Modality]) -> bool:
+        return needed <= self.modalities
+
+
+@dataclass(slots=True)
+class TierState:
+    """A snapshot of a tier for routing, readiness and operators."""
+
+    name: str
+    health: Health
+    in_flight: int = 0
+    queued: int = 0
+    detail: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "health": self.health.value,
+            "in_flight": self.in_flight,
+            "queued": self.queued,
+            "detail": self.detail,
+        }
+
+
+@dataclass(slots=True)
+class Generation:
+    """One chat generation as a tier sees it.
+
+    ``messages`` are OpenAI chat messages as plain JSON-able dicts; the
+    gateway has already validated them.
+    """
+
+    messages: list[dict[str, Any]]
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    stop: list[str] = field(default_factory=list)
+    seed: int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    request_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    text: str
+    finish_reason: str
+    usage: Usage
+    model: str
+
+
+@dataclass(frozen=True, slots=True)
+class Delta:
+    """A piece of a streamed answer; the last one has ``finish_reason`` and ``usage``."""
+
+    text: str = ""
+    finish_reason: str | None = None
+    usage: Usage | None = None

@@ -1,0 +1,6 @@
+"""The cloud tier: a pool of vLLM servers over the OpenAI protocol."""
+
+from tiers.cloud._config import DEFAULT_MODEL_DIR, DEFAULT_VLLM_PYTHON, CloudConfig, LocalServer, Timeouts
+from tiers.cloud._pool import VLLMPool
+
+__all__ = ["DEFAULT_MODEL_DIR", "DEFAULT_VLLM_PYTHON", "CloudConfig", "LocalServer", "Timeouts", "VLLMPool"]

