@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 
 import router
-from gateway.errors import ModelNotFound, NoTierAvailable, to_gateway_error
+from gateway.errors import ModelNotFound, to_gateway_error
 from gateway.metrics import Metrics
 from gateway.protocol import (
     AudioPart,
@@ -113,7 +113,7 @@ class ChatService:
         try:
             return router.decide(request.model, self._rule, views, features_of(request))
         except router.NoTierAvailable as exc:
-            raise NoTierAvailable(f"no tier can serve this request now: {exc}") from exc
+            raise to_gateway_error(exc) from exc
 
     async def complete(
         self, request: ChatCompletionRequest, request_id: str

@@ -52,10 +52,12 @@ class NoTierAvailable(Exception):
     """No tier can serve this request now; the message says why."""
 
 
-def _why_not(view: TierView, features: Features) -> str | None:
-    """Why ``view`` cannot take the request, or None if it can."""
-    if not view.ready:
-        return f"{view.name} is {view.state.health.value}"
+class RequestDoesNotFit(NoTierAvailable):
+    """No configured tier could ever take this request (a modality none accepts, too long)."""
+
+
+def _cannot_take(view: TierView, features: Features) -> str | None:
+    """Why ``view`` could never take the request, whatever its state, or None."""
     missing = features.modalities - view.capabilities.modalities
     if missing:
         return f"{view.name} does not accept {', '.join(sorted(m.value for m in missing))}"
@@ -68,13 +70,26 @@ def _why_not(view: TierView, features: Features) -> str | None:
     return None
 
 
+def _why_not(view: TierView, features: Features) -> str | None:
+    """Why ``view`` cannot take the request now, or None if it can."""
+    return _cannot_take(view, features) or (
+        None if view.ready else f"{view.name} is {view.state.health.value}"
+    )
+
+
+def _unavailable(views: Sequence[TierView], features: Features) -> NoTierAvailable:
+    why = "; ".join(w for v in views if (w := _why_not(v, features)))
+    if all(_cannot_take(v, features) for v in views):
+        return RequestDoesNotFit(why)
+    return NoTierAvailable(why)
+
+
 def pinned(name: str, views: Sequence[TierView], features: Features) -> Decision:
     """The client named a tier: use it or say why not; never move the request elsewhere."""
     for view in views:
         if view.name == name:
-            why = _why_not(view, features)
-            if why is not None:
-                raise NoTierAvailable(why)
+            if _why_not(view, features) is not None:
+                raise _unavailable([view], features)
             return Decision(name, (), f"{name}: pinned by model name")
     raise NoTierAvailable(f"{name} is not configured")
 
@@ -82,7 +97,7 @@ def pinned(name: str, views: Sequence[TierView], features: Features) -> Decision
 def auto(rule: AutoRule, views: Sequence[TierView], features: Features) -> Decision:
     able = {v.name: v for v in views if _why_not(v, features) is None}
     if not able:
-        raise NoTierAvailable("; ".join(w for v in views if (w := _why_not(v, features))))
+        raise _unavailable(views, features)
     max_out = features.max_tokens
     small = features.prompt_tokens <= rule.edge_max_prompt_tokens and (
         max_out is not None and max_out <= rule.edge_max_output_tokens

@@ -80,7 +80,9 @@ class Gateway:
         return self.process.wait(timeout)
 
 
-def start_gateway(tmp: Path, config: str = "", env: dict[str, str] | None = None) -> Gateway:
+def start_gateway(
+    tmp: Path, config: str = "", env: dict[str, str] | None = None, edge: bool = True
+) -> Gateway:
     port = free_port()
     config_path = tmp / "tiergate.toml"
     config_path.write_text(f'data_dir = "{tmp / "data"}"\n{config}')
@@ -92,7 +94,10 @@ def start_gateway(tmp: Path, config: str = "", env: dict[str, str] | None = None
         env={**os.environ, **(env or {})},
     )
     gateway = Gateway(process, f"http://127.0.0.1:{port}", log_path)
-    gateway.wait(lambda: gateway.tier_health("edge") == "ready", 120, "the edge tier")
+    if edge:
+        gateway.wait(lambda: gateway.tier_health("edge") == "ready", 120, "the edge tier")
+    else:
+        gateway.wait(lambda: httpx.get(f"{gateway.url}/healthz").status_code == 200, 60, "the gateway")
     return gateway
 
 

@@ -47,8 +47,15 @@ def test_when_cloud_is_starting_the_edge_serves_and_says_why() -> None:
 
 def test_request_larger_than_a_context_skips_that_tier() -> None:
     views = [view("edge", context=512), view("cloud", Health.DOWN)]
-    with pytest.raises(router.NoTierAvailable, match="edge context is 512 tokens"):
+    with pytest.raises(router.NoTierAvailable, match="edge context is 512 tokens") as caught:
         router.decide("tiergate-auto", RULE, views, features(600, 10))
+    assert not isinstance(caught.value, router.RequestDoesNotFit)  # the cloud could, once it is up
+
+
+def test_request_no_tier_could_ever_take_is_told_so() -> None:
+    views = [view("edge", context=512), view("cloud", Health.DOWN, context=1024)]
+    with pytest.raises(router.RequestDoesNotFit):
+        router.decide("tiergate-auto", RULE, views, features(2000, 10))
 
 
 def test_pinned_tier_never_moves() -> None:

@@ -1,0 +1,92 @@
+"""A fault-injecting stand-in for a vLLM server, for faults a real one cannot be made to produce.
+
+Runs an aiohttp server on a loopback port in a background thread.  ``mode`` picks
+what ``/v1/chat/completions`` does: ``ok`` answers, ``error500`` fails before any
+byte, ``drop_mid_stream`` sends two chunks and then cuts the connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from typing import Any
+
+from aiohttp import web
+
+from tests.conftest import free_port
+
+
+def _chunk(content: str | None, finish: str | None = None) -> bytes:
+    delta = {} if content is None else {"content": content}
+    body = {
+        "id": "x",
+        "object": "chat.completion.chunk",
+        "created": 0,
+        "model": "fake",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+    return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+
+class FakeVLLM:
+    def __init__(self, mode: str = "ok") -> None:
+        self.mode = mode
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.requests: list[dict[str, Any]] = []
+        self._loop = asyncio.new_event_loop()
+        self._started = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> FakeVLLM:
+        self._thread.start()
+        self._started.wait(10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        app = web.Application()
+        app.router.add_get("/health", self._health)
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_post("/v1/chat/completions", self._chat)
+        runner = web.AppRunner(app)
+        self._loop.run_until_complete(runner.setup())
+        self._loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", self.port).start())
+        self._started.set()
+        self._loop.run_forever()
+
+    async def _health(self, request: web.Request) -> web.Response:
+        return web.Response(text="")
+
+    async def _models(self, request: web.Request) -> web.Response:
+        return web.json_response({"data": [{"id": "fake"}]})
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.requests.append(body)
+        if self.mode == "error500":
+            return web.json_response({"error": {"message": "engine crashed"}}, status=500)
+        if not body.get("stream"):
+            return web.json_response(
+                {
+                    "model": "fake",
+                    "choices": [{"message": {"content": "fake answer"}, "finish_reason": "stop"}],
+                    "usage": {"prompt_tokens": 3, "completion_tokens": 2},
+                }
+            )
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(_chunk("part one, "))
+        await resp.write(_chunk("part two"))
+        if self.mode == "drop_mid_stream":
+            assert request.transport is not None
+            request.transport.abort()
+            return resp
+        await resp.write(_chunk(None, "stop"))
+        await resp.write(b"data: [DONE]\n\n")
+        return resp

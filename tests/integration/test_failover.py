@@ -1,0 +1,97 @@
+"""What clients get when the cloud tier is down, fails before the first byte, or fails mid-stream."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from tests.conftest import Gateway, free_port, start_gateway
+from tests.fakes import FakeVLLM
+
+HELLO = [{"role": "user", "content": "Say hello."}]
+
+
+def _cloud_at(url: str) -> str:
+    # Anything asking for more than 4 tokens prefers the cloud, so short answers test failover.
+    return f'[cloud]\nurls = ["{url}"]\nhealth_interval_s = 0.2\n[routing]\nedge_max_output_tokens = 4\n'
+
+
+@pytest.fixture
+def dead_cloud(tmp_path: Path) -> Iterator[Gateway]:
+    gw = start_gateway(tmp_path, _cloud_at(f"http://127.0.0.1:{free_port()}"))
+    yield gw
+    gw.stop()
+
+
+def test_pinned_cloud_that_is_down_is_503_in_openai_shape(dead_cloud: Gateway) -> None:
+    with pytest.raises(openai.APIStatusError) as caught:
+        dead_cloud.client().chat.completions.create(model="cloud", messages=HELLO, max_tokens=4)
+    assert caught.value.status_code == 503
+    assert caught.value.type == "service_unavailable"
+    assert "cloud is down" in caught.value.message
+
+
+def test_auto_serves_from_the_edge_when_the_cloud_is_down_and_says_so(dead_cloud: Gateway) -> None:
+    raw = dead_cloud.client().chat.completions.with_raw_response.create(
+        model="tiergate-auto", messages=HELLO, max_tokens=8
+    )
+    assert raw.headers["x-tiergate-tier"] == "edge"
+    assert raw.headers["x-tiergate-route-reason"] == "edge: cloud is down"
+    ready = dead_cloud.readyz()
+    assert ready["ready"] is True
+    assert [t["health"] for t in ready["tiers"]] == ["ready", "down"]
+
+
+def test_not_ready_when_no_tier_can_serve(tmp_path: Path) -> None:
+    config = "[edge]\nenabled = false\n" + _cloud_at(f"http://127.0.0.1:{free_port()}")
+    gw = start_gateway(tmp_path, config, edge=False)
+    try:
+        resp = httpx.get(f"{gw.url}/readyz")
+        assert resp.status_code == 503
+        assert resp.json()["ready"] is False
+        assert resp.json()["tiers"][0]["health"] == "down"
+    finally:
+        gw.stop()
+
+
+def test_failure_before_the_first_byte_fails_over_to_the_edge(tmp_path: Path) -> None:
+    with FakeVLLM("error500") as fake:
+        gw = start_gateway(tmp_path, _cloud_at(fake.url))
+        try:
+            gw.wait(lambda: gw.tier_health("cloud") == "ready", 30, "the fake cloud")
+            for stream in (False, True):
+                raw = gw.client().chat.completions.with_raw_response.create(
+                    model="tiergate-auto", messages=HELLO, max_tokens=8, stream=stream
+                )
+                assert raw.headers["x-tiergate-tier"] == "edge"
+                assert "failed over" in raw.headers["x-tiergate-route-reason"]
+            assert len(fake.requests) == 2
+            with pytest.raises(openai.APIStatusError) as caught:
+                gw.client().chat.completions.create(model="cloud", messages=HELLO, max_tokens=4)
+            assert caught.value.status_code == 503
+            assert "engine crashed" in caught.value.message
+        finally:
+            gw.stop()
+
+
+def test_failure_mid_stream_ends_the_stream_with_an_error_event(tmp_path: Path) -> None:
+    with FakeVLLM("drop_mid_stream") as fake:
+        gw = start_gateway(tmp_path, _cloud_at(fake.url))
+        try:
+            gw.wait(lambda: gw.tier_health("cloud") == "ready", 30, "the fake cloud")
+            received = []
+            with pytest.raises(openai.APIError) as caught:
+                for chunk in gw.client().chat.completions.create(
+                    model="cloud", messages=HELLO, max_tokens=50, stream=True
+                ):
+                    received.extend(c.delta.content or "" for c in chunk.choices)
+            assert "".join(received) == "part one, part two"
+            assert "cloud" in caught.value.message
+            # the gateway is still fine
+            assert httpx.get(f"{gw.url}/healthz").status_code == 200
+        finally:
+            gw.stop()
