@@ -121,3 +121,12 @@ def edge_only(tmp_path: Path) -> Iterator[Gateway]:
     gw = start_gateway(tmp_path, "[cloud]\nenabled = false\n")
     yield gw
     gw.stop()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run tests that need the local vLLM server last, so it boots while the others run, and
+    the one that stops the shared gateway after all of them."""
+    stops_gateway = [i for i in items if i.name == "test_stopping_the_gateway_stops_its_vllm_server"]
+    cloud = [i for i in items if i.get_closest_marker("cloud") and i not in stops_gateway]
+    rest = [i for i in items if i not in cloud and i not in stops_gateway]
+    items[:] = rest + cloud + stops_gateway

@@ -1,0 +1,78 @@
+"""Starting, configuring and stopping the gateway as an operator does."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import TIERGATE, Gateway, alive, children
+
+
+def test_help_explains_every_command() -> None:
+    out = subprocess.run([TIERGATE, "--help"], capture_output=True, text=True, check=True).stdout
+    assert "serve" in out and "config" in out
+    serve = subprocess.run([TIERGATE, "serve", "--help"], capture_output=True, text=True, check=True).stdout
+    for option in ("--config", "--host", "--port", "TIERGATE_"):
+        assert option in serve
+
+
+def test_config_shows_file_and_environment(tmp_path: Path) -> None:
+    config = tmp_path / "t.toml"
+    config.write_text("[server]\nport = 9999\n")
+    out = subprocess.run(
+        [TIERGATE, "config", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"TIERGATE_EDGE__MAX_QUEUE": "7", "PATH": "/usr/bin:/bin"},
+    ).stdout
+    assert '"port": 9999' in out and '"max_queue": 7' in out
+
+
+def test_a_bad_setting_stops_start_up_with_a_clear_message(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [TIERGATE, "serve"],
+        capture_output=True,
+        text=True,
+        env={"TIERGATE_SERVER__PORT": "http", "PATH": "/usr/bin"},
+    )
+    assert result.returncode == 2
+    assert "server.port" in result.stderr
+
+
+def test_sigterm_finishes_the_stream_in_flight_then_exits(edge_only: Gateway) -> None:
+    body = {
+        "model": "edge",
+        "messages": [{"role": "user", "content": "Tell a story."}],
+        "max_tokens": 48,
+        "temperature": 0,
+        "stream": True,
+    }
+    with httpx.stream("POST", f"{edge_only.url}/v1/chat/completions", json=body, timeout=60) as resp:
+        lines = resp.iter_lines()
+        assert next(lines).startswith("data: ")
+        edge_only.process.send_signal(signal.SIGTERM)
+        rest = [line for line in lines if line]
+        finished = time.monotonic()
+    assert rest[-1] == "data: [DONE]"
+    assert '"finish_reason":"length"' in rest[-2]
+    # uvicorn re-raises the signal once it has shut down cleanly, so the exit reads as SIGTERM
+    assert edge_only.process.wait(30) in (0, -signal.SIGTERM)
+    assert time.monotonic() - finished < 10
+    assert "Application shutdown complete" in edge_only.log()
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"{edge_only.url}/healthz")
+
+
+@pytest.mark.cloud
+def test_stopping_the_gateway_stops_its_vllm_server(cloud_gateway: Gateway) -> None:
+    """Runs last in the session (see conftest): it stops the shared gateway."""
+    spawned = children(cloud_gateway.process.pid)
+    assert spawned, "the gateway should have started a vLLM server"
+    assert cloud_gateway.stop() in (0, -signal.SIGTERM)
+    assert not [pid for pid in spawned if alive(pid)]
