@@ -101,10 +101,18 @@ def start_gateway(
     return gateway
 
 
+NEEDS_CLOUD = pytest.StashKey[bool]()
+
+
 @pytest.fixture(scope="session")
-def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
-    """The embedded default: edge in-process, cloud = a local vLLM the gateway starts itself."""
-    gw = start_gateway(tmp_path_factory.mktemp("gateway"))
+def gateway(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    """The embedded default: edge in-process, cloud = a local vLLM the gateway starts itself.
+
+    When no selected test needs the cloud, the local vLLM server is not started (it costs a
+    minute or two of both cores); the cloud tier then reports itself down.
+    """
+    config = "" if request.config.stash.get(NEEDS_CLOUD, True) else "[cloud.local]\nenabled = false\n"
+    gw = start_gateway(tmp_path_factory.mktemp("gateway"), config)
     yield gw
     gw.stop()
 
@@ -123,10 +131,11 @@ def edge_only(tmp_path: Path) -> Iterator[Gateway]:
     gw.stop()
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Run tests that need the local vLLM server last, so it boots while the others run, and
     the one that stops the shared gateway after all of them."""
     stops_gateway = [i for i in items if i.name == "test_stopping_the_gateway_stops_its_vllm_server"]
     cloud = [i for i in items if i.get_closest_marker("cloud") and i not in stops_gateway]
     rest = [i for i in items if i not in cloud and i not in stops_gateway]
     items[:] = rest + cloud + stops_gateway
+    config.stash[NEEDS_CLOUD] = bool(cloud or stops_gateway)

@@ -11,7 +11,7 @@ class EdgeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     model_path: str = ""
     model_name: str = "edge-smollm2-135m"
     context_tokens: int = 2048
-    threads: int = 0  # 0: one per core
+    threads: int = 0  # 0: one fewer than the cores (llama.cpp's threads spin; see default_threads)
     batch_tokens: int = 512
     # Requests waiting for the model beyond this many are answered 429 at once.
     max_queue: int = 32
