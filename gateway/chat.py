@@ -129,7 +129,7 @@ class ChatService:
                 self._metrics.failovers.labels(name).inc()
                 last = exc
                 continue
-            self._metrics.latency.labels(name).observe(time.perf_counter() - started)
+            self._metrics.tier(name).latency.observe(time.perf_counter() - started)
             reason = decision.reason if name == decision.tier else f"{name}: {last}, failed over"
             return Routed(name, reason), self._body(request_id, result)
         assert last is not None
@@ -155,7 +155,7 @@ class ChatService:
             except BaseException:
                 await deltas.aclose()
                 raise
-            self._metrics.ttft.labels(name).observe(time.perf_counter() - started)
+            self._metrics.tier(name).ttft.observe(time.perf_counter() - started)
             writer = ChunkWriter(
                 f"chatcmpl-{request_id}",
                 int(time.time()),

@@ -19,8 +19,9 @@ def _route_headers(routed: Routed) -> dict[str, str]:
 
 
 @post("/v1/chat/completions", status_code=200)
-async def chat_completions(request: Request[object, object, State], state: State) -> Response[bytes]:
-    chat: ChatService = state.chat
+async def chat_completions(request: Request[object, object, State]) -> Response[bytes]:
+    # request.app.state, not an injected `state: State`: injection copies the state per request
+    chat: ChatService = request.app.state.chat
     body = parse_chat_request(await request.body())
     rid = request_id(request.scope)
     if body.stream:
