@@ -8,6 +8,7 @@ the response headers.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import time
 import uuid
 from collections.abc import AsyncIterator, Mapping
@@ -43,6 +44,7 @@ _PART_MODALITY = {ImagePart: Modality.IMAGE, AudioPart: Modality.AUDIO, VideoPar
 class Routed:
     tier: str
     reason: str
+    instance: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +74,22 @@ def features_of(request: ChatCompletionRequest) -> router.Features:
     )
 
 
-def generation_of(request: ChatCompletionRequest, request_id: str) -> Generation:
+# Expected output when the client sets no max_tokens, for cost estimates only.
+DEFAULT_OUTPUT_TOKENS = 256
+
+
+def conversation_key(request: ChatCompletionRequest, session_id: str | None) -> str:
+    """The client's session id, else a hash of the conversation's opening (system + first user turn),
+    which every later turn of the same conversation repeats."""
+    if session_id:
+        return session_id
+    opening = msgspec.json.encode(request.messages[:2])
+    return hashlib.blake2b(opening, digest_size=8).hexdigest()
+
+
+def generation_of(
+    request: ChatCompletionRequest, request_id: str, features: router.Features, session_id: str | None
+) -> Generation:
     return Generation(
         messages=msgspec.to_builtins(request.messages),
         max_tokens=request.output_limit,
@@ -83,6 +100,8 @@ def generation_of(request: ChatCompletionRequest, request_id: str) -> Generation
         presence_penalty=request.presence_penalty,
         frequency_penalty=request.frequency_penalty,
         request_id=request_id,
+        cost=features.prompt_tokens + (features.max_tokens or DEFAULT_OUTPUT_TOKENS),
+        affinity=conversation_key(request, session_id),
     )
 
 
@@ -103,7 +122,7 @@ class ChatService:
     def tier_states(self) -> list[dict[str, Any]]:
         return [tier.state().as_dict() for tier in self._tiers.values()]
 
-    def _route(self, request: ChatCompletionRequest) -> router.Decision:
+    def _route(self, request: ChatCompletionRequest, features: router.Features) -> router.Decision:
         if request.model not in self.model_names:
             raise ModelNotFound(
                 f"the model {request.model!r} does not exist; use one of: {', '.join(self.model_names)}",
@@ -111,15 +130,16 @@ class ChatService:
             )
         views = [router.TierView(n, t.capabilities, t.state()) for n, t in self._tiers.items()]
         try:
-            return router.decide(request.model, self._rule, views, features_of(request))
+            return router.decide(request.model, self._rule, views, features)
         except router.NoTierAvailable as exc:
             raise to_gateway_error(exc) from exc
 
     async def complete(
-        self, request: ChatCompletionRequest, request_id: str
+        self, request: ChatCompletionRequest, request_id: str, session_id: str | None = None
     ) -> tuple[Routed, ChatCompletion]:
-        decision = self._route(request)
-        gen = generation_of(request, request_id)
+        features = features_of(request)
+        decision = self._route(request, features)
+        gen = generation_of(request, request_id, features, session_id)
         last: Exception | None = None
         for name in (decision.tier, *decision.fallbacks):
             started = time.perf_counter()
@@ -131,15 +151,18 @@ class ChatService:
                 continue
             self._metrics.tier(name).latency.observe(time.perf_counter() - started)
             reason = decision.reason if name == decision.tier else f"{name}: {last}, failed over"
-            return Routed(name, reason), self._body(request_id, result)
+            return Routed(name, reason, result.instance), self._body(request_id, result)
         assert last is not None
         raise to_gateway_error(last) from last
 
-    async def stream(self, request: ChatCompletionRequest, request_id: str) -> StreamStart:
+    async def stream(
+        self, request: ChatCompletionRequest, request_id: str, session_id: str | None = None
+    ) -> StreamStart:
         """Start streaming: the first delta is awaited here, so failures before it can fail over
         or become a proper HTTP error."""
-        decision = self._route(request)
-        gen = generation_of(request, request_id)
+        features = features_of(request)
+        decision = self._route(request, features)
+        gen = generation_of(request, request_id, features, session_id)
         last: Exception | None = None
         for name in (decision.tier, *decision.fallbacks):
             tier = self._tiers[name]
@@ -163,7 +186,8 @@ class ChatService:
                 include_usage=request.include_usage,
             )
             reason = decision.reason if name == decision.tier else f"{name}: {last}, failed over"
-            return StreamStart(Routed(name, reason), _closing(writer.events(first, deltas), deltas))
+            routed = Routed(name, reason, first.instance)
+            return StreamStart(routed, _closing(writer.events(first, deltas), deltas))
         assert last is not None
         raise to_gateway_error(last) from last
 

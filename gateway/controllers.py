@@ -15,7 +15,10 @@ JSON = "application/json"
 
 
 def _route_headers(routed: Routed) -> dict[str, str]:
-    return {"X-Tiergate-Tier": routed.tier, "X-Tiergate-Route-Reason": routed.reason}
+    headers = {"X-Tiergate-Tier": routed.tier, "X-Tiergate-Route-Reason": routed.reason}
+    if routed.instance:
+        headers["X-Tiergate-Instance"] = routed.instance
+    return headers
 
 
 @post("/v1/chat/completions", status_code=200)
@@ -24,14 +27,15 @@ async def chat_completions(request: Request[object, object, State]) -> Response[
     chat: ChatService = request.app.state.chat
     body = parse_chat_request(await request.body())
     rid = request_id(request.scope)
+    session = request.headers.get("x-session-id")
     if body.stream:
-        start = await chat.stream(body, rid)
+        start = await chat.stream(body, rid, session)
         return Stream(
             start.events,
             media_type="text/event-stream",
             headers={**_route_headers(start.routed), "Cache-Control": "no-cache"},
         )
-    routed, completion = await chat.complete(body, rid)
+    routed, completion = await chat.complete(body, rid, session)
     return Response(encode(completion), media_type=JSON, headers=_route_headers(routed))
 
 

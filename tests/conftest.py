@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import msgspec
 import openai
 import pytest
 
@@ -139,3 +140,59 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     rest = [i for i in items if i not in cloud and i not in stops_gateway]
     items[:] = rest + cloud + stops_gateway
     config.stash[NEEDS_CLOUD] = bool(cloud or stops_gateway)
+
+
+@dataclass
+class VLLMServer:
+    """A real vLLM server on a loopback port, started the way the gateway starts its local one."""
+
+    port: int
+    log_path: Path
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        from gateway.settings import load_settings
+        from tiers.cloud._local import LocalVLLMServer
+
+        local = msgspec.structs.replace(
+            load_settings(environ={}).local_vllm(), port=self.port, kv_cache_gib=1
+        )
+        command = LocalVLLMServer(local, None).command()
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1"}
+        self.process = subprocess.Popen(
+            command,
+            stdout=self.log_path.open("ab"),
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+
+    def wait_healthy(self, timeout: float = CLOUD_START_TIMEOUT_S) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.process is not None
+            if self.process.poll() is not None:
+                raise AssertionError(f"vLLM exited:\n{self.log_path.read_text()[-3000:]}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
+                    return
+            time.sleep(0.5)
+        raise AssertionError(f"vLLM on {self.port} not healthy after {timeout}s")
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(30)
+
+
+@pytest.fixture(scope="session")
+def second_vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMServer]:
+    """A second real vLLM replica (the session gateway's local server is the first)."""
+    server = VLLMServer(free_port(), tmp_path_factory.mktemp("vllm") / "vllm.log")
+    server.start()
+    yield server
+    server.kill()

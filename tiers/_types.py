@@ -47,15 +47,19 @@ class TierState:
     in_flight: int = 0
     queued: int = 0
     detail: str = ""
+    instances: list[dict[str, Any]] = field(default_factory=list)  # replicas, for operators
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "name": self.name,
             "health": self.health.value,
             "in_flight": self.in_flight,
             "queued": self.queued,
             "detail": self.detail,
         }
+        if self.instances:
+            out["instances"] = self.instances
+        return out
 
 
 @dataclass(slots=True)
@@ -75,6 +79,10 @@ class Generation:
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     request_id: str = ""
+    # Predicted work, in rough token units (prompt + expected output); balancers weigh load by it.
+    cost: float = 1.0
+    # Requests sharing this key (a conversation) prefer the same instance, for its prefix cache.
+    affinity: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +101,7 @@ class Completion:
     finish_reason: str
     usage: Usage
     model: str
+    instance: str = ""  # which replica or engine instance served it
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,3 +111,4 @@ class Delta:
     text: str = ""
     finish_reason: str | None = None
     usage: Usage | None = None
+    instance: str = ""  # set on the first delta: which replica or engine instance serves the stream

@@ -95,3 +95,27 @@ def test_failure_mid_stream_ends_the_stream_with_an_error_event(tmp_path: Path) 
             assert httpx.get(f"{gw.url}/healthz").status_code == 200
         finally:
             gw.stop()
+
+
+def test_a_failing_replica_is_retried_on_another_then_ejected(tmp_path: Path) -> None:
+    with FakeVLLM("error500") as bad, FakeVLLM() as good:
+        config = (
+            f'[edge]\nenabled = false\n[cloud]\nurls = ["{bad.url}", "{good.url}"]\n'
+            "health_interval_s = 0.2\neject_after_failures = 2\neject_s = 30\n"
+        )
+        gw = start_gateway(tmp_path, config, edge=False)
+        try:
+            gw.wait(lambda: "2/2" in gw.readyz()["tiers"][0]["detail"], 30, "both fakes")
+            instances = []
+            for i in range(6):
+                raw = gw.client().chat.completions.with_raw_response.create(
+                    model="cloud", messages=HELLO, max_tokens=4, extra_headers={"X-Session-ID": f"s{i}"}
+                )
+                assert raw.parse().choices[0].message.content == "fake answer"
+                instances.append(raw.headers["x-tiergate-instance"])
+            assert set(instances) == {"cloud-1"}  # the good one, every time
+            assert len(bad.requests) == 2  # then it was ejected and got no more
+            replicas = gw.readyz()["tiers"][0]["instances"]
+            assert replicas[0]["ejected"] is True and "engine crashed" in replicas[0]["last_error"]
+        finally:
+            gw.stop()

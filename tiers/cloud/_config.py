@@ -46,5 +46,16 @@ class CloudConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     max_context_tokens: int = 2048
     max_connections: int = 256
     health_interval_s: float = 2.0
+    # vLLM's /metrics (requests waiting/running, KV-cache use) is read this often for balancing.
+    scrape_interval_s: float = 1.0
+    # Session affinity: a replica keeps a conversation while its load is at most this times the average.
+    affinity_bound: float = 1.25
+    # Passive ejection: this many failures in a row take a replica out, first for eject_s (then doubling).
+    eject_after_failures: int = 3
+    eject_s: float = 5.0
+    # A replica that comes back takes a growing share of traffic over this many seconds.
+    slow_start_s: float = 10.0
+    # A request that fails before its first byte is retried on this many other replicas.
+    max_retries: int = 2
     timeouts: Timeouts = msgspec.field(default_factory=Timeouts)
     local: LocalServer = msgspec.field(default_factory=LocalServer)

@@ -1,19 +1,24 @@
-"""A pool of OpenAI-compatible vLLM servers behind one pooled aiohttp client.
+"""The cloud tier: a pool of OpenAI-compatible vLLM servers behind one pooled aiohttp client.
 
 aiohttp is on the hot path because it was measured: on this kind of machine a
 plain ``httpx.AsyncClient`` saturated at ~400-700 requests/s per core where an
 ``aiohttp.ClientSession`` served more than 3,000 (see DESIGN.md).
+
+Each request goes to the replica the :class:`~tiers.cloud._balance.Balancer`
+picks from live load; a failure before the first byte is retried on another
+replica (a non-streamed request is retried on any transport failure, since the
+client has seen nothing yet), and replicas that keep failing are ejected for a
+while.  Membership can change at run time (:meth:`VLLMPool.set_members`): new
+replicas join, removed ones drain.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
 import time
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import aiohttp
@@ -22,39 +27,27 @@ import msgspec
 from tiers._errors import TierError, TierFailed, TierRejected, TierTimeout, TierUnavailable
 from tiers._types import Capabilities, Completion, Delta, Generation, Health, Modality, TierState, Usage
 from tiers.cloud import _wire
+from tiers.cloud._balance import Balancer
 from tiers.cloud._config import CloudConfig
 from tiers.cloud._local import LocalVLLMServer
+from tiers.cloud._replica import Replica, parse_engine_load
 
 log = logging.getLogger(__name__)
 
 _encode = msgspec.json.Encoder().encode
 _CHAT_PATH = "/v1/chat/completions"
 _JSON_HEADERS = {"Content-Type": "application/json"}
+_PROBE_TIMEOUT = aiohttp.ClientTimeout(total=2.0)
 
 
-@dataclass(slots=True)
-class Replica:
-    url: str
-    healthy: bool = False
-    in_flight: int = 0
-    failures: int = 0
-    last_error: str = ""
-    latency_ewma_s: float = 0.0
+class _Retry(Exception):
+    """This replica failed before the client saw anything; another may serve the request."""
 
-    def observe(self, seconds: float) -> None:
-        self.latency_ewma_s = (
-            seconds if not self.latency_ewma_s else 0.8 * self.latency_ewma_s + 0.2 * seconds
-        )
-
-    def mark_down(self, why: str) -> None:
-        self.healthy = False
-        self.failures += 1
-        self.last_error = why
+    def __init__(self, error: TierError) -> None:
+        self.error = error
 
 
 class VLLMPool:
-    """The cloud tier: vLLM replicas listed by URL, or one local server it supervises."""
-
     name = "cloud"
 
     def __init__(self, config: CloudConfig, log_dir: str | None = None) -> None:
@@ -62,14 +55,16 @@ class VLLMPool:
         self._local = (
             LocalVLLMServer(config.local, log_dir) if not config.urls and config.local.enabled else None
         )
-        urls = config.urls or ([self._local.url] if self._local else [])
-        self._replicas = [Replica(url.rstrip("/")) for url in urls]
         self._model = config.model or (config.local.served_model_name if self._local else "")
+        self._balancer = Balancer(bound=config.affinity_bound, slow_start_s=config.slow_start_s)
+        self._replicas: list[Replica] = []
+        self._watchers: dict[str, asyncio.Task[None]] = {}
         self._session: aiohttp.ClientSession | None = None
-        self._health_task: asyncio.Task[None] | None = None
-        self._next = itertools.count()
+        self._mean_cost = 100.0
+        self._next_index = 0
         t = config.timeouts
         self._timeout = aiohttp.ClientTimeout(total=t.total_s, connect=t.connect_s, sock_read=t.first_byte_s)
+        self._pending_urls = config.urls or ([self._local.url] if self._local else [])
 
     # -- Tier -----------------------------------------------------------------
 
@@ -82,31 +77,29 @@ class VLLMPool:
         )
 
     def state(self) -> TierState:
-        if not self._replicas:
+        members = [r for r in self._replicas if not r.draining] or self._replicas
+        if not members and not self._pending_urls:
             return TierState(self.name, Health.DISABLED, detail="no vLLM server configured")
-        healthy = sum(r.healthy for r in self._replicas)
-        if healthy:
+        now = time.monotonic()
+        up = sum(r.available(now) for r in members)
+        if up:
             health = Health.READY
         elif self._local is not None and self._local.starting:
             health = Health.STARTING
         else:
             health = Health.DOWN
-        detail = f"{healthy}/{len(self._replicas)} replicas healthy"
-        if self._local is not None and not healthy:
+        detail = f"{up}/{len(members)} replicas healthy"
+        if not up:
+            errors = [f"{r.name}: {r.last_error}" for r in members if r.last_error]
+            detail += "".join(f"; {e}" for e in errors[:3])
+        if self._local is not None and not up:
             detail += f"; local server: {self._local.status}"
-        return TierState(self.name, health, in_flight=sum(r.in_flight for r in self._replicas), detail=detail)
+        queued = sum(int(r.engine.waiting) for r in members)
+        in_flight = sum(r.in_flight for r in members)
+        return TierState(self.name, health, in_flight, queued, detail, self.replicas())
 
     def replicas(self) -> list[dict[str, Any]]:
-        return [
-            {
-                "url": r.url,
-                "healthy": r.healthy,
-                "in_flight": r.in_flight,
-                "latency_ewma_ms": round(r.latency_ewma_s * 1000, 1),
-                "last_error": r.last_error,
-            }
-            for r in self._replicas
-        ]
+        return [r.as_dict() for r in self._replicas]
 
     async def start(self) -> None:
         self._session = aiohttp.ClientSession(
@@ -116,85 +109,173 @@ class VLLMPool:
         )
         if self._local is not None:
             await self._local.start()
-        if self._replicas:
-            self._health_task = asyncio.create_task(self._watch_health(), name="cloud-health")
+        self.set_members(self._pending_urls)
 
     async def aclose(self) -> None:
-        if self._health_task is not None:
-            self._health_task.cancel()
+        for task in self._watchers.values():
+            task.cancel()
+        for task in self._watchers.values():
             with contextlib.suppress(asyncio.CancelledError):
-                await self._health_task
+                await task
         if self._session is not None:
             await self._session.close()
         if self._local is not None:
             await self._local.stop()
 
+    def set_members(self, urls: Sequence[str]) -> None:
+        """Make the pool these URLs: new ones join (after a health check), missing ones drain and leave."""
+        wanted = [u.rstrip("/") for u in urls]
+        known = {r.url: r for r in self._replicas}
+        for url in wanted:
+            if url in known:
+                known[url].draining = False
+            else:
+                replica = Replica(url, f"{self.name}-{self._next_index}")
+                self._next_index += 1
+                self._replicas.append(replica)
+                self._watchers[url] = asyncio.create_task(self._watch(replica), name=f"watch {url}")
+        for replica in self._replicas:
+            if replica.url not in wanted and not replica.draining:
+                log.info("cloud replica %s is draining", replica.url)
+                replica.draining = True
+        self._balancer.set_members([r.name for r in self._replicas if not r.draining])
+        self._pending_urls = []
+
+    # -- requests ---------------------------------------------------------------
+
     async def complete(self, gen: Generation) -> Completion:
-        replica = self._pick()
-        started = time.perf_counter()
-        replica.in_flight += 1
-        try:
-            async with self._post(replica, self._body(gen, stream=False)) as resp:
-                body = await resp.read()
-                if resp.status != 200:
-                    raise self._status_error(replica, resp.status, body)
-            answer = _wire.completion_decoder.decode(body)
-        except (TimeoutError, aiohttp.ClientError, msgspec.DecodeError) as exc:
-            raise self._transport_error(replica, exc) from exc
-        finally:
-            replica.in_flight -= 1
-        replica.observe(time.perf_counter() - started)
-        choice = answer.choices[0]
-        usage = answer.usage or _wire.WireUsage()
-        return Completion(
-            text=(choice.message.content if choice.message else None) or "",
-            finish_reason=choice.finish_reason or "stop",
-            usage=Usage(usage.prompt_tokens, usage.completion_tokens),
-            model=answer.model or self._model,
-        )
+        tried: set[str] = set()
+        body = self._body(gen, stream=False)
+        while True:
+            replica = self._pick(gen, tried)
+            self._begin(replica, gen)
+            started = time.perf_counter()
+            try:
+                async with self._post(replica, body) as resp:
+                    payload = await resp.read()
+                    if resp.status != 200:
+                        raise self._status_error(replica, resp.status, payload)
+                answer = _wire.completion_decoder.decode(payload)
+            except _Retry as retry:
+                self._retry_or_raise(replica, tried, retry.error)
+                continue
+            except (TimeoutError, aiohttp.ClientError, msgspec.DecodeError) as exc:
+                self._retry_or_raise(replica, tried, self._transport_error(replica, exc))
+                continue
+            finally:
+                self._end(replica, gen)
+            replica.succeeded()
+            replica.observe(time.perf_counter() - started)
+            choice = answer.choices[0]
+            usage = answer.usage or _wire.WireUsage()
+            return Completion(
+                text=(choice.message.content if choice.message else None) or "",
+                finish_reason=choice.finish_reason or "stop",
+                usage=Usage(usage.prompt_tokens, usage.completion_tokens),
+                model=answer.model or self._model,
+                instance=replica.name,
+            )
 
     async def stream(self, gen: Generation) -> AsyncIterator[Delta]:
-        replica = self._pick()
+        tried: set[str] = set()
+        body = self._body(gen, stream=True)
+        while True:  # until a replica answers 200; the client has seen nothing before that
+            replica = self._pick(gen, tried)
+            self._begin(replica, gen)
+            try:
+                resp = await self._post(replica, body).__aenter__()
+                if resp.status != 200:
+                    error = self._status_error(replica, resp.status, await resp.read())
+                    resp.release()
+                    raise error
+                break
+            except _Retry as retry:
+                self._end(replica, gen)
+                self._retry_or_raise(replica, tried, retry.error)
+            except (TimeoutError, aiohttp.ClientError) as exc:
+                self._end(replica, gen)
+                self._retry_or_raise(replica, tried, self._transport_error(replica, exc))
+            except BaseException:
+                self._end(replica, gen)
+                raise
         started = time.perf_counter()
-        replica.in_flight += 1
+        finished = False
+        try:
+            async for delta in self._read_stream(replica, resp):
+                finished = delta.finish_reason is not None
+                yield delta
+        finally:
+            # A stream left early closes its connection, which tells vLLM to stop generating.
+            resp.release() if finished else resp.close()
+            self._end(replica, gen)
+        replica.succeeded()
+        replica.observe(time.perf_counter() - started)
+
+    async def _read_stream(self, replica: Replica, resp: aiohttp.ClientResponse) -> AsyncIterator[Delta]:
         finish_reason = "stop"
         usage = Usage(0, 0)
+        instance = replica.name
         try:
-            async with self._post(replica, self._body(gen, stream=True)) as resp:
-                if resp.status != 200:
-                    raise self._status_error(replica, resp.status, await resp.read())
-                async for line in resp.content:
-                    if not line.startswith(b"data:"):
-                        continue
-                    payload = line[5:].strip()
-                    if payload == b"[DONE]":
-                        break
-                    chunk = _wire.chunk_decoder.decode(payload)
-                    if chunk.usage is not None:
-                        usage = Usage(chunk.usage.prompt_tokens, chunk.usage.completion_tokens)
-                    for choice in chunk.choices:
-                        if choice.finish_reason:
-                            finish_reason = choice.finish_reason
-                        if choice.delta is not None and choice.delta.content:
-                            yield Delta(text=choice.delta.content)
-        except TierError:
-            raise
+            async for line in resp.content:
+                if not line.startswith(b"data:"):
+                    continue
+                payload = line[5:].strip()
+                if payload == b"[DONE]":
+                    break
+                chunk = _wire.chunk_decoder.decode(payload)
+                if chunk.usage is not None:
+                    usage = Usage(chunk.usage.prompt_tokens, chunk.usage.completion_tokens)
+                for choice in chunk.choices:
+                    if choice.finish_reason:
+                        finish_reason = choice.finish_reason
+                    if choice.delta is not None and choice.delta.content:
+                        yield Delta(text=choice.delta.content, instance=instance)
+                        instance = ""
         except (TimeoutError, aiohttp.ClientError, msgspec.DecodeError) as exc:
             raise self._transport_error(replica, exc) from exc
-        finally:
-            replica.in_flight -= 1
-        replica.observe(time.perf_counter() - started)
-        yield Delta(finish_reason=finish_reason, usage=usage)
+        yield Delta(finish_reason=finish_reason, usage=usage, instance=instance)
 
     # -- internals ------------------------------------------------------------
 
-    def _pick(self) -> Replica:
-        healthy = [r for r in self._replicas if r.healthy]
-        if not healthy:
+    def _pick(self, gen: Generation, tried: set[str]) -> Replica:
+        picked = self._balancer.pick(
+            self._replicas,
+            cost=gen.cost,
+            mean_cost=self._mean_cost,
+            now=time.monotonic(),
+            affinity=gen.affinity,
+            exclude=tried,
+        )
+        if picked is None:
             raise TierUnavailable(self.name, self.state().detail or "no healthy replica")
-        least = min(r.in_flight for r in healthy)
-        candidates = [r for r in healthy if r.in_flight == least]
-        return candidates[next(self._next) % len(candidates)]
+        return picked[0]
+
+    def _begin(self, replica: Replica, gen: Generation) -> None:
+        replica.in_flight += 1
+        replica.outstanding_cost += gen.cost
+        self._mean_cost = 0.95 * self._mean_cost + 0.05 * gen.cost
+
+    def _end(self, replica: Replica, gen: Generation) -> None:
+        replica.in_flight -= 1
+        replica.outstanding_cost = max(0.0, replica.outstanding_cost - gen.cost)
+        if replica.draining and replica.in_flight == 0:
+            self._remove(replica)
+
+    def _retry_or_raise(self, replica: Replica, tried: set[str], error: TierError) -> None:
+        c = self._config
+        replica.failed(error.message, eject_after=c.eject_after_failures, base_ejection_s=c.eject_s)
+        tried.add(replica.name)
+        if len(tried) > c.max_retries or not isinstance(error, TierUnavailable):
+            raise error
+        log.warning("cloud replica %s failed before the first byte (%s); retrying", replica.url, error)
+
+    def _remove(self, replica: Replica) -> None:
+        if replica in self._replicas:
+            self._replicas.remove(replica)
+            task = self._watchers.pop(replica.url, None)
+            if task is not None:
+                task.cancel()
+            log.info("cloud replica %s drained and removed", replica.url)
 
     def _post(self, replica: Replica, body: bytes) -> Any:
         if self._session is None:
@@ -213,49 +294,57 @@ class VLLMPool:
             body["stop"] = gen.stop
         return _encode(body)
 
-    def _status_error(self, replica: Replica, status: int, body: bytes) -> TierError:
+    def _status_error(self, replica: Replica, status: int, body: bytes) -> Exception:
         message = _wire.error_message(body)
         if 400 <= status < 500 and status not in (408, 429):
             return TierRejected(self.name, message)
-        if status >= 500 or status in (408, 429):
-            replica.last_error = f"HTTP {status}: {message}"
-            return TierUnavailable(self.name, f"replica answered {status}: {message}")
-        return TierFailed(self.name, f"unexpected status {status}: {message}")
+        return _Retry(TierUnavailable(self.name, f"{replica.name} answered {status}: {message}"))
 
     def _transport_error(self, replica: Replica, exc: BaseException) -> TierError:
         if isinstance(exc, TimeoutError):
-            replica.last_error = "timeout"
-            return TierTimeout(self.name, f"{replica.url} did not answer in time")
+            return TierTimeout(self.name, f"{replica.name} did not answer in time")
         if isinstance(exc, msgspec.DecodeError):
-            return TierFailed(self.name, f"{replica.url} sent an unreadable answer: {exc}")
-        replica.mark_down(str(exc) or type(exc).__name__)
-        return TierUnavailable(self.name, f"{replica.url}: {exc}")
+            return TierFailed(self.name, f"{replica.name} sent an unreadable answer: {exc}")
+        return TierUnavailable(self.name, f"{replica.name}: {exc or type(exc).__name__}")
 
-    async def _watch_health(self) -> None:
+    async def _watch(self, replica: Replica) -> None:
+        """Health every ``health_interval_s``, load every ``scrape_interval_s``."""
+        c = self._config
+        next_health = 0.0
         while True:
-            await asyncio.gather(*(self._check(r) for r in self._replicas))
-            await asyncio.sleep(self._config.health_interval_s)
+            now = time.monotonic()
+            if now >= next_health:
+                await self._check_health(replica)
+                next_health = now + c.health_interval_s
+            if replica.healthy:
+                await self._scrape(replica)
+            await asyncio.sleep(min(c.scrape_interval_s, c.health_interval_s))
 
-    async def _check(self, replica: Replica) -> None:
+    async def _check_health(self, replica: Replica) -> None:
         assert self._session is not None
+        was = replica.healthy
         try:
-            async with self._session.get(
-                replica.url + "/health", timeout=aiohttp.ClientTimeout(total=2.0)
-            ) as resp:
+            async with self._session.get(replica.url + "/health", timeout=_PROBE_TIMEOUT) as resp:
                 ok = resp.status == 200
             if ok and not self._model:
                 self._model = await self._first_model(replica)
+            replica.health_checked(ok, "" if ok else f"/health answered {resp.status}")
         except (TimeoutError, aiohttp.ClientError) as exc:
-            ok = False
-            replica.last_error = str(exc) or type(exc).__name__
-        if ok and not replica.healthy:
-            log.info("cloud replica %s is healthy", replica.url)
-        elif not ok and replica.healthy:
-            log.warning("cloud replica %s failed its health check", replica.url)
-        replica.healthy = ok
+            replica.health_checked(False, str(exc) or type(exc).__name__)
+        if replica.healthy != was:
+            log.info("cloud replica %s is %s", replica.url, "healthy" if replica.healthy else "unhealthy")
+
+    async def _scrape(self, replica: Replica) -> None:
+        assert self._session is not None
+        try:
+            async with self._session.get(replica.url + "/metrics", timeout=_PROBE_TIMEOUT) as resp:
+                if resp.status == 200:
+                    replica.engine = parse_engine_load(await resp.text())
+        except (TimeoutError, aiohttp.ClientError):
+            pass  # health checks decide availability; a missed scrape keeps the last reading
 
     async def _first_model(self, replica: Replica) -> str:
         assert self._session is not None
-        async with self._session.get(replica.url + "/v1/models") as resp:
+        async with self._session.get(replica.url + "/v1/models", timeout=_PROBE_TIMEOUT) as resp:
             models = _wire.models_decoder.decode(await resp.read())
         return models.data[0].id if models.data else ""
