@@ -60,9 +60,7 @@ def _drop_none(mapping: Mapping[str, Any]) -> dict[str, Any]:
 
 def canonical_request(messages: Sequence[Mapping[str, Any]], params: Mapping[str, Any]) -> bytes:
     """The bytes that identify a request's answer: messages (media by hash) and sampling params."""
-    canonical = [
-        {**_drop_none(m), "content": _canonical_content(m.get("content"))} for m in messages
-    ]
+    canonical = [{**_drop_none(m), "content": _canonical_content(m.get("content"))} for m in messages]
     return _encode({"messages": canonical, "params": _drop_none(params)})
 
 
