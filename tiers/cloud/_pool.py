@@ -76,7 +76,7 @@ class VLLMPool:
     @property
     def capabilities(self) -> Capabilities:
         return Capabilities(
-            modalities=frozenset({Modality.TEXT}),
+            modalities=frozenset({Modality.TEXT, *self._config.modalities}),
             max_context_tokens=self._config.max_context_tokens,
             model=self._model or "unknown",
         )
