@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any, TypeVar
 
 import diskcache
 
 from cache._protocol import CacheError
+
+T = TypeVar("T")
 
 
 class DiskStore:
@@ -41,15 +45,14 @@ class DiskStore:
     def _set(self, key: str, value: bytes, ttl_s: float) -> None:
         self._open().set(key, value, expire=ttl_s, retry=True)
 
-    async def _run(self, fn, *args):  # type: ignore[no-untyped-def]
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         try:
             return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
         except (OSError, diskcache.Timeout) as exc:
             raise CacheError(f"diskcache at {self._directory}: {exc}") from exc
 
     async def get(self, key: str) -> bytes | None:
-        value: bytes | None = await self._run(self._get, key)
-        return value
+        return await self._run(self._get, key)
 
     async def set(self, key: str, value: bytes, ttl_s: float) -> None:
         await self._run(self._set, key, value, ttl_s)

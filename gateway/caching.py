@@ -13,6 +13,7 @@ import enum
 import hashlib
 import logging
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import msgspec
@@ -20,6 +21,7 @@ import msgspec
 import cache
 from gateway.metrics import Metrics
 from gateway.protocol import ChatCompletionRequest
+from tiers import Completion, Delta, Usage
 
 log = logging.getLogger(__name__)
 
@@ -121,3 +123,23 @@ class AnswerCache:
     def _count(self, lookup: Lookup) -> Lookup:
         self._metrics.cache_requests.labels(lookup.status.value).inc()
         return lookup
+
+
+def answer_of(result: Completion, pieces: list[str], tier: str) -> cache.CachedAnswer:
+    u = result.usage
+    return cache.CachedAnswer(
+        pieces, result.finish_reason, u.prompt_tokens, u.completion_tokens, result.model, tier
+    )
+
+
+def completion_of(answer: cache.CachedAnswer) -> Completion:
+    usage = Usage(answer.prompt_tokens, answer.completion_tokens)
+    return Completion(answer.text, answer.finish_reason, usage, answer.model)
+
+
+async def replay(answer: cache.CachedAnswer) -> AsyncIterator[Delta]:
+    """A cached answer as the deltas it was first streamed in."""
+    for piece in answer.pieces:
+        yield Delta(text=piece)
+    usage = Usage(answer.prompt_tokens, answer.completion_tokens)
+    yield Delta(finish_reason=answer.finish_reason, usage=usage)

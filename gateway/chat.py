@@ -21,10 +21,9 @@ from typing import Any
 
 import msgspec
 
-import cache
 import router
 from gateway import degrade
-from gateway.caching import AnswerCache, CacheStatus, Lookup
+from gateway.caching import AnswerCache, CacheStatus, Lookup, answer_of, completion_of, replay
 from gateway.errors import ModalityUnavailable, ModelNotFound, to_gateway_error
 from gateway.metrics import Metrics
 from gateway.protocol import (
@@ -213,7 +212,7 @@ class ChatService:
         if lookup.answer is not None:
             answer = lookup.answer
             routed = self._routed(answer.tier, "cache hit", lookup, started)
-            return routed, self._body(request_id, _completion_of(answer), ())
+            return routed, self._body(request_id, completion_of(answer), ())
         plan = self._route(request, ctx)
         gen = generation_of(plan.request, request_id)
         last: Exception | None = None
@@ -236,8 +235,8 @@ class ChatService:
                 raise
             self._breakers.record(name, plan.modalities, ok=True)
             self._metrics.latency.labels(name).observe(time.perf_counter() - dispatched)
-            if lookup.key is not None and not plan.degraded:
-                await self._answers.store(lookup.key, _answer_of(result, [result.text], name))  # type: ignore[union-attr]
+            if lookup.key is not None and self._answers is not None and not plan.degraded:
+                await self._answers.store(lookup.key, answer_of(result, [result.text], name))
             reason = plan.decision.reason if name == plan.decision.tier else f"{name}: {last}, failed over"
             routed = self._routed(name, reason, lookup, started, plan.degraded)
             return routed, self._body(request_id, result, plan.degraded)
@@ -258,10 +257,10 @@ class ChatService:
             writer = ChunkWriter(
                 f"chatcmpl-{request_id}", int(time.time()), answer.model, include_usage=request.include_usage
             )
-            replay = _replay(answer)
-            first = await anext(replay)
+            replayed = replay(answer)
+            first = await anext(replayed)
             routed = self._routed(answer.tier, "cache hit", lookup, started)
-            return StreamStart(routed, writer.events(first, replay))
+            return StreamStart(routed, writer.events(first, replayed))
         plan = self._route(request, ctx)
         gen = generation_of(plan.request, request_id)
         key = None if plan.degraded else lookup.key
@@ -315,7 +314,7 @@ class ChatService:
                         model = self._tiers[name].capabilities.model
                         usage = delta.usage or Usage(0, 0)
                         done = Completion("".join(pieces), delta.finish_reason, usage, model)
-                        await self._answers.store(key, _answer_of(done, pieces, name))
+                        await self._answers.store(key, answer_of(done, pieces, name))
                 yield delta
         except _BREAKER_FAILURES as exc:
             settled = True
@@ -344,26 +343,6 @@ class ChatService:
             usage=UsageBody(usage.prompt_tokens, usage.completion_tokens, usage.total_tokens),
             tiergate=TiergateInfo(degraded=list(degraded)) if degraded else msgspec.UNSET,
         )
-
-
-def _answer_of(result: Completion, pieces: list[str], tier: str) -> cache.CachedAnswer:
-    u = result.usage
-    return cache.CachedAnswer(
-        pieces, result.finish_reason, u.prompt_tokens, u.completion_tokens, result.model, tier
-    )
-
-
-def _completion_of(answer: cache.CachedAnswer) -> Completion:
-    usage = Usage(answer.prompt_tokens, answer.completion_tokens)
-    return Completion(answer.text, answer.finish_reason, usage, answer.model)
-
-
-async def _replay(answer: cache.CachedAnswer) -> AsyncIterator[Delta]:
-    """A cached answer as the deltas it was first streamed in."""
-    for piece in answer.pieces:
-        yield Delta(text=piece)
-    usage = Usage(answer.prompt_tokens, answer.completion_tokens)
-    yield Delta(finish_reason=answer.finish_reason, usage=usage)
 
 
 async def _closing(events: AsyncIterator[bytes], deltas: AsyncIterator[Delta]) -> AsyncIterator[bytes]:
