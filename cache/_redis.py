@@ -30,7 +30,9 @@ class RedisStore:
             value = await self._client.get(self._prefix + key)
         except (RedisError, OSError) as exc:
             raise CacheError(f"redis at {self._url}: {exc}") from exc
-        return bytes(value) if value is not None else None
+        if value is None:
+            return None
+        return value if isinstance(value, bytes) else str(value).encode()
 
     async def set(self, key: str, value: bytes, ttl_s: float) -> None:
         try:

@@ -15,7 +15,7 @@ import contextlib
 import dataclasses
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -298,7 +298,7 @@ class ChatService:
 
     async def _observed(
         self, name: str, modalities: frozenset[Modality], deltas: AsyncIterator[Delta], key: str | None
-    ) -> AsyncIterator[Delta]:
+    ) -> AsyncGenerator[Delta, None]:
         """Pass a tier's deltas through, charging the outcome to its breakers and storing the
         finished answer (before its last delta goes out, so a repeat right after finds it)."""
         pieces: list[str] = []
