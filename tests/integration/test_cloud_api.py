@@ -34,6 +34,7 @@ def test_cloud_stream_matches_non_stream_and_reports_usage(cloud_gateway: Gatewa
             temperature=0,
             stream=True,
             stream_options={"include_usage": True},
+            extra_headers={"Cache-Control": "no-cache"},  # the tier's own stream, not a cache replay
         )
     )
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)

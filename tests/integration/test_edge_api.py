@@ -46,6 +46,7 @@ def test_stream_matches_the_non_streamed_answer_and_reports_usage(gateway: Gatew
             temperature=0,
             stream=True,
             stream_options={"include_usage": True},
+            extra_headers={"Cache-Control": "no-cache"},  # the tier's own stream, not a cache replay
         )
     )
     assert chunks[0].choices[0].delta.role == "assistant"
