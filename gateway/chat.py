@@ -56,6 +56,7 @@ class RequestContext:
 
     tenant: str = DEFAULT_TENANT
     cache_control: str = ""  # the request's Cache-Control header
+    use_cache: bool = True  # a tenant policy may turn the result cache off
     # None: the gateway's setting (degradation.fail_instead); a tenant policy may say otherwise.
     fail_instead_of_degrade: bool | None = None
 
@@ -167,7 +168,7 @@ class ChatService:
             )
 
     async def _lookup(self, request: ChatCompletionRequest, ctx: RequestContext) -> Lookup:
-        if self._answers is None:
+        if self._answers is None or not ctx.use_cache:
             return Lookup(CacheStatus.BYPASS)
         models = ",".join(f"{n}={t.capabilities.model}" for n, t in self._tiers.items())
         return await self._answers.lookup(request, ctx.tenant, ctx.cache_control, models)

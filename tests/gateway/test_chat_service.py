@@ -112,6 +112,11 @@ async def test_a_tenant_never_reads_another_tenants_answer(tmp_path: Path) -> No
     assert routed.cache is CacheStatus.MISS
     assert other.choices[0].message.content == "edge answer #2"
     assert len(edge.calls) == 2
+    routed, _ = await chat.complete(
+        request(temperature=0), "r4", RequestContext(tenant="acme", use_cache=False)
+    )
+    assert routed.cache is CacheStatus.BYPASS
+    assert len(edge.calls) == 3
     await chat.aclose()
 
 
