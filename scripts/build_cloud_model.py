@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import importlib.metadata as md
+import importlib.util
 import json
 import shutil
 import sys
@@ -101,6 +102,17 @@ def _sha256(path: Path) -> str:
         while block := fh.read(1 << 20):
             digest.update(block)
     return digest.hexdigest()
+
+
+def missing_packages(src: Source) -> list[str]:
+    """The distributions this source needs that are not installed (pip --no-deps skips the chunks)."""
+    missing = []
+    for package in (src.package, *src.chunk_packages):
+        try:
+            md.distribution(package)
+        except md.PackageNotFoundError:
+            missing.append(package)
+    return missing
 
 
 def stage_gguf(src: Source, workdir: Path) -> Path:
@@ -209,6 +221,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     src = SOURCES[args.model]
+    if runtime := [p for p in ("torch", "transformers", "gguf") if importlib.util.find_spec(p) is None]:
+        print(f"missing {', '.join(runtime)}: run this with the vLLM venv's python")
+        return 2
+    if missing := missing_packages(src):
+        print(f"not installed: {' '.join(missing)}; run: pip install --no-deps {' '.join(missing)}")
+        return 2
     out: Path = args.out.expanduser().resolve()
     info = build_info(args.model, src, args.dtype)
     if not args.force and is_current(out, info):
@@ -226,6 +244,8 @@ def main(argv: list[str] | None = None) -> int:
         result = convert(stage_gguf(src, work), src, args.dtype, staged)
         info_out = {**info, **result, "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         (staged / BUILD_FILE).write_text(json.dumps(info_out, indent=2) + "\n")
+        for path in staged.iterdir():
+            path.chmod(0o644)  # save_pretrained leaves the weights 0600; a server user must read them
         if out.exists():
             shutil.rmtree(out)
         staged.rename(out)

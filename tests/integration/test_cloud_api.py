@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import openai
 import pytest
 
 from tests.conftest import Gateway
@@ -17,7 +18,7 @@ def test_chat_on_the_cloud(cloud_gateway: Gateway) -> None:
     )
     completion = raw.parse()
     assert raw.headers["x-tiergate-tier"] == "cloud"
-    assert completion.model == "cloud-gemma3-270m"
+    assert completion.model == "cloud-smollm2-135m"
     assert "paris" in (completion.choices[0].message.content or "").lower()
     usage = completion.usage
     assert usage is not None and usage.prompt_tokens > 5 and 0 < usage.completion_tokens <= 16
@@ -40,7 +41,7 @@ def test_cloud_stream_matches_non_stream_and_reports_usage(cloud_gateway: Gatewa
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == whole.choices[0].message.content
     assert chunks[-1].usage == whole.usage
-    assert all(c.model == "cloud-gemma3-270m" for c in chunks)
+    assert all(c.model == "cloud-smollm2-135m" for c in chunks)
 
 
 def test_auto_sends_a_long_answer_to_the_cloud(cloud_gateway: Gateway) -> None:
@@ -53,11 +54,11 @@ def test_auto_sends_a_long_answer_to_the_cloud(cloud_gateway: Gateway) -> None:
 
 
 def test_cloud_rejection_is_a_400_that_says_why(cloud_gateway: Gateway) -> None:
-    import openai
-
-    # vLLM itself refuses: max_tokens beyond what is left of its 2048-token context
+    # vLLM itself refuses top_p=0 (it wants 0 < top_p <= 1); the gateway passes the reason on
     with pytest.raises(openai.BadRequestError) as caught:
-        cloud_gateway.client().chat.completions.create(model="cloud", messages=QUESTION, max_tokens=2040)
+        cloud_gateway.client().chat.completions.create(
+            model="cloud", messages=QUESTION, max_tokens=4, top_p=0
+        )
     assert "cloud tier rejected the request" in caught.value.message
 
 

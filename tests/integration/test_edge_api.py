@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import threading
 import time
 
@@ -12,6 +14,8 @@ import pytest
 from tests.conftest import Gateway
 
 HELLO = [{"role": "user", "content": "Say hello in one short sentence."}]
+# At temperature 0 the edge model writes this essay to well past 400 tokens.
+ESSAY = [{"role": "user", "content": "Write a very long essay about the history of Rome."}]
 
 
 def test_models_lists_auto_and_each_tier(gateway: Gateway) -> None:
@@ -123,7 +127,7 @@ def test_concurrent_requests_queue_and_the_server_stays_responsive(gateway: Gate
 
 
 def test_a_client_that_goes_away_frees_the_model(gateway: Gateway) -> None:
-    body = {"model": "edge", "messages": HELLO, "max_tokens": 1500, "temperature": 1.5, "stream": True}
+    body = {"model": "edge", "messages": ESSAY, "max_tokens": 1500, "temperature": 0, "stream": True}
     with httpx.stream("POST", f"{gateway.url}/v1/chat/completions", json=body, timeout=60) as resp:
         lines = resp.iter_lines()
         for _ in range(3):
@@ -226,3 +230,35 @@ def test_health_and_readiness(gateway: Gateway) -> None:
     ready = httpx.get(f"{gateway.url}/readyz")
     assert ready.status_code == 200
     assert {t["name"] for t in ready.json()["tiers"]} == {"edge", "cloud"}
+
+
+def test_a_full_edge_queue_answers_429_at_once(tmp_path) -> None:
+    from tests.conftest import start_gateway
+
+    gw = start_gateway(tmp_path, "[edge]\nmax_queue = 1\n[cloud]\nenabled = false\n")
+    long = {"model": "edge", "messages": ESSAY, "max_tokens": 400, "temperature": 0, "stream": True}
+    try:
+        with (
+            httpx.stream("POST", f"{gw.url}/v1/chat/completions", json=long, timeout=60) as running,
+            httpx.Client(timeout=60) as waiting_client,
+        ):
+            lines = running.iter_lines()  # keep it: dropping the iterator closes the connection
+            next(lines)  # the model is busy with this one
+
+            def wait_in_line() -> None:
+                with contextlib.suppress(httpx.HTTPError):  # the gateway stops before it is served
+                    waiting_client.post(f"{gw.url}/v1/chat/completions", json={**long, "stream": False})
+
+            waiter = threading.Thread(target=wait_in_line)
+            waiter.start()
+            gw.wait(lambda: _edge(gw)["queued"] == 1, 10, "one request queued")
+            started = time.perf_counter()
+            resp = httpx.post(f"{gw.url}/v1/chat/completions", json=long, timeout=10)
+            assert time.perf_counter() - started < 1
+            assert resp.status_code == 429
+            assert int(resp.headers["retry-after"]) >= 1
+            assert _error(resp)["type"] == "rate_limit_exceeded"
+            assert "waiting for the edge model" in str(_error(resp)["message"])
+            assert any(line.startswith("data: ") for line in itertools.islice(lines, 4))  # unaffected
+    finally:
+        gw.stop()

@@ -69,6 +69,7 @@ class LocalVLLMServer:
             "127.0.0.1",
             "--port",
             str(self._port),
+            *(["--enforce-eager"] if c.enforce_eager else []),
             *c.extra_args,
         ]
 

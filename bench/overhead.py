@@ -1,0 +1,307 @@
+"""What tiergate adds to a request, next to calling the upstream directly, the web framework's floor
+and LiteLLM's proxy, all measured in the same run.
+
+Method
+------
+* One fast OpenAI-compatible upstream stand-in (``bench/upstream.py``, raw asyncio on uvloop) answers a
+  fixed completion, or a short SSE stream.
+* Targets, each a separate process pinned with ``taskset`` to core 0: tiergate (edge off, cloud = the
+  stand-in, model ``cloud`` pinned: no routing choice), the framework floor (``bench/floor_app.py``:
+  Litestar on uvicorn returning the same canned answer) and, when its virtual environment exists,
+  LiteLLM's proxy ``litellm[proxy]==1.106.2`` (never unpinned: 1.107.0 was compromised) with one worker.
+  The stand-in and the load generator (``hey``) share core 1.
+* For each rate (requests/s, open loop via ``hey -q`` per worker) the targets are run interleaved in
+  rounds (direct, floor, tiergate, litellm, direct, ...), ``--repeats`` times, each for ``--duration``
+  seconds. Non-streaming latency is hey's response time; streaming latency is its response delay (time
+  to the first byte: tiergate sends headers with the first chunk). *Added* latency = target percentile
+  minus direct percentile of the same round; the table shows the median over rounds.
+* Sustained RPS: closed loop, 64 connections, no rate limit. CPU seconds per 1,000 requests and peak RSS
+  are read from /proc for the target process (and its children).
+
+    .venv/bin/python -m bench.overhead [--rates 100,500,1000,2000] [--duration 5] [--repeats 3]
+
+Prints a table and writes bench/results/overhead.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import io
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results" / "overhead.json"
+LITELLM = (
+    Path(os.environ.get("TIERGATE_BUILD_CACHE_DIR", "~/.cache/tiergate")).expanduser() / "litellm-1.106.2"
+)
+SERVER_CORE, LOAD_CORE = "0", "1"
+BODY = {"model": "cloud", "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 16}
+
+
+@dataclass
+class Target:
+    name: str
+    port: int
+    process: subprocess.Popen[bytes] | None = None
+    api_key: str = "unused"
+    samples: dict[str, list[dict[str, float]]] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1/chat/completions"
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start(
+    cmd: list[str], core: str, env: dict[str, str] | None = None, log: Path | None = None
+) -> subprocess.Popen[bytes]:
+    out = log.open("wb") if log else subprocess.DEVNULL
+    return subprocess.Popen(
+        ["taskset", "-c", core, *cmd],
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+        stdout=out,
+        stderr=subprocess.STDOUT,
+    )
+
+
+def wait_ready(target: Target, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            headers = {"Authorization": f"Bearer {target.api_key}"}
+            if httpx.post(target.url, json=BODY, headers=headers, timeout=5).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise RuntimeError(f"{target.name} did not answer on port {target.port}")
+
+
+def hey(
+    target: Target, body_file: Path, *, duration: float, rate: float | None, connections: int
+) -> list[dict[str, float]]:
+    cmd = [
+        "taskset",
+        "-c",
+        LOAD_CORE,
+        "hey",
+        "-z",
+        f"{duration}s",
+        "-c",
+        str(connections),
+        "-m",
+        "POST",
+        "-T",
+        "application/json",
+        "-D",
+        str(body_file),
+        "-o",
+        "csv",
+        "-H",
+        f"Authorization: Bearer {target.api_key}",
+    ]
+    if rate is not None:
+        cmd += ["-q", f"{rate / connections:.3f}"]
+    out = subprocess.run([*cmd, target.url], capture_output=True, text=True, check=True).stdout
+    rows = list(csv.DictReader(io.StringIO(out)))
+    return [
+        {
+            "total": float(r["response-time"]),
+            "first_byte": float(r["DNS+dialup"]) + float(r["Request-write"]) + float(r["Response-delay"]),
+            "ok": r["status-code"] == "200",
+            "offset": float(r["offset"]),
+        }
+        for r in rows
+    ]
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))] if ordered else float("nan")
+
+
+def cpu_seconds(pid: int) -> float:
+    total = 0.0
+    for p in [pid, *children(pid)]:
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except OSError:
+            pass
+    return total
+
+
+def peak_rss_mib(pid: int) -> float:
+    total = 0
+    for p in [pid, *children(pid)]:
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    total += int(line.split()[1])
+        except OSError:
+            pass
+    return total / 1024
+
+
+def children(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        with contextlib.suppress(OSError):
+            found += [int(c) for c in (task / "children").read_text().split()]
+    return found + [g for c in found for g in children(c)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rates", default="100,500,1000,2000")
+    parser.add_argument("--duration", type=float, default=5.0)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--no-litellm", action="store_true")
+    args = parser.parse_args()
+    rates = [int(r) for r in args.rates.split(",")]
+    tmp = Path(tempfile.mkdtemp(prefix="tiergate-bench-"))
+    python = sys.executable
+
+    upstream = Target("direct", free_port())
+    upstream.process = start([python, "bench/upstream.py", str(upstream.port)], LOAD_CORE)
+    floor = Target("floor", free_port())
+    floor.process = start([python, "-m", "bench.floor_app", str(floor.port)], SERVER_CORE)
+    gateway = Target("tiergate", free_port())
+    gateway.process = start(
+        [str(Path(python).with_name("tiergate")), "serve", "--port", str(gateway.port)],
+        SERVER_CORE,
+        env={
+            "TIERGATE_EDGE__ENABLED": "false",
+            "TIERGATE_CLOUD__URLS": f"http://127.0.0.1:{upstream.port}",
+            "TIERGATE_DATA_DIR": str(tmp / "data"),
+            "TIERGATE_SERVER__LOG_LEVEL": "warning",
+        },
+        log=tmp / "tiergate.log",
+    )
+    targets = [upstream, floor, gateway]
+    litellm_bin = LITELLM / "bin" / "litellm"
+    if not args.no_litellm and litellm_bin.exists():
+        config = tmp / "litellm.yaml"
+        config.write_text(
+            "model_list:\n  - model_name: cloud\n    litellm_params:\n      model: openai/bench\n"
+            f"      api_base: http://127.0.0.1:{upstream.port}/v1\n      api_key: unused\n"
+            "litellm_settings:\n  telemetry: false\n"
+        )
+        lite = Target("litellm", free_port(), api_key="sk-bench-" + os.urandom(16).hex())
+        lite.process = start(
+            [str(litellm_bin), "--config", str(config), "--port", str(lite.port), "--num_workers", "1"],
+            SERVER_CORE,
+            env={"LITELLM_LOG": "ERROR", "LITELLM_TELEMETRY": "False", "LITELLM_MASTER_KEY": lite.api_key},
+            log=tmp / "litellm.log",
+        )
+        targets.append(lite)
+    try:
+        for t in targets:
+            wait_ready(t, timeout=180)
+        report = run(targets, rates, args, tmp)
+    finally:
+        for t in targets:
+            if t.process and t.process.poll() is None:
+                t.process.send_signal(signal.SIGTERM)
+                try:
+                    t.process.wait(15)
+                except subprocess.TimeoutExpired:
+                    t.process.kill()
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(report, indent=2))
+    print(f"\nwrote {RESULTS.relative_to(ROOT)}")
+
+
+def run(targets: list[Target], rates: list[int], args: argparse.Namespace, tmp: Path) -> dict[str, object]:
+    bodies = {}
+    for mode in ("plain", "stream"):
+        path = tmp / f"{mode}.json"
+        path.write_text(json.dumps({**BODY, "stream": mode == "stream"}))
+        bodies[mode] = path
+    direct = targets[0]
+    results: dict[str, object] = {
+        "method": __doc__,
+        "rates": {},
+        "max": {},
+        "machine": os.uname().machine,
+        "duration_s": args.duration,
+        "repeats": args.repeats,
+    }
+    for rate in rates:
+        conns = max(4, rate // 25)
+        per_target: dict[str, dict[str, list[float]]] = {}
+        for mode in ("plain", "stream"):
+            key = "total" if mode == "plain" else "first_byte"
+            for _round in range(args.repeats):
+                base: dict[str, float] = {}
+                for t in targets:
+                    if t.name == "litellm" and rate > 500:
+                        continue  # saturated far below this rate (see the max RPS row)
+                    samples = hey(t, bodies[mode], duration=args.duration, rate=rate, connections=conns)
+                    ok = [s[key] for s in samples if s["ok"]]
+                    stats = {q: pct(ok, q) * 1000 for q in (50, 95, 99)}
+                    served = len(ok) / args.duration
+                    if t is direct:
+                        base = stats
+                    entry = per_target.setdefault(f"{t.name}/{mode}", {})
+                    for q in (50, 95, 99):
+                        entry.setdefault(f"added_p{q}_ms", []).append(stats[q] - base[q])
+                        entry.setdefault(f"p{q}_ms", []).append(stats[q])
+                    entry.setdefault("rps", []).append(served)
+                    entry.setdefault("errors", []).append(len(samples) - len(ok))
+        results["rates"][str(rate)] = {  # type: ignore[index]
+            k: {m: round(statistics.median(v), 3) for m, v in d.items()} for k, d in per_target.items()
+        }
+        print_rate(rate, results["rates"][str(rate)])  # type: ignore[index]
+    print("\nsustained (closed loop, 64 connections, non-streaming):")
+    print(f"{'target':<10} {'RPS':>8} {'CPU s/1k req':>13} {'peak RSS MiB':>13}")
+    for t in targets:
+        pid = t.process.pid if t.process else 0
+        before = cpu_seconds(pid)
+        samples = hey(t, bodies["plain"], duration=args.duration, rate=None, connections=64)
+        ok = sum(s["ok"] for s in samples)
+        used = cpu_seconds(pid) - before
+        row = {
+            "rps": round(ok / args.duration, 1),
+            "cpu_s_per_1k": round(used / max(ok, 1) * 1000, 3),
+            "peak_rss_mib": round(peak_rss_mib(pid), 1),
+            "errors": len(samples) - ok,
+        }
+        results["max"][t.name] = row  # type: ignore[index]
+        print(f"{t.name:<10} {row['rps']:>8} {row['cpu_s_per_1k']:>13} {row['peak_rss_mib']:>13}")
+    return results
+
+
+def print_rate(rate: int, table: dict[str, dict[str, float]]) -> None:
+    print(f"\n{rate} RPS offered — added latency vs direct, ms (median over rounds)")
+    print(f"{'target/mode':<18} {'p50':>8} {'p95':>8} {'p99':>8} {'served RPS':>11} {'errors':>7}")
+    for name, row in table.items():
+        print(
+            f"{name:<18} {row['added_p50_ms']:>8.3f} {row['added_p95_ms']:>8.3f} {row['added_p99_ms']:>8.3f} "
+            f"{row['rps']:>11.1f} {row['errors']:>7.0f}"
+        )
+
+
+if __name__ == "__main__":
+    main()
