@@ -56,6 +56,8 @@ class AnswerCache:
         # The routing rule is part of every key: change the rule, and old answers are not served.
         self._rule = hashlib.sha256(msgspec.json.encode(rule)).hexdigest()[:16]
         self._metrics = metrics
+        # Labelled children bound once (``labels()`` takes a lock on every call).
+        self._counted = {s: metrics.cache_requests.labels(s.value) for s in CacheStatus}
 
     @property
     def enabled(self) -> bool:
@@ -121,7 +123,7 @@ class AnswerCache:
             await self._store.aclose()
 
     def _count(self, lookup: Lookup) -> Lookup:
-        self._metrics.cache_requests.labels(lookup.status.value).inc()
+        self._counted[lookup.status].inc()
         return lookup
 
 

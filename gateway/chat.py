@@ -235,7 +235,7 @@ class ChatService:
                 self._breakers.release(name, plan.modalities)
                 raise
             self._breakers.record(name, plan.modalities, ok=True)
-            self._metrics.latency.labels(name).observe(time.perf_counter() - dispatched)
+            self._metrics.tier(name).latency.observe(time.perf_counter() - dispatched)
             if lookup.key is not None and self._answers is not None and not plan.degraded:
                 await self._answers.store(lookup.key, answer_of(result, [result.text], name))
             reason = plan.decision.reason if name == plan.decision.tier else f"{name}: {last}, failed over"
@@ -283,7 +283,7 @@ class ChatService:
             except BaseException:
                 await deltas.aclose()
                 raise
-            self._metrics.ttft.labels(name).observe(time.perf_counter() - dispatched)
+            self._metrics.tier(name).ttft.observe(time.perf_counter() - dispatched)
             writer = ChunkWriter(
                 f"chatcmpl-{request_id}",
                 int(time.time()),

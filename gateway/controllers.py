@@ -37,12 +37,17 @@ def tenant_of(request: Request[object, object, State]) -> str:
 
 
 def _context(request: Request[object, object, State]) -> RequestContext:
-    return RequestContext(tenant=tenant_of(request), cache_control=request.headers.get("cache-control", ""))
+    # A scan of the raw headers: cheaper than building request.headers on the hot path.
+    cache_control = next(
+        (v.decode("latin-1") for k, v in request.scope["headers"] if k == b"cache-control"), ""
+    )
+    return RequestContext(tenant=tenant_of(request), cache_control=cache_control)
 
 
 @post("/v1/chat/completions", status_code=200)
-async def chat_completions(request: Request[object, object, State], state: State) -> Response[bytes]:
-    chat: ChatService = state.chat
+async def chat_completions(request: Request[object, object, State]) -> Response[bytes]:
+    # request.app.state, not an injected `state: State`: injection copies the state per request
+    chat: ChatService = request.app.state.chat
     body = parse_chat_request(await request.body())
     rid = request_id(request.scope)
     ctx = _context(request)

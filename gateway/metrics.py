@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 # Latency buckets from 1 ms to 2 min: the gateway's own work sits at the bottom,
@@ -9,8 +12,18 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 
 
+@dataclass(frozen=True, slots=True)
+class TierMetrics:
+    """One tier's labelled children, bound once: ``labels()`` takes a lock on every call."""
+
+    latency: Any
+    ttft: Any
+
+
 class Metrics:
     def __init__(self) -> None:
+        self._tiers: dict[str, TierMetrics] = {}
+        self._request_counters: dict[tuple[bytes, int], Any] = {}
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.requests = Counter(
@@ -82,6 +95,19 @@ class Metrics:
             ["modality"],
             registry=r,
         )
+
+    def tier(self, name: str) -> TierMetrics:
+        bound = self._tiers.get(name)
+        if bound is None:
+            bound = self._tiers[name] = TierMetrics(self.latency.labels(name), self.ttft.labels(name))
+        return bound
+
+    def count_request(self, tier: bytes, status: int) -> None:
+        counter = self._request_counters.get((tier, status))
+        if counter is None:
+            counter = self.requests.labels(tier.decode(), str(status))
+            self._request_counters[(tier, status)] = counter
+        counter.inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

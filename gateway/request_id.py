@@ -51,6 +51,6 @@ def before_send(metrics: Metrics) -> Callable[[Message, Scope], Awaitable[None]]
         message["headers"] = headers  # type: ignore[typeddict-unknown-key]
         if scope["path"] == _CHAT_PATH:
             tier = next((v for k, v in headers if k.lower() == b"x-tiergate-tier"), b"none")
-            metrics.requests.labels(tier.decode(), str(message["status"])).inc()
+            metrics.count_request(tier, message["status"])
 
     return add_request_id
