@@ -1,1 +1,40 @@
-"""Result and media caches (diskcache embedded, Redis shared). Not wired in yet: see the cache issue."""
+"""Result cache: answers to repeated deterministic requests, behind one small async interface.
+
+Backends: :class:`DiskStore` (diskcache in the data folder; the embedded default) and
+:class:`RedisStore` (shared by several gateways).  The cache knows no policy: what
+may be cached and for whom is the gateway's business; keys come from
+:func:`result_key`, which puts the tenant first.
+"""
+
+from pathlib import Path
+
+from cache._config import CacheConfig
+from cache._disk import DiskStore
+from cache._entry import CachedAnswer, decode_answer, encode_answer
+from cache._keys import canonical_request, content_hash, result_key
+from cache._protocol import CacheError, ResultStore
+from cache._redis import RedisStore
+
+
+def open_store(config: CacheConfig, data_path: Path) -> ResultStore:
+    """The backend ``config`` names; opening is lazy, so this never blocks or fails on I/O."""
+    if config.backend == "redis":
+        return RedisStore(config.redis_url, prefix=config.redis_prefix, timeout_s=config.redis_timeout_s)
+    directory = Path(config.directory).expanduser() if config.directory else data_path / "cache" / "results"
+    return DiskStore(directory, config.max_bytes)
+
+
+__all__ = [
+    "CacheConfig",
+    "CacheError",
+    "CachedAnswer",
+    "DiskStore",
+    "RedisStore",
+    "ResultStore",
+    "canonical_request",
+    "content_hash",
+    "decode_answer",
+    "encode_answer",
+    "open_store",
+    "result_key",
+]

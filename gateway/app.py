@@ -11,6 +11,9 @@ import msgspec
 from litestar import Litestar
 from litestar.datastructures import State
 
+import cache
+import router
+from gateway.caching import AnswerCache
 from gateway.chat import ChatService
 from gateway.controllers import ROUTES
 from gateway.errors import error_response
@@ -38,7 +41,20 @@ def create_app(settings: Settings, tiers: dict[str, Tier] | None = None) -> Lite
     """Build the gateway. ``tiers`` replaces the configured ones (tests inject faulty tiers this way)."""
     tiers = build_tiers(settings) if tiers is None else tiers
     metrics = Metrics()
-    chat = ChatService(tiers, settings.routing, metrics)
+    store = cache.open_store(settings.cache, settings.data_path) if settings.cache.enabled else None
+
+    def breaker_changed(tier: str, modality: object, state: router.BreakerState) -> None:
+        log.warning("circuit breaker %s/%s is now %s", tier, modality, state.value)
+        metrics.breaker_transitions.labels(tier, str(modality), state.value).inc()
+
+    chat = ChatService(
+        tiers,
+        settings.routing,
+        metrics,
+        answers=AnswerCache(settings.cache, store, settings.routing, metrics),
+        breakers=router.BreakerBoard(settings.breakers, on_transition=breaker_changed),
+        fail_instead_of_degrade=settings.degradation.fail_instead,
+    )
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -50,6 +66,7 @@ def create_app(settings: Settings, tiers: dict[str, Tier] | None = None) -> Lite
         finally:
             log.info("tiergate stopping its tiers")
             await asyncio.gather(*(tier.aclose() for tier in tiers.values()), return_exceptions=True)
+            await chat.aclose()
 
     return Litestar(
         route_handlers=ROUTES,

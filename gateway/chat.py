@@ -1,24 +1,31 @@
-"""The chat service: route a validated request to a tier, fail over before the first byte.
+"""The chat service: answer from the result cache, or route a validated request to a tier
+(degrading media no tier can take now), fail over before the first byte.
 
-Controllers call :meth:`ChatService.complete` or :meth:`ChatService.stream`;
-both return the tier that served and why, so the controller can put them in
-the response headers.
+Controllers call :meth:`ChatService.complete` or :meth:`ChatService.stream` with a
+:class:`RequestContext` (the tenant, the client's cache directives); both return the
+tier that served, why, the cache status and what was degraded, so the controller
+can put them in the response headers.  Every tier call is charged to the circuit
+breaker of (tier, modality): timeouts, 5xx and unreachable servers count as
+failures, a client's own 4xx and a full queue do not.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 
 import router
-from gateway.errors import ModelNotFound, to_gateway_error
+from gateway import degrade
+from gateway.caching import AnswerCache, CacheStatus, Lookup, answer_of, completion_of, replay
+from gateway.errors import ModalityUnavailable, ModelNotFound, to_gateway_error
 from gateway.metrics import Metrics
 from gateway.protocol import (
     AudioPart,
@@ -30,21 +37,53 @@ from gateway.protocol import (
     ModelList,
     ResponseMessage,
     TextPart,
+    TiergateInfo,
     UsageBody,
     VideoPart,
 )
 from gateway.sse import ChunkWriter
-from tiers import Completion, Delta, Generation, Modality, Tier, TierUnavailable
+from tiers import Completion, Delta, Generation, Modality, Tier, TierFailed, TierUnavailable, Usage
 
 AUTO_MODEL = "tiergate-auto"
+DEFAULT_TENANT = "default"
 _PART_MODALITY = {ImagePart: Modality.IMAGE, AudioPart: Modality.AUDIO, VideoPart: Modality.VIDEO}
+# Tier errors a circuit breaker counts: the path is broken, not the request.
+_BREAKER_FAILURES = (TierUnavailable, TierFailed)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    """Who a request is for and what it asked of the gateway itself."""
+
+    tenant: str = DEFAULT_TENANT
+    cache_control: str = ""  # the request's Cache-Control header
+    use_cache: bool = True  # a tenant policy may turn the result cache off
+    # None: the gateway's setting (degradation.fail_instead); a tenant policy may say otherwise.
+    fail_instead_of_degrade: bool | None = None
+    session_id: str | None = None  # the client's X-Session-ID: its conversation, for replica affinity
 
 
 @dataclass(frozen=True, slots=True)
 class Routed:
     tier: str
     reason: str
-    instance: str = ""
+    cache: CacheStatus = CacheStatus.BYPASS
+    degraded: tuple[str, ...] = ()
+    # Time spent in the gateway before the answer (or its first byte) was ready, and in the cache.
+    server_s: float = 0.0
+    cache_s: float = 0.0
+    instance: str = ""  # the replica or engine instance that served it
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """A routed request: what will be sent (maybe degraded), where, and what it carries."""
+
+    request: ChatCompletionRequest
+    decision: router.Decision
+    modalities: frozenset[Modality]
+    degraded: tuple[str, ...]
+    features: router.Features
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,9 +126,8 @@ def conversation_key(request: ChatCompletionRequest, session_id: str | None) -> 
     return hashlib.blake2b(opening, digest_size=8).hexdigest()
 
 
-def generation_of(
-    request: ChatCompletionRequest, request_id: str, features: router.Features, session_id: str | None
-) -> Generation:
+def generation_of(plan: _Plan, request_id: str, session_id: str | None) -> Generation:
+    request, features = plan.request, plan.features
     return Generation(
         messages=msgspec.to_builtins(request.messages),
         max_tokens=request.output_limit,
@@ -106,10 +144,22 @@ def generation_of(
 
 
 class ChatService:
-    def __init__(self, tiers: Mapping[str, Tier], rule: router.AutoRule, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        tiers: Mapping[str, Tier],
+        rule: router.AutoRule,
+        metrics: Metrics,
+        *,
+        answers: AnswerCache | None = None,
+        breakers: router.BreakerBoard | None = None,
+        fail_instead_of_degrade: bool = False,
+    ) -> None:
         self._tiers = dict(tiers)
         self._rule = rule
         self._metrics = metrics
+        self._answers = answers
+        self._breakers = breakers or router.BreakerBoard(router.BreakerConfig(enabled=False))
+        self._fail_instead_of_degrade = fail_instead_of_degrade
         self._created = int(time.time())
 
     @property
@@ -122,52 +172,127 @@ class ChatService:
     def tier_states(self) -> list[dict[str, Any]]:
         return [tier.state().as_dict() for tier in self._tiers.values()]
 
-    def _route(self, request: ChatCompletionRequest, features: router.Features) -> router.Decision:
+    def breaker_states(self) -> list[dict[str, str]]:
+        """Every circuit breaker that has seen a call: tier, modality, state, last failure."""
+        return [b.as_dict() for b in self._breakers.snapshot()]
+
+    async def aclose(self) -> None:
+        if self._answers is not None:
+            await self._answers.aclose()
+
+    def _check_model(self, request: ChatCompletionRequest) -> None:
         if request.model not in self.model_names:
             raise ModelNotFound(
                 f"the model {request.model!r} does not exist; use one of: {', '.join(self.model_names)}",
                 param="model",
             )
-        views = [router.TierView(n, t.capabilities, t.state()) for n, t in self._tiers.items()]
+
+    async def _lookup(self, request: ChatCompletionRequest, ctx: RequestContext) -> Lookup:
+        if self._answers is None or not ctx.use_cache:
+            return Lookup(CacheStatus.BYPASS)
+        models = ",".join(f"{n}={t.capabilities.model}" for n, t in self._tiers.items())
+        return await self._answers.lookup(request, ctx.tenant, ctx.cache_control, models)
+
+    def _route(self, request: ChatCompletionRequest, ctx: RequestContext) -> _Plan:
+        views = [
+            router.TierView(n, t.capabilities, t.state(), self._breakers.open_modalities(n))
+            for n, t in self._tiers.items()
+        ]
+        features = features_of(request)
+        lost = router.to_degrade(request.model, views, features)
+        degraded: tuple[str, ...] = ()
+        if lost:
+            names = ", ".join(sorted(m.value for m in lost))
+            fail = ctx.fail_instead_of_degrade
+            if self._fail_instead_of_degrade if fail is None else fail:
+                raise ModalityUnavailable(
+                    f"the {names} path is failing on every tier that accepts it (circuit breaker open) "
+                    "and this gateway is set to fail instead of serving the request text-only; retry later"
+                )
+            request = degrade.without(request, lost)
+            features = features_of(request)
+            degraded = tuple(sorted(m.value for m in lost))
+            for m in lost:
+                self._metrics.degraded.labels(m.value).inc()
         try:
-            return router.decide(request.model, self._rule, views, features)
+            decision = router.decide(request.model, self._rule, views, features)
         except router.NoTierAvailable as exc:
             raise to_gateway_error(exc) from exc
+        if degraded:
+            reason = f"{decision.reason}; {', '.join(degraded)} removed: breaker open"
+            decision = dataclasses.replace(decision, reason=reason)
+        return _Plan(request, decision, features.modalities, degraded, features)
 
     async def complete(
-        self, request: ChatCompletionRequest, request_id: str, session_id: str | None = None
+        self, request: ChatCompletionRequest, request_id: str, ctx: RequestContext | None = None
     ) -> tuple[Routed, ChatCompletion]:
-        features = features_of(request)
-        decision = self._route(request, features)
-        gen = generation_of(request, request_id, features, session_id)
+        started = time.perf_counter()
+        ctx = ctx or RequestContext()
+        self._check_model(request)
+        lookup = await self._lookup(request, ctx)
+        if lookup.answer is not None:
+            answer = lookup.answer
+            routed = self._routed(answer.tier, "cache hit", lookup, started)
+            return routed, self._body(request_id, completion_of(answer), ())
+        plan = self._route(request, ctx)
+        gen = generation_of(plan, request_id, ctx.session_id)
         last: Exception | None = None
-        for name in (decision.tier, *decision.fallbacks):
-            started = time.perf_counter()
+        for name in (plan.decision.tier, *plan.decision.fallbacks):
+            if not self._breakers.acquire(name, plan.modalities):
+                last = TierUnavailable(name, "its circuit breaker is open")
+                continue
+            dispatched = time.perf_counter()
             try:
                 result = await self._tiers[name].complete(gen)
-            except TierUnavailable as exc:
+            except _BREAKER_FAILURES as exc:
+                self._breakers.record(name, plan.modalities, ok=False, why=str(exc))
+                if not isinstance(exc, TierUnavailable):
+                    raise
                 self._metrics.failovers.labels(name).inc()
                 last = exc
                 continue
-            self._metrics.tier(name).latency.observe(time.perf_counter() - started)
-            reason = decision.reason if name == decision.tier else f"{name}: {last}, failed over"
-            return Routed(name, reason, result.instance), self._body(request_id, result)
+            except BaseException:
+                self._breakers.release(name, plan.modalities)
+                raise
+            self._breakers.record(name, plan.modalities, ok=True)
+            self._metrics.tier(name).latency.observe(time.perf_counter() - dispatched)
+            if lookup.key is not None and self._answers is not None and not plan.degraded:
+                await self._answers.store(lookup.key, answer_of(result, [result.text], name))
+            reason = plan.decision.reason if name == plan.decision.tier else f"{name}: {last}, failed over"
+            routed = self._routed(name, reason, lookup, started, plan.degraded, result.instance)
+            return routed, self._body(request_id, result, plan.degraded)
         assert last is not None
         raise to_gateway_error(last) from last
 
     async def stream(
-        self, request: ChatCompletionRequest, request_id: str, session_id: str | None = None
+        self, request: ChatCompletionRequest, request_id: str, ctx: RequestContext | None = None
     ) -> StreamStart:
         """Start streaming: the first delta is awaited here, so failures before it can fail over
-        or become a proper HTTP error."""
-        features = features_of(request)
-        decision = self._route(request, features)
-        gen = generation_of(request, request_id, features, session_id)
+        or become a proper HTTP error.  A cached answer is replayed as the same pieces."""
+        started = time.perf_counter()
+        ctx = ctx or RequestContext()
+        self._check_model(request)
+        lookup = await self._lookup(request, ctx)
+        if lookup.answer is not None:
+            answer = lookup.answer
+            writer = ChunkWriter(
+                f"chatcmpl-{request_id}", int(time.time()), answer.model, include_usage=request.include_usage
+            )
+            replayed = replay(answer)
+            first = await anext(replayed)
+            routed = self._routed(answer.tier, "cache hit", lookup, started)
+            return StreamStart(routed, writer.events(first, replayed))
+        plan = self._route(request, ctx)
+        gen = generation_of(plan, request_id, ctx.session_id)
+        key = None if plan.degraded else lookup.key
         last: Exception | None = None
-        for name in (decision.tier, *decision.fallbacks):
+        for name in (plan.decision.tier, *plan.decision.fallbacks):
             tier = self._tiers[name]
-            started = time.perf_counter()
-            deltas = tier.stream(gen)
+            if not self._breakers.acquire(name, plan.modalities):
+                last = TierUnavailable(name, "its circuit breaker is open")
+                continue
+            dispatched = time.perf_counter()
+            deltas = self._observed(name, plan.modalities, tier.stream(gen), key)
             try:
                 first = await anext(deltas)
             except TierUnavailable as exc:
@@ -178,21 +303,64 @@ class ChatService:
             except BaseException:
                 await deltas.aclose()
                 raise
-            self._metrics.tier(name).ttft.observe(time.perf_counter() - started)
+            self._metrics.tier(name).ttft.observe(time.perf_counter() - dispatched)
             writer = ChunkWriter(
                 f"chatcmpl-{request_id}",
                 int(time.time()),
                 tier.capabilities.model,
                 include_usage=request.include_usage,
+                info=TiergateInfo(degraded=list(plan.degraded)) if plan.degraded else msgspec.UNSET,
             )
-            reason = decision.reason if name == decision.tier else f"{name}: {last}, failed over"
-            routed = Routed(name, reason, first.instance)
+            reason = plan.decision.reason if name == plan.decision.tier else f"{name}: {last}, failed over"
+            routed = self._routed(name, reason, lookup, started, plan.degraded, first.instance)
             return StreamStart(routed, _closing(writer.events(first, deltas), deltas))
         assert last is not None
         raise to_gateway_error(last) from last
 
+    async def _observed(
+        self, name: str, modalities: frozenset[Modality], deltas: AsyncIterator[Delta], key: str | None
+    ) -> AsyncGenerator[Delta, None]:
+        """Pass a tier's deltas through, charging the outcome to its breakers and storing the
+        finished answer (before its last delta goes out, so a repeat right after finds it)."""
+        pieces: list[str] = []
+        settled = False
+        try:
+            async for delta in deltas:
+                if delta.text:
+                    pieces.append(delta.text)
+                if delta.finish_reason is not None:
+                    settled = True
+                    self._breakers.record(name, modalities, ok=True)
+                    if key is not None and self._answers is not None:
+                        model = self._tiers[name].capabilities.model
+                        usage = delta.usage or Usage(0, 0)
+                        done = Completion("".join(pieces), delta.finish_reason, usage, model)
+                        await self._answers.store(key, answer_of(done, pieces, name))
+                yield delta
+        except _BREAKER_FAILURES as exc:
+            settled = True
+            self._breakers.record(name, modalities, ok=False, why=str(exc))
+            raise
+        finally:
+            if not settled:
+                self._breakers.release(name, modalities)
+            with contextlib.suppress(Exception):
+                await deltas.aclose()  # type: ignore[attr-defined]
+
     @staticmethod
-    def _body(request_id: str, result: Completion) -> ChatCompletion:
+    def _routed(
+        tier: str,
+        reason: str,
+        lookup: Lookup,
+        started: float,
+        degraded: tuple[str, ...] = (),
+        instance: str = "",
+    ) -> Routed:
+        elapsed = time.perf_counter() - started
+        return Routed(tier, reason, lookup.status, degraded, elapsed, lookup.seconds, instance)
+
+    @staticmethod
+    def _body(request_id: str, result: Completion, degraded: tuple[str, ...]) -> ChatCompletion:
         usage = result.usage
         return ChatCompletion(
             id=f"chatcmpl-{request_id}",
@@ -200,6 +368,7 @@ class ChatService:
             model=result.model,
             choices=[Choice(0, ResponseMessage(result.text), result.finish_reason)],
             usage=UsageBody(usage.prompt_tokens, usage.completion_tokens, usage.total_tokens),
+            tiergate=TiergateInfo(degraded=list(degraded)) if degraded else msgspec.UNSET,
         )
 
 

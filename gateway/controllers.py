@@ -6,19 +6,49 @@ from litestar import Request, Response, get, post
 from litestar.datastructures import State
 from litestar.response import Stream
 
-from gateway.chat import ChatService, Routed
+from gateway.chat import DEFAULT_TENANT, ChatService, RequestContext, Routed
 from gateway.metrics import Metrics
 from gateway.protocol import encode, parse_chat_request
 from gateway.request_id import request_id
 
 JSON = "application/json"
+_BREAKER_LEVEL = {"closed": 0, "half_open": 1, "open": 2}
 
 
 def _route_headers(routed: Routed) -> dict[str, str]:
-    headers = {"X-Tiergate-Tier": routed.tier, "X-Tiergate-Route-Reason": routed.reason}
+    headers = {
+        "X-Tiergate-Tier": routed.tier,
+        "X-Tiergate-Route-Reason": routed.reason,
+        "X-Tiergate-Cache": routed.cache.value,
+        # Time in the gateway until the answer (or its first byte) was ready, and in the cache.
+        "Server-Timing": f"gateway;dur={routed.server_s * 1000:.3f}, cache;dur={routed.cache_s * 1000:.3f}",
+    }
     if routed.instance:
         headers["X-Tiergate-Instance"] = routed.instance
+    if routed.degraded:
+        headers["X-Tiergate-Degraded"] = ",".join(routed.degraded)
     return headers
+
+
+def tenant_of(request: Request[object, object, State]) -> str:
+    """The tenant a request is served for: the one place that decides it.
+
+    Until API keys and tenants land, every request is the ``default`` tenant.
+    """
+    return DEFAULT_TENANT
+
+
+def _context(request: Request[object, object, State]) -> RequestContext:
+    # A scan of the raw headers: cheaper than building request.headers on the hot path.
+    cache_control = session_id = ""
+    for name, value in request.scope["headers"]:
+        if name == b"cache-control":
+            cache_control = value.decode("latin-1")
+        elif name == b"x-session-id":
+            session_id = value.decode("latin-1")
+    return RequestContext(
+        tenant=tenant_of(request), cache_control=cache_control, session_id=session_id or None
+    )
 
 
 @post("/v1/chat/completions", status_code=200)
@@ -27,15 +57,15 @@ async def chat_completions(request: Request[object, object, State]) -> Response[
     chat: ChatService = request.app.state.chat
     body = parse_chat_request(await request.body())
     rid = request_id(request.scope)
-    session = request.headers.get("x-session-id")
+    ctx = _context(request)
     if body.stream:
-        start = await chat.stream(body, rid, session)
+        start = await chat.stream(body, rid, ctx)
         return Stream(
             start.events,
             media_type="text/event-stream",
             headers={**_route_headers(start.routed), "Cache-Control": "no-cache"},
         )
-    routed, completion = await chat.complete(body, rid, session)
+    routed, completion = await chat.complete(body, rid, ctx)
     return Response(encode(completion), media_type=JSON, headers=_route_headers(routed))
 
 
@@ -55,9 +85,8 @@ async def readyz(state: State) -> Response[bytes]:
     chat: ChatService = state.chat
     tiers = chat.tier_states()
     ready = any(t["health"] == "ready" for t in tiers)
-    return Response(
-        encode({"ready": ready, "tiers": tiers}), media_type=JSON, status_code=200 if ready else 503
-    )
+    body = {"ready": ready, "tiers": tiers, "breakers": chat.breaker_states()}
+    return Response(encode(body), media_type=JSON, status_code=200 if ready else 503)
 
 
 @get("/metrics")
@@ -66,6 +95,9 @@ async def prometheus_metrics(state: State) -> Response[bytes]:
     chat: ChatService = state.chat
     for tier in chat.tier_states():
         metrics.tier_ready.labels(tier["name"]).set(1 if tier["health"] == "ready" else 0)
+    for breaker in chat.breaker_states():
+        level = _BREAKER_LEVEL[breaker["state"]]
+        metrics.breaker_state.labels(breaker["tier"], breaker["modality"]).set(level)
     return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
 

@@ -9,6 +9,7 @@
     ├── RateLimited                   429    rate_limit_exceeded (with Retry-After)
     ├── UpstreamFailed                502    upstream_error
     └── NoTierAvailable               503    service_unavailable
+        └── ModalityUnavailable       503    service_unavailable / modality_unavailable
 
 Lower layers raise their own errors (``tiers.TierError``, the router's
 ``NoTierAvailable``, Litestar's ``HTTPException``); :func:`to_gateway_error`
@@ -96,6 +97,12 @@ class NoTierAvailable(GatewayError):
     status = 503
     type = "service_unavailable"
     code = "no_tier_available"
+
+
+class ModalityUnavailable(NoTierAvailable):
+    """A modality's path is broken on every tier that takes it, and the request may not be degraded."""
+
+    code = "modality_unavailable"
 
 
 _HTTP_STATUS_ERRORS: dict[int, type[GatewayError]] = {

@@ -59,6 +59,43 @@ class Metrics:
             registry=r,
         )
 
+        self.cache_requests = Counter(
+            "tiergate_cache_requests",
+            "Result cache lookups by result (hit, miss, bypass).",
+            ["result"],
+            registry=r,
+        )
+        self.cache_lookup = Histogram(
+            "tiergate_cache_lookup_seconds",
+            "Time to read one answer from the result cache.",
+            buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.5),
+            registry=r,
+        )
+        self.cache_errors = Counter(
+            "tiergate_cache_errors",
+            "Result cache backend failures (served as misses), by operation.",
+            ["op"],
+            registry=r,
+        )
+        self.breaker_state = Gauge(
+            "tiergate_breaker_state",
+            "Circuit breaker per tier and modality: 0 closed, 1 half-open, 2 open.",
+            ["tier", "modality"],
+            registry=r,
+        )
+        self.breaker_transitions = Counter(
+            "tiergate_breaker_transitions",
+            "Circuit breaker state changes, by the state entered.",
+            ["tier", "modality", "state"],
+            registry=r,
+        )
+        self.degraded = Counter(
+            "tiergate_degraded_requests",
+            "Requests served without a modality because no tier could take it (breaker open).",
+            ["modality"],
+            registry=r,
+        )
+
     def tier(self, name: str) -> TierMetrics:
         bound = self._tiers.get(name)
         if bound is None:

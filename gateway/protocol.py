@@ -143,6 +143,12 @@ class UsageBody(msgspec.Struct):
     total_tokens: int
 
 
+class TiergateInfo(msgspec.Struct, omit_defaults=True):
+    """tiergate's own field in a response (``"tiergate": {...}``); absent when it has nothing to say."""
+
+    degraded: list[str] = msgspec.field(default_factory=list)
+
+
 class ChatCompletion(msgspec.Struct):
     id: str
     created: int
@@ -151,6 +157,7 @@ class ChatCompletion(msgspec.Struct):
     usage: UsageBody
     object: str = "chat.completion"
     system_fingerprint: str | None = None
+    tiergate: TiergateInfo | msgspec.UnsetType = msgspec.UNSET
 
 
 class DeltaBody(msgspec.Struct, omit_defaults=True):
@@ -172,6 +179,7 @@ class ChatCompletionChunk(msgspec.Struct):
     choices: list[ChunkChoice]
     object: str = "chat.completion.chunk"
     usage: UsageBody | None = None
+    tiergate: TiergateInfo | msgspec.UnsetType = msgspec.UNSET
 
 
 class ModelCard(msgspec.Struct):

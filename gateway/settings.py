@@ -19,7 +19,8 @@ from typing import Any
 
 import msgspec
 
-from router import AutoRule
+from cache import CacheConfig
+from router import AutoRule, BreakerConfig
 from tiers.cloud import DEFAULT_MODEL_DIR, DEFAULT_VLLM_PYTHON, CloudConfig, LocalServer
 from tiers.edge import EdgeConfig
 
@@ -40,6 +41,13 @@ class ServerSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     access_log: bool = False
 
 
+class DegradationSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What happens to a request whose image/audio/video no tier can take now (breakers open)."""
+
+    # False: serve it text-only, marked (X-Tiergate-Degraded); True: answer 503 instead.
+    fail_instead: bool = False
+
+
 class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     # Everything the gateway writes (logs, and later caches, ledger, predictor).
     data_dir: str = "~/.local/share/tiergate"
@@ -49,6 +57,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     edge: EdgeConfig = msgspec.field(default_factory=EdgeConfig)
     cloud: CloudConfig = msgspec.field(default_factory=CloudConfig)
     routing: AutoRule = msgspec.field(default_factory=AutoRule)
+    cache: CacheConfig = msgspec.field(default_factory=CacheConfig)
+    breakers: BreakerConfig = msgspec.field(default_factory=BreakerConfig)
+    degradation: DegradationSettings = msgspec.field(default_factory=DegradationSettings)
 
     @property
     def data_path(self) -> Path:

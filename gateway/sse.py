@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 import msgspec
 
 from gateway.errors import error_body, to_gateway_error
-from gateway.protocol import ChatCompletionChunk, ChunkChoice, DeltaBody, UsageBody, encode
+from gateway.protocol import ChatCompletionChunk, ChunkChoice, DeltaBody, TiergateInfo, UsageBody, encode
 from tiers import Delta
 
 DONE = b"data: [DONE]\n\n"
@@ -20,15 +20,30 @@ def frame(payload: bytes) -> bytes:
 class ChunkWriter:
     """Builds the chunks of one response; all share its id, model and creation time."""
 
-    def __init__(self, completion_id: str, created: int, model: str, *, include_usage: bool) -> None:
+    def __init__(
+        self,
+        completion_id: str,
+        created: int,
+        model: str,
+        *,
+        include_usage: bool,
+        info: TiergateInfo | msgspec.UnsetType = msgspec.UNSET,
+    ) -> None:
         self._id = completion_id
         self._created = created
         self._model = model
         self._include_usage = include_usage
+        self._info = info  # tiergate's own field, sent on the finishing chunk
 
-    def _chunk(self, delta: DeltaBody, finish_reason: str | None = None) -> bytes:
+    def _chunk(
+        self,
+        delta: DeltaBody,
+        finish_reason: str | None = None,
+        info: TiergateInfo | msgspec.UnsetType = msgspec.UNSET,
+    ) -> bytes:
         choice = ChunkChoice(index=0, delta=delta, finish_reason=finish_reason)
-        return frame(encode(ChatCompletionChunk(self._id, self._created, self._model, [choice])))
+        chunk = ChatCompletionChunk(self._id, self._created, self._model, [choice], tiergate=info)
+        return frame(encode(chunk))
 
     def role(self) -> bytes:
         return self._chunk(DeltaBody(role="assistant", content=""))
@@ -37,7 +52,7 @@ class ChunkWriter:
         return self._chunk(DeltaBody(content=text))
 
     def finish(self, delta: Delta) -> bytes:
-        out = self._chunk(DeltaBody(), delta.finish_reason or "stop")
+        out = self._chunk(DeltaBody(), delta.finish_reason or "stop", self._info)
         if self._include_usage and delta.usage is not None:
             usage = UsageBody(
                 delta.usage.prompt_tokens, delta.usage.completion_tokens, delta.usage.total_tokens

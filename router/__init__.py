@@ -4,6 +4,14 @@ The router knows no HTTP and no storage; it sees tiers only as capability and
 state values.
 """
 
+from router._breaker import (
+    BreakerBoard,
+    BreakerConfig,
+    BreakerSnapshot,
+    BreakerState,
+    CircuitBreaker,
+    attributed,
+)
 from router._decision import (
     CLOUD,
     EDGE,
@@ -15,6 +23,7 @@ from router._decision import (
     auto,
     decide,
     pinned,
+    to_degrade,
 )
 from router._features import Features
 
@@ -22,12 +31,19 @@ __all__ = [
     "CLOUD",
     "EDGE",
     "AutoRule",
+    "BreakerBoard",
+    "BreakerConfig",
+    "BreakerSnapshot",
+    "BreakerState",
+    "CircuitBreaker",
     "Decision",
     "Features",
     "NoTierAvailable",
     "RequestDoesNotFit",
     "TierView",
+    "attributed",
     "auto",
     "decide",
     "pinned",
+    "to_degrade",
 ]

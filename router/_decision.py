@@ -7,8 +7,9 @@ from dataclasses import dataclass
 
 import msgspec
 
+from router._breaker import attributed
 from router._features import Features
-from tiers import Capabilities, Health, TierState
+from tiers import Capabilities, Health, Modality, TierState
 
 EDGE = "edge"
 CLOUD = "cloud"
@@ -35,6 +36,8 @@ class TierView:
     name: str
     capabilities: Capabilities
     state: TierState
+    # Modalities whose circuit breaker on this tier is open: not a candidate for requests carrying them.
+    open_breakers: frozenset[Modality] = frozenset()
 
     @property
     def ready(self) -> bool:
@@ -72,9 +75,13 @@ def _cannot_take(view: TierView, features: Features) -> str | None:
 
 def _why_not(view: TierView, features: Features) -> str | None:
     """Why ``view`` cannot take the request now, or None if it can."""
-    return _cannot_take(view, features) or (
-        None if view.ready else f"{view.name} is {view.state.health.value}"
-    )
+    if why := _cannot_take(view, features):
+        return why
+    if not view.ready:
+        return f"{view.name} is {view.state.health.value}"
+    if broken := attributed(features.modalities) & view.open_breakers:
+        return f"{view.name} {', '.join(sorted(m.value for m in broken))} breaker is open"
+    return None
 
 
 def _unavailable(views: Sequence[TierView], features: Features) -> NoTierAvailable:
@@ -124,6 +131,26 @@ def auto(rule: AutoRule, views: Sequence[TierView], features: Features) -> Decis
     why = _why_not(view, features) if view is not None else f"{preferred} is not configured"
     chosen, *rest = able
     return Decision(chosen, tuple(rest), f"{chosen}: {why}")
+
+
+def _candidates(model: str, views: Sequence[TierView]) -> Sequence[TierView]:
+    return [v for v in views if v.name == model] if model in (EDGE, CLOUD) else views
+
+
+def to_degrade(model: str, views: Sequence[TierView], features: Features) -> frozenset[Modality]:
+    """The media modalities a request for ``model`` must lose to be served now.
+
+    A modality is lost when some candidate tier accepts it but every candidate that
+    does has its breaker for it open.  A modality no tier accepts at all is not
+    degraded (the request does not fit), and text is never lost.
+    """
+    out = set()
+    candidates = _candidates(model, views)
+    for m in features.modalities - {Modality.TEXT}:
+        accepting = [v for v in candidates if m in v.capabilities.modalities]
+        if accepting and all(m in v.open_breakers for v in accepting):
+            out.add(m)
+    return frozenset(out)
 
 
 def decide(model: str, rule: AutoRule, views: Sequence[TierView], features: Features) -> Decision:

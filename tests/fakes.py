@@ -2,7 +2,9 @@
 
 Runs an aiohttp server on a loopback port in a background thread.  ``mode`` picks
 what ``/v1/chat/completions`` does: ``ok`` answers, ``error500`` fails before any
-byte, ``drop_mid_stream`` sends two chunks and then cuts the connection.
+byte, ``drop_mid_stream`` sends two chunks and then cuts the connection, ``fail_images``
+fails (500) only requests that carry an image part and answers the rest (a broken vision
+path).  ``mode`` may be switched while the server runs.
 """
 
 from __future__ import annotations
@@ -27,6 +29,13 @@ def _chunk(content: str | None, finish: str | None = None) -> bytes:
         "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
     }
     return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+
+def _has_image(body: dict[str, Any]) -> bool:
+    return any(
+        isinstance(m.get("content"), list) and any(p.get("type") == "image_url" for p in m["content"])
+        for m in body.get("messages", [])
+    )
 
 
 class FakeVLLM:
@@ -69,8 +78,14 @@ class FakeVLLM:
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.requests.append(body)
+        if self.mode == "reset":
+            assert request.transport is not None
+            request.transport.abort()
+            return web.Response()
         if self.mode == "error500":
             return web.json_response({"error": {"message": "engine crashed"}}, status=500)
+        if self.mode == "fail_images" and _has_image(body):
+            return web.json_response({"error": {"message": "vision encoder crashed"}}, status=500)
         if not body.get("stream"):
             return web.json_response(
                 {

@@ -7,6 +7,9 @@ import pytest
 
 from tests.conftest import Gateway
 
+# Both answers from the tier itself, not one of them a cache replay.
+FRESH = {"Cache-Control": "no-cache"}
+
 pytestmark = pytest.mark.cloud
 
 QUESTION = [{"role": "user", "content": "What is the capital of France? Answer in one word."}]
@@ -26,7 +29,9 @@ def test_chat_on_the_cloud(cloud_gateway: Gateway) -> None:
 
 def test_cloud_stream_matches_non_stream_and_reports_usage(cloud_gateway: Gateway) -> None:
     client = cloud_gateway.client()
-    whole = client.chat.completions.create(model="cloud", messages=QUESTION, max_tokens=16, temperature=0)
+    whole = client.chat.completions.create(
+        model="cloud", messages=QUESTION, max_tokens=16, temperature=0, extra_headers=FRESH
+    )
     chunks = list(
         client.chat.completions.create(
             model="cloud",
@@ -35,6 +40,7 @@ def test_cloud_stream_matches_non_stream_and_reports_usage(cloud_gateway: Gatewa
             temperature=0,
             stream=True,
             stream_options={"include_usage": True},
+            extra_headers=FRESH,
         )
     )
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)

@@ -13,6 +13,9 @@ import pytest
 
 from tests.conftest import Gateway
 
+# Both answers from the tier itself, not one of them a cache replay.
+FRESH = {"Cache-Control": "no-cache"}
+
 HELLO = [{"role": "user", "content": "Say hello in one short sentence."}]
 # At temperature 0 the edge model writes this essay to well past 400 tokens.
 ESSAY = [{"role": "user", "content": "Write a very long essay about the history of Rome."}]
@@ -41,7 +44,9 @@ def test_chat_on_the_edge(gateway: Gateway) -> None:
 
 def test_stream_matches_the_non_streamed_answer_and_reports_usage(gateway: Gateway) -> None:
     client = gateway.client()
-    whole = client.chat.completions.create(model="edge", messages=HELLO, max_tokens=24, temperature=0)
+    whole = client.chat.completions.create(
+        model="edge", messages=HELLO, max_tokens=24, temperature=0, extra_headers=FRESH
+    )
     chunks = list(
         client.chat.completions.create(
             model="edge",
@@ -50,6 +55,7 @@ def test_stream_matches_the_non_streamed_answer_and_reports_usage(gateway: Gatew
             temperature=0,
             stream=True,
             stream_options={"include_usage": True},
+            extra_headers=FRESH,
         )
     )
     assert chunks[0].choices[0].delta.role == "assistant"

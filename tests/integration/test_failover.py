@@ -97,8 +97,11 @@ def test_failure_mid_stream_ends_the_stream_with_an_error_event(tmp_path: Path) 
             gw.stop()
 
 
-def test_a_failing_replica_is_retried_on_another_then_ejected(tmp_path: Path) -> None:
-    with FakeVLLM("error500") as bad, FakeVLLM() as good:
+@pytest.mark.parametrize(("mode", "ejected"), [("reset", True), ("error500", False)])
+def test_a_failing_replica_is_retried_on_another(tmp_path: Path, mode: str, ejected: bool) -> None:
+    """Connection resets eject a replica; 5xx answers do not (it is alive, and the failure may be the
+    request's own, e.g. its image path, which the per-modality breakers judge) but are retried."""
+    with FakeVLLM(mode) as bad, FakeVLLM() as good:
         config = (
             f'[edge]\nenabled = false\n[cloud]\nurls = ["{bad.url}", "{good.url}"]\n'
             "health_interval_s = 0.2\neject_after_failures = 2\neject_s = 30\n"
@@ -107,15 +110,15 @@ def test_a_failing_replica_is_retried_on_another_then_ejected(tmp_path: Path) ->
         try:
             gw.wait(lambda: "2/2" in gw.readyz()["tiers"][0]["detail"], 30, "both fakes")
             instances = []
-            for i in range(6):
+            for i in range(8):
                 raw = gw.client().chat.completions.with_raw_response.create(
                     model="cloud", messages=HELLO, max_tokens=4, extra_headers={"X-Session-ID": f"s{i}"}
                 )
                 assert raw.parse().choices[0].message.content == "fake answer"
                 instances.append(raw.headers["x-tiergate-instance"])
             assert set(instances) == {"cloud-1"}  # the good one, every time
-            assert len(bad.requests) == 2  # then it was ejected and got no more
             replicas = gw.readyz()["tiers"][0]["instances"]
-            assert replicas[0]["ejected"] is True and "engine crashed" in replicas[0]["last_error"]
+            assert replicas[0]["ejected"] is ejected
+            assert len(bad.requests) == 2 if ejected else len(bad.requests) > 2
         finally:
             gw.stop()

@@ -80,3 +80,36 @@ def test_no_tier_at_all_says_why_for_each() -> None:
     views = [view("edge", Health.DOWN), view("cloud", Health.STARTING)]
     with pytest.raises(router.NoTierAvailable, match="edge is down; cloud is starting"):
         router.decide("tiergate-auto", RULE, views, features())
+
+
+def open_view(name: str, modalities, open_breakers) -> router.TierView:
+    return router.TierView(
+        name,
+        Capabilities(modalities, 2048, f"{name}-model"),
+        TierState(name, Health.READY),
+        frozenset(open_breakers),
+    )
+
+
+IMAGE = frozenset({Modality.TEXT, Modality.IMAGE})
+
+
+def test_open_image_breaker_removes_the_tier_for_image_requests_only() -> None:
+    views = [view("edge"), open_view("cloud", IMAGE, {Modality.IMAGE})]
+    with pytest.raises(router.NoTierAvailable, match="cloud image breaker is open"):
+        router.decide("tiergate-auto", RULE, views, features(modalities=IMAGE))
+    assert router.decide("cloud", RULE, views, features(max_tokens=None)).tier == "cloud"
+    assert router.to_degrade("tiergate-auto", views, features(modalities=IMAGE)) == {Modality.IMAGE}
+    assert router.to_degrade("tiergate-auto", views, features()) == frozenset()
+
+
+def test_no_degradation_while_a_tier_with_a_closed_breaker_takes_the_modality() -> None:
+    views = [open_view("edge", IMAGE, {Modality.IMAGE}), open_view("cloud", IMAGE, set())]
+    assert router.to_degrade("tiergate-auto", views, features(modalities=IMAGE)) == frozenset()
+    assert router.to_degrade("edge", views, features(modalities=IMAGE)) == {Modality.IMAGE}
+    assert router.decide("tiergate-auto", RULE, views, features(modalities=IMAGE)).tier == "cloud"
+
+
+def test_a_modality_no_tier_accepts_is_not_degraded_but_does_not_fit() -> None:
+    views = [view("edge"), view("cloud")]
+    assert router.to_degrade("tiergate-auto", views, features(modalities=IMAGE)) == frozenset()

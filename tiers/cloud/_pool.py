@@ -41,10 +41,16 @@ _PROBE_TIMEOUT = aiohttp.ClientTimeout(total=2.0)
 
 
 class _Retry(Exception):
-    """This replica failed before the client saw anything; another may serve the request."""
+    """This replica failed before the client saw anything; another may serve the request.
 
-    def __init__(self, error: TierError) -> None:
+    Only transport failures (refused, reset, timed out) count towards ejecting the replica: one
+    that answers 5xx is alive, and the failure may belong to the request (its image path, say),
+    which the gateway's per-modality breakers judge.
+    """
+
+    def __init__(self, error: TierError, *, eject: bool) -> None:
         self.error = error
+        self.eject = eject
 
 
 class VLLMPool:
@@ -71,7 +77,7 @@ class VLLMPool:
     @property
     def capabilities(self) -> Capabilities:
         return Capabilities(
-            modalities=frozenset({Modality.TEXT}),
+            modalities=frozenset({Modality.TEXT, *self._config.modalities}),
             max_context_tokens=self._config.max_context_tokens,
             model=self._model or "unknown",
         )
@@ -145,9 +151,10 @@ class VLLMPool:
 
     async def complete(self, gen: Generation) -> Completion:
         tried: set[str] = set()
+        last: TierError | None = None
         body = self._body(gen, stream=False)
         while True:
-            replica = self._pick(gen, tried)
+            replica = self._pick(gen, tried, last)
             self._begin(replica, gen)
             started = time.perf_counter()
             try:
@@ -157,10 +164,10 @@ class VLLMPool:
                         raise self._status_error(replica, resp.status, payload)
                 answer = _wire.completion_decoder.decode(payload)
             except _Retry as retry:
-                self._retry_or_raise(replica, tried, retry.error)
+                last = self._retry_or_raise(replica, tried, retry)
                 continue
             except (TimeoutError, aiohttp.ClientError, msgspec.DecodeError) as exc:
-                self._retry_or_raise(replica, tried, self._transport_error(replica, exc))
+                last = self._retry_or_raise(replica, tried, self._transport_error(replica, exc))
                 continue
             finally:
                 self._end(replica, gen)
@@ -178,9 +185,10 @@ class VLLMPool:
 
     async def stream(self, gen: Generation) -> AsyncIterator[Delta]:
         tried: set[str] = set()
+        last: TierError | None = None
         body = self._body(gen, stream=True)
         while True:  # until a replica answers 200; the client has seen nothing before that
-            replica = self._pick(gen, tried)
+            replica = self._pick(gen, tried, last)
             self._begin(replica, gen)
             try:
                 resp = await self._post(replica, body).__aenter__()
@@ -191,10 +199,10 @@ class VLLMPool:
                 break
             except _Retry as retry:
                 self._end(replica, gen)
-                self._retry_or_raise(replica, tried, retry.error)
+                last = self._retry_or_raise(replica, tried, retry)
             except (TimeoutError, aiohttp.ClientError) as exc:
                 self._end(replica, gen)
-                self._retry_or_raise(replica, tried, self._transport_error(replica, exc))
+                last = self._retry_or_raise(replica, tried, self._transport_error(replica, exc))
             except BaseException:
                 self._end(replica, gen)
                 raise
@@ -237,7 +245,7 @@ class VLLMPool:
 
     # -- internals ------------------------------------------------------------
 
-    def _pick(self, gen: Generation, tried: set[str]) -> Replica:
+    def _pick(self, gen: Generation, tried: set[str], last: TierError | None) -> Replica:
         picked = self._balancer.pick(
             self._replicas,
             cost=gen.cost,
@@ -247,7 +255,7 @@ class VLLMPool:
             exclude=tried,
         )
         if picked is None:
-            raise TierUnavailable(self.name, self.state().detail or "no healthy replica")
+            raise last or TierUnavailable(self.name, self.state().detail or "no healthy replica")
         return picked[0]
 
     def _begin(self, replica: Replica, gen: Generation) -> None:
@@ -261,13 +269,20 @@ class VLLMPool:
         if replica.draining and replica.in_flight == 0:
             self._remove(replica)
 
-    def _retry_or_raise(self, replica: Replica, tried: set[str], error: TierError) -> None:
+    def _retry_or_raise(self, replica: Replica, tried: set[str], failure: _Retry | TierError) -> TierError:
+        """Note the failure; return it if another replica may try, else raise it."""
+        retry = failure if isinstance(failure, _Retry) else _Retry(failure, eject=True)
+        error = retry.error
         c = self._config
-        replica.failed(error.message, eject_after=c.eject_after_failures, base_ejection_s=c.eject_s)
+        if retry.eject:
+            replica.failed(error.message, eject_after=c.eject_after_failures, base_ejection_s=c.eject_s)
+        else:
+            replica.last_error = error.message
         tried.add(replica.name)
         if len(tried) > c.max_retries or not isinstance(error, TierUnavailable):
             raise error
         log.warning("cloud replica %s failed before the first byte (%s); retrying", replica.url, error)
+        return error
 
     def _remove(self, replica: Replica) -> None:
         if replica in self._replicas:
@@ -298,7 +313,7 @@ class VLLMPool:
         message = _wire.error_message(body)
         if 400 <= status < 500 and status not in (408, 429):
             return TierRejected(self.name, message)
-        return _Retry(TierUnavailable(self.name, f"{replica.name} answered {status}: {message}"))
+        return _Retry(TierUnavailable(self.name, f"{replica.name} answered {status}: {message}"), eject=False)
 
     def _transport_error(self, replica: Replica, exc: BaseException) -> TierError:
         if isinstance(exc, TimeoutError):

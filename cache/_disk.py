@@ -1,0 +1,63 @@
+"""The embedded backend: diskcache (SQLite + files) in the data folder, called off the event loop."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+import diskcache
+
+from cache._protocol import CacheError
+
+T = TypeVar("T")
+
+
+class DiskStore:
+    """A :class:`~cache.ResultStore` on diskcache.
+
+    Every call runs on one private worker thread, so SQLite never blocks the event
+    loop and the store's connection stays on one thread.  ``max_bytes`` is
+    diskcache's ``size_limit`` (a soft bound: it culls least recently stored
+    entries on writes).
+    """
+
+    def __init__(self, directory: str | Path, max_bytes: int) -> None:
+        self._directory = Path(directory)
+        self._max_bytes = max_bytes
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="diskcache")
+        self._cache: diskcache.Cache | None = None
+
+    def _open(self) -> diskcache.Cache:
+        if self._cache is None:
+            self._directory.mkdir(parents=True, exist_ok=True)
+            self._cache = diskcache.Cache(
+                str(self._directory), size_limit=self._max_bytes, eviction_policy="least-recently-stored"
+            )
+        return self._cache
+
+    def _get(self, key: str) -> bytes | None:
+        value = self._open().get(key, default=None, retry=True)
+        return value if isinstance(value, bytes) else None
+
+    def _set(self, key: str, value: bytes, ttl_s: float) -> None:
+        self._open().set(key, value, expire=ttl_s, retry=True)
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+        except (OSError, diskcache.Timeout) as exc:
+            raise CacheError(f"diskcache at {self._directory}: {exc}") from exc
+
+    async def get(self, key: str) -> bytes | None:
+        return await self._run(self._get, key)
+
+    async def set(self, key: str, value: bytes, ttl_s: float) -> None:
+        await self._run(self._set, key, value, ttl_s)
+
+    async def aclose(self) -> None:
+        if self._cache is not None:
+            await self._run(self._cache.close)
+        self._executor.shutdown(wait=False)

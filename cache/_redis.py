@@ -1,0 +1,44 @@
+"""The shared backend: Redis, so several gateway instances answer each other's repeats."""
+
+from __future__ import annotations
+
+import math
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from cache._protocol import CacheError
+
+
+class RedisStore:
+    """A :class:`~cache.ResultStore` on Redis (``SET key value PX ttl``, ``GET key``).
+
+    Keys get ``prefix`` so the cache can share a Redis with other users; the
+    size bound is Redis' own ``maxmemory`` with an LRU policy.  Every call is
+    bounded by ``timeout_s``: a slow or absent Redis is a miss, not a stall.
+    """
+
+    def __init__(self, url: str, *, prefix: str, timeout_s: float) -> None:
+        self._url = url
+        self._prefix = prefix
+        self._client = aioredis.Redis.from_url(
+            url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, decode_responses=False
+        )
+
+    async def get(self, key: str) -> bytes | None:
+        try:
+            value = await self._client.get(self._prefix + key)
+        except (RedisError, OSError) as exc:
+            raise CacheError(f"redis at {self._url}: {exc}") from exc
+        if value is None:
+            return None
+        return value if isinstance(value, bytes) else str(value).encode()
+
+    async def set(self, key: str, value: bytes, ttl_s: float) -> None:
+        try:
+            await self._client.set(self._prefix + key, value, px=max(1, math.ceil(ttl_s * 1000)))
+        except (RedisError, OSError) as exc:
+            raise CacheError(f"redis at {self._url}: {exc}") from exc
+
+    async def aclose(self) -> None:
+        await self._client.aclose()

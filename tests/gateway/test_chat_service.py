@@ -1,0 +1,171 @@
+"""ChatService with in-process fake tiers: tenant isolation of the cache, breakers and degradation
+as the service API (the admin UI and the tenants work will call it this way)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+import cache
+import router
+from gateway.caching import AnswerCache, CacheStatus
+from gateway.chat import ChatService, RequestContext
+from gateway.errors import ModalityUnavailable
+from gateway.metrics import Metrics
+from gateway.protocol import parse_chat_request
+from tiers import (
+    Capabilities,
+    Completion,
+    Delta,
+    Generation,
+    Health,
+    Modality,
+    TierState,
+    TierUnavailable,
+    Usage,
+)
+
+RULE = router.AutoRule()
+
+
+class FakeTier:
+    """Answers "<name> answer #<n>"; ``fail_images`` makes image requests fail like a 5xx."""
+
+    def __init__(self, name: str, modalities: set[Modality]) -> None:
+        self.name = name
+        self.calls: list[Generation] = []
+        self.fail_images = False
+        self._caps = Capabilities(frozenset(modalities), 4096, f"{name}-model")
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self._caps
+
+    def state(self) -> TierState:
+        return TierState(self.name, Health.READY)
+
+    async def start(self) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+    def _check(self, gen: Generation) -> None:
+        self.calls.append(gen)
+        has_image = any(
+            isinstance(m["content"], list) and any(p["type"] == "image_url" for p in m["content"])
+            for m in gen.messages
+        )
+        if self.fail_images and has_image:
+            raise TierUnavailable(self.name, "replica answered 500: vision encoder crashed")
+
+    async def complete(self, gen: Generation) -> Completion:
+        self._check(gen)
+        return Completion(f"{self.name} answer #{len(self.calls)}", "stop", Usage(3, 4), self._caps.model)
+
+    async def stream(self, gen: Generation) -> AsyncIterator[Delta]:
+        self._check(gen)
+        for piece in (f"{self.name} ", "answer ", f"#{len(self.calls)}"):
+            yield Delta(text=piece)
+        yield Delta(finish_reason="stop", usage=Usage(3, 3))
+
+
+def service(tmp_path: Path, **kw: object) -> tuple[ChatService, FakeTier, FakeTier]:
+    edge = FakeTier("edge", {Modality.TEXT})
+    cloud = FakeTier("cloud", {Modality.TEXT, Modality.IMAGE})
+    config = cache.CacheConfig()
+    answers = AnswerCache(config, cache.DiskStore(tmp_path / "c", 1 << 24), RULE, Metrics())
+    breakers = router.BreakerBoard(router.BreakerConfig(consecutive_failures=2, cooldown_s=60))
+    chat = ChatService(
+        {"edge": edge, "cloud": cloud}, RULE, Metrics(), answers=answers, breakers=breakers, **kw
+    )  # type: ignore[arg-type]
+    return chat, edge, cloud
+
+
+def request(content: object = "Say hello.", **kw: object):
+    import json
+
+    body = {
+        "model": "tiergate-auto",
+        "messages": [{"role": "user", "content": content}],
+        "max_tokens": 8,
+        **kw,
+    }
+    return parse_chat_request(json.dumps(body).encode())
+
+
+IMAGE = [
+    {"type": "text", "text": "What is this?"},
+    {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+]
+
+
+async def test_a_tenant_never_reads_another_tenants_answer(tmp_path: Path) -> None:
+    chat, edge, _ = service(tmp_path)
+    acme, globex = RequestContext(tenant="acme"), RequestContext(tenant="globex")
+    routed, first = await chat.complete(request(temperature=0), "r1", acme)
+    assert routed.cache is CacheStatus.MISS
+    routed, again = await chat.complete(request(temperature=0), "r2", acme)
+    assert routed.cache is CacheStatus.HIT
+    assert again.choices[0].message.content == first.choices[0].message.content == "edge answer #1"
+    routed, other = await chat.complete(request(temperature=0), "r3", globex)
+    assert routed.cache is CacheStatus.MISS
+    assert other.choices[0].message.content == "edge answer #2"
+    assert len(edge.calls) == 2
+    routed, _ = await chat.complete(
+        request(temperature=0), "r4", RequestContext(tenant="acme", use_cache=False)
+    )
+    assert routed.cache is CacheStatus.BYPASS
+    assert len(edge.calls) == 3
+    await chat.aclose()
+
+
+async def test_stream_replay_keeps_the_pieces(tmp_path: Path) -> None:
+    chat, _, _ = service(tmp_path)
+    first = await chat.stream(request(temperature=0, stream=True), "r1", RequestContext())
+    original = [e async for e in first.events]
+    again = await chat.stream(request(temperature=0, stream=True), "r2", RequestContext())
+    assert again.routed.cache is CacheStatus.HIT
+    replayed = [e.replace(b"r2", b"r1") async for e in again.events]
+
+    def strip(events: list[bytes]) -> list[bytes]:  # drop the creation time, which may differ
+        return [e.split(b'"created":')[0] + e.split(b'"model":')[1] for e in events if b"created" in e]
+
+    assert strip(replayed) == strip(original)
+    await chat.aclose()
+
+
+async def test_open_image_breaker_degrades_image_requests_and_spares_text(tmp_path: Path) -> None:
+    chat, edge, cloud = service(tmp_path)
+    cloud.fail_images = True
+    for _ in range(2):
+        with pytest.raises(Exception, match="vision encoder crashed"):
+            await chat.complete(request(IMAGE), "r", RequestContext())
+    assert {(b["tier"], b["modality"], b["state"]) for b in chat.breaker_states()} == {
+        ("cloud", "image", "open")
+    }
+    calls = len(cloud.calls)
+    routed, body = await chat.complete(request(IMAGE), "r", RequestContext())
+    assert routed.degraded == ("image",)
+    assert body.tiergate.degraded == ["image"]  # type: ignore[union-attr]
+    sent = (edge if routed.tier == "edge" else cloud).calls[-1].messages
+    assert sent[0]["role"] == "system" and "image" in sent[0]["content"]
+    assert all(isinstance(m["content"], str) for m in sent)
+    assert len(cloud.calls) == calls or routed.tier == "cloud"
+    routed, _ = await chat.complete(request("Hi", max_tokens=400), "r", RequestContext())
+    assert routed.tier == "cloud" and routed.degraded == ()
+
+
+async def test_fail_instead_of_degrade_is_a_503(tmp_path: Path) -> None:
+    chat, _, cloud = service(tmp_path, fail_instead_of_degrade=True)
+    cloud.fail_images = True
+    for _ in range(2):
+        with pytest.raises(Exception, match="vision"):
+            await chat.complete(request(IMAGE), "r", RequestContext())
+    with pytest.raises(ModalityUnavailable) as caught:
+        await chat.complete(request(IMAGE), "r", RequestContext())
+    assert caught.value.status == 503
+    assert "image path is failing" in caught.value.message
+    # and a tenant policy can override the setting per request
+    routed, _ = await chat.complete(request(IMAGE), "r", RequestContext(fail_instead_of_degrade=False))
+    assert routed.degraded == ("image",)
