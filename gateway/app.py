@@ -11,6 +11,8 @@ import msgspec
 from litestar import Litestar
 from litestar.datastructures import State
 
+from gateway.accounts import Accounts
+from gateway.admin import ADMIN_ROUTES
 from gateway.chat import ChatService
 from gateway.controllers import ROUTES
 from gateway.errors import error_response
@@ -39,10 +41,12 @@ def create_app(settings: Settings, tiers: dict[str, Tier] | None = None) -> Lite
     tiers = build_tiers(settings) if tiers is None else tiers
     metrics = Metrics()
     chat = ChatService(tiers, settings.routing, metrics)
+    accounts = Accounts(settings, chat)
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         settings.data_path.mkdir(parents=True, exist_ok=True)
+        await accounts.start()
         await asyncio.gather(*(tier.start() for tier in tiers.values()))
         log.info("tiergate ready to accept requests; tiers: %s", chat.tier_states())
         try:
@@ -50,11 +54,12 @@ def create_app(settings: Settings, tiers: dict[str, Tier] | None = None) -> Lite
         finally:
             log.info("tiergate stopping its tiers")
             await asyncio.gather(*(tier.aclose() for tier in tiers.values()), return_exceptions=True)
+            await accounts.aclose()
 
     return Litestar(
-        route_handlers=ROUTES,
+        route_handlers=[*ROUTES, *ADMIN_ROUTES],
         lifespan=[lifespan],
-        state=State({"chat": chat, "metrics": metrics, "settings": settings}),
+        state=State({"chat": chat, "accounts": accounts, "metrics": metrics, "settings": settings}),
         exception_handlers={Exception: error_response},
         before_send=[before_send(metrics)],
         request_max_body_size=settings.server.max_body_bytes,

@@ -11,7 +11,7 @@ import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -33,7 +33,7 @@ from gateway.protocol import (
     VideoPart,
 )
 from gateway.sse import ChunkWriter
-from tiers import Completion, Delta, Generation, Modality, Tier, TierUnavailable
+from tiers import Completion, Delta, Generation, Modality, Tier, TierUnavailable, Usage
 
 AUTO_MODEL = "tiergate-auto"
 _PART_MODALITY = {ImagePart: Modality.IMAGE, AudioPart: Modality.AUDIO, VideoPart: Modality.VIDEO}
@@ -45,10 +45,19 @@ class Routed:
     reason: str
 
 
+@dataclass(slots=True)
+class StreamOutcome:
+    """Filled in while a stream runs: the model answering and, once it ends, its usage."""
+
+    model: str = ""
+    usage: Usage | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class StreamStart:
     routed: Routed
     events: AsyncIterator[bytes]
+    outcome: StreamOutcome = field(default_factory=StreamOutcome)
 
 
 def features_of(request: ChatCompletionRequest) -> router.Features:
@@ -163,7 +172,9 @@ class ChatService:
                 include_usage=request.include_usage,
             )
             reason = decision.reason if name == decision.tier else f"{name}: {last}, failed over"
-            return StreamStart(Routed(name, reason), _closing(writer.events(first, deltas), deltas))
+            outcome = StreamOutcome(tier.capabilities.model, first.usage)
+            events = writer.events(first, _usage_into(outcome, deltas))
+            return StreamStart(Routed(name, reason), _closing(events, deltas), outcome)
         assert last is not None
         raise to_gateway_error(last) from last
 
@@ -187,6 +198,13 @@ async def _closing(events: AsyncIterator[bytes], deltas: AsyncIterator[Delta]) -
     finally:
         with contextlib.suppress(Exception):
             await deltas.aclose()  # type: ignore[attr-defined]
+
+
+async def _usage_into(outcome: StreamOutcome, deltas: AsyncIterator[Delta]) -> AsyncIterator[Delta]:
+    async for delta in deltas:
+        if delta.usage is not None:
+            outcome.usage = delta.usage
+        yield delta
 
 
 def new_request_id() -> str:

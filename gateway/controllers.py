@@ -6,6 +6,7 @@ from litestar import Request, Response, get, post
 from litestar.datastructures import State
 from litestar.response import Stream
 
+from gateway.accounts import Accounts
 from gateway.chat import ChatService, Routed
 from gateway.metrics import Metrics
 from gateway.protocol import encode, parse_chat_request
@@ -20,22 +21,25 @@ def _route_headers(routed: Routed) -> dict[str, str]:
 
 @post("/v1/chat/completions", status_code=200)
 async def chat_completions(request: Request[object, object, State], state: State) -> Response[bytes]:
-    chat: ChatService = state.chat
+    accounts: Accounts = state.accounts
+    caller = await accounts.auth.caller(request.headers)
     body = parse_chat_request(await request.body())
     rid = request_id(request.scope)
     if body.stream:
-        start = await chat.stream(body, rid)
+        start = await accounts.metered.stream(caller, body, rid)
         return Stream(
             start.events,
             media_type="text/event-stream",
             headers={**_route_headers(start.routed), "Cache-Control": "no-cache"},
         )
-    routed, completion = await chat.complete(body, rid)
+    routed, completion = await accounts.metered.complete(caller, body, rid)
     return Response(encode(completion), media_type=JSON, headers=_route_headers(routed))
 
 
 @get("/v1/models")
-async def list_models(state: State) -> Response[bytes]:
+async def list_models(request: Request[object, object, State], state: State) -> Response[bytes]:
+    accounts: Accounts = state.accounts
+    await accounts.auth.caller(request.headers)
     chat: ChatService = state.chat
     return Response(encode(chat.models()), media_type=JSON)
 

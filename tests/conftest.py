@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -50,9 +51,30 @@ class Gateway:
     process: subprocess.Popen[bytes]
     url: str
     log_path: Path
+    data_dir: Path
+    # The first run's keys (from <data_dir>/initial-credentials.json): the `default` tenant's and the admin's.
+    api_key: str = ""
+    admin_key: str = ""
 
-    def client(self, **kwargs: Any) -> openai.OpenAI:
-        return openai.OpenAI(base_url=f"{self.url}/v1", api_key="unused", max_retries=0, **kwargs)
+    def client(self, api_key: str | None = None, **kwargs: Any) -> openai.OpenAI:
+        return openai.OpenAI(
+            base_url=f"{self.url}/v1", api_key=api_key or self.api_key, max_retries=0, **kwargs
+        )
+
+    @property
+    def auth(self) -> dict[str, str]:
+        """Headers that authenticate as the `default` tenant."""
+        return {"Authorization": f"Bearer {self.api_key}"}
+
+    @property
+    def admin(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.admin_key}"}
+
+    def load_credentials(self) -> None:
+        path = self.data_dir / "initial-credentials.json"
+        if path.exists():
+            creds = json.loads(path.read_text())
+            self.api_key, self.admin_key = creds["tenant_key"], creds["admin_key"]
 
     def readyz(self) -> dict[str, Any]:
         return dict(httpx.get(f"{self.url}/readyz", timeout=5).json())
@@ -93,11 +115,12 @@ def start_gateway(
         stderr=subprocess.STDOUT,
         env={**os.environ, **(env or {})},
     )
-    gateway = Gateway(process, f"http://127.0.0.1:{port}", log_path)
+    gateway = Gateway(process, f"http://127.0.0.1:{port}", log_path, tmp / "data")
     if edge:
         gateway.wait(lambda: gateway.tier_health("edge") == "ready", 120, "the edge tier")
     else:
         gateway.wait(lambda: httpx.get(f"{gateway.url}/healthz").status_code == 200, 60, "the gateway")
+    gateway.load_credentials()
     return gateway
 
 

@@ -59,7 +59,9 @@ def test_stream_matches_the_non_streamed_answer_and_reports_usage(gateway: Gatew
 
 def test_stream_ends_with_done_and_no_usage_unless_asked(gateway: Gateway) -> None:
     body = {"model": "edge", "messages": HELLO, "max_tokens": 4, "stream": True}
-    with httpx.stream("POST", f"{gateway.url}/v1/chat/completions", json=body, timeout=60) as resp:
+    with httpx.stream(
+        "POST", f"{gateway.url}/v1/chat/completions", json=body, headers=gateway.auth, timeout=60
+    ) as resp:
         assert resp.status_code == 200
         assert resp.headers["content-type"].startswith("text/event-stream")
         events = [line for line in resp.iter_lines() if line]
@@ -123,7 +125,9 @@ def test_concurrent_requests_queue_and_the_server_stays_responsive(gateway: Gate
 
 def test_a_client_that_goes_away_frees_the_model(gateway: Gateway) -> None:
     body = {"model": "edge", "messages": HELLO, "max_tokens": 1500, "temperature": 1.5, "stream": True}
-    with httpx.stream("POST", f"{gateway.url}/v1/chat/completions", json=body, timeout=60) as resp:
+    with httpx.stream(
+        "POST", f"{gateway.url}/v1/chat/completions", json=body, headers=gateway.auth, timeout=60
+    ) as resp:
         lines = resp.iter_lines()
         for _ in range(3):
             next(lines)
@@ -190,7 +194,9 @@ def test_malformed_requests_are_400_naming_the_field(
     gateway: Gateway, body: bytes, param: str | None, says: str
 ) -> None:
     resp = httpx.post(
-        f"{gateway.url}/v1/chat/completions", content=body, headers={"Content-Type": "application/json"}
+        f"{gateway.url}/v1/chat/completions",
+        content=body,
+        headers={"Content-Type": "application/json", **gateway.auth},
     )
     assert resp.status_code == 400
     error = _error(resp)
@@ -201,7 +207,7 @@ def test_malformed_requests_are_400_naming_the_field(
 
 def test_oversized_body_is_413(gateway: Gateway) -> None:
     big = b'{"model": "edge", "messages": [{"role": "user", "content": "' + b"a" * (17 * 2**20) + b'"}]}'
-    resp = httpx.post(f"{gateway.url}/v1/chat/completions", content=big, timeout=30)
+    resp = httpx.post(f"{gateway.url}/v1/chat/completions", content=big, headers=gateway.auth, timeout=30)
     assert resp.status_code == 413
     assert _error(resp)["code"] == "payload_too_large"
 
