@@ -5,10 +5,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -162,3 +164,98 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     rest = [i for i in items if i not in cloud and i not in stops_gateway]
     items[:] = rest + cloud + stops_gateway
     config.stash[NEEDS_CLOUD] = bool(cloud or stops_gateway)
+
+
+# -- real Redis and PostgreSQL servers on loopback ports, in temporary folders ------------------
+
+
+def _wait_for_port(port: int, process: subprocess.Popen[bytes], what: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"{what} exited with {process.returncode}")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{what} did not listen on {port} within {timeout}s")
+
+
+@pytest.fixture
+def redis_url(tmp_path: Path) -> Iterator[str]:
+    """A real redis-server of this test's own."""
+    server = shutil.which("redis-server")
+    if server is None:
+        pytest.skip("redis-server is not installed (scripts/setup.sh installs it)")
+    port = free_port()
+    process = subprocess.Popen(
+        [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        _wait_for_port(port, process, "redis-server")
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def _postgres_bin(name: str) -> str | None:
+    found = shutil.which(name)
+    if found:
+        return found
+    candidates = sorted(Path("/usr/lib/postgresql").glob(f"*/bin/{name}"))
+    return str(candidates[-1]) if candidates else None
+
+
+_PG_OPTIONS = ["-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"]
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A real PostgreSQL server in a temporary folder (as the `postgres` user when run as root,
+    since PostgreSQL refuses to run as root)."""
+    initdb, postgres = _postgres_bin("initdb"), _postgres_bin("postgres")
+    if initdb is None or postgres is None:
+        pytest.skip("PostgreSQL is not installed (scripts/setup.sh installs it)")
+    root = Path(tempfile.mkdtemp(prefix="tiergate-pg-"))
+    as_user: list[str] = []
+    if os.geteuid() == 0:
+        import pwd
+
+        user = pwd.getpwnam("postgres")
+        os.chown(root, user.pw_uid, user.pw_gid)
+        # setpriv execs (no forking wrapper), so terminate() reaches postgres itself
+        as_user = ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--init-groups"]
+    data = root / "data"
+    subprocess.run(
+        [*as_user, initdb, "-D", str(data), "-U", "tiergate", "--auth=trust", "--no-sync"],
+        check=True,
+        capture_output=True,
+    )
+    port = free_port()
+    process = subprocess.Popen(
+        [*as_user, postgres, "-D", str(data), "-p", str(port), "-k", str(root), *_PG_OPTIONS],
+        stdout=(root / "postgres.log").open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        _wait_for_port(port, process, "postgres")
+        url = f"postgresql+psycopg://tiergate@127.0.0.1:{port}/postgres"
+        deadline = time.monotonic() + 30
+        while True:  # listening is not yet accepting: wait for a real connection
+            import psycopg
+
+            try:
+                psycopg.connect(f"host=127.0.0.1 port={port} user=tiergate dbname=postgres").close()
+                break
+            except psycopg.OperationalError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(30)
+        shutil.rmtree(root, ignore_errors=True)
