@@ -18,7 +18,7 @@ from gateway.ledger._row import LedgerRow, decode_row
 _PATTERN = "segment-*.jsonl"
 
 
-def _number(path: Path) -> int:
+def segment_number(path: Path) -> int:
     return int(path.stem.split("-", 1)[1])
 
 
@@ -27,14 +27,19 @@ class WriteAheadLog:
         self.directory = directory
         directory.mkdir(parents=True, exist_ok=True)
         existing = self.segments()
-        self._next = _number(existing[-1]) + 1 if existing else 1
+        self._next = segment_number(existing[-1]) + 1 if existing else 1
         self._fd: int | None = None
         self._path: Path | None = None
         self._dirty = False
 
+    @property
+    def next_number(self) -> int:
+        """The number the next segment opened will get."""
+        return self._next
+
     def segments(self) -> list[Path]:
         """Segments on disk, oldest first (the open one last)."""
-        return sorted(self.directory.glob(_PATTERN), key=_number)
+        return sorted(self.directory.glob(_PATTERN), key=segment_number)
 
     def append(self, data: bytes) -> None:
         """Write ``data`` (whole lines) and make it durable before returning."""
