@@ -87,6 +87,7 @@ class Accounts:
                 self.engine,
                 settings.data_path / "ledger",
                 flush_interval_s=settings.ledger.flush_interval_s,
+                writer_process=settings.ledger.writer_process,
             )
             await self.ledger.start()
         self.metered = MeteredChat(self._chat, self.limiter, self.ledger, self.prices)

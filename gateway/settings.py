@@ -78,6 +78,9 @@ class LedgerSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     # Rows are made durable in a local write-ahead file before the response ends, then
     # moved into the database in batches this often.
     flush_interval_s: float = 0.5
+    # fsync the write-ahead file in a small child process (true) or in a thread of the
+    # gateway (false; costs the event loop a GIL hand-off per write).
+    writer_process: bool = True
 
 
 class Price(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -25,6 +25,22 @@ WITH_CLOUD=1
 say() { printf '\n== %s\n' "$*"; }
 mkdir -p "$CACHE/wheels" "$CACHE/models"
 
+# Redis (rate limits shared by several gateways) and PostgreSQL (the ledger at scale): the
+# tests start their own servers from these binaries on loopback ports.
+missing=()
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+command -v initdb >/dev/null 2>&1 || compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || missing+=(postgresql)
+if (( ${#missing[@]} )); then
+  if command -v apt-get >/dev/null 2>&1; then
+    say "installing ${missing[*]} (apt)"
+    SUDO=""; [[ $(id -u) != 0 ]] && SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
+  else
+    say "please install ${missing[*]}: the tests that need them are skipped without them"
+  fi
+fi
+
 if [[ ! -x .venv/bin/python ]]; then
   say "creating .venv"
   "$PYTHON" -m venv .venv
