@@ -70,10 +70,11 @@ def _count(engine: Engine) -> int:
         return int(conn.execute(select(func.count()).select_from(ledger)).scalar_one())
 
 
+@pytest.mark.parametrize("writer_process", [True, False])
 async def test_recorded_rows_are_on_disk_at_once_and_in_the_database_after_a_flush(
-    engine: Engine, tmp_path: Path
+    engine: Engine, tmp_path: Path, writer_process: bool
 ) -> None:
-    book = Ledger(engine, tmp_path / "wal", flush_interval_s=3600)
+    book = Ledger(engine, tmp_path / "wal", flush_interval_s=3600, writer_process=writer_process)
     await book.start()
     rows = [row() for _ in range(20)]
     for r in rows[:10]:

@@ -17,7 +17,7 @@ import pytest
 from sqlalchemy import select
 
 from gateway.storage import ledger, open_database
-from tests.conftest import TIERGATE, Gateway, start_gateway
+from tests.conftest import TIERGATE, Gateway, children, start_gateway
 from tests.fakes import FakeVLLM
 
 HELLO = [{"role": "user", "content": "Say hello."}]
@@ -293,5 +293,46 @@ def test_the_ledger_on_postgresql(fake: FakeVLLM, postgres_url: str, tmp_path: P
         assert all(rows[rid].status == 200 for rid in rids)
         report = admin(gw, "GET", "/reports/costs?tenant=default&group_by=day,tier").json()
         assert report["total"]["answered"] >= 5
+    finally:
+        gw.stop()
+
+
+def test_open_mode_serves_without_keys_as_the_default_tenant(fake: FakeVLLM, tmp_path: Path) -> None:
+    gw = start_gateway(
+        tmp_path,
+        fake_cloud_config(fake.url).replace("[auth]\n", "[auth]\nopen_mode = true\n"),
+        edge=False,
+    )
+    try:
+        gw.wait(lambda: gw.tier_health("cloud") == "ready", 30, "the fake cloud")
+        rid = f"open-{uuid.uuid4().hex}"
+        resp = httpx.post(
+            f"{gw.url}/v1/chat/completions",
+            json={"model": "cloud", "messages": HELLO, "max_tokens": 4},
+            headers={"X-Request-ID": rid},
+        )
+        assert resp.status_code == 200
+        assert "open_mode is on" in gw.log()
+        assert ledger_rows(gw, want={rid})[rid].key_id == "open-mode"
+    finally:
+        gw.stop()
+
+
+def test_if_the_ledger_writer_process_dies_rows_are_still_written(fake: FakeVLLM, tmp_path: Path) -> None:
+    gw = start(tmp_path, fake)
+    try:
+        helpers = [
+            pid
+            for pid in children(gw.process.pid)
+            if "_walproc.py" in Path(f"/proc/{pid}/cmdline").read_text(errors="replace")
+        ]
+        assert len(helpers) == 1
+        os.kill(helpers[0], signal.SIGKILL)
+        rids = [f"after-{i}-{uuid.uuid4().hex[:8]}" for i in range(5)]
+        for i, rid in enumerate(rids):
+            assert chat(gw, rid=rid, stream=i % 2 == 0).status_code == 200
+        rows = ledger_rows(gw, want=set(rids))
+        assert all(rid in rows for rid in rids)
+        assert "writing in-process now" in gw.log()
     finally:
         gw.stop()
