@@ -7,7 +7,8 @@ loads them in alternating rounds at a fixed concurrency and prints a table; the 
 go to ``bench/results/ledger.json``.  With ``taskset`` available the gateways share CPU 0
 and the upstream and the load generator CPU 1, so they do not steal each other's core.
 
-    .venv/bin/python bench/ledger.py [--seconds 5] [--rounds 3] [--concurrency 32] [--stream]
+    .venv/bin/python bench/ledger.py [--seconds 5] [--rounds 5] [--concurrency 64] [--stream]
+                                        [--writer thread]
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ def pinned(cpu: int) -> list[str]:
 
 
 class GatewayProcess:
-    def __init__(self, workdir: Path, upstream: str, ledger: bool) -> None:
+    def __init__(self, workdir: Path, upstream: str, ledger: bool, writer_process: bool = True) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.data = workdir / "data"
@@ -88,7 +89,7 @@ class GatewayProcess:
         config.write_text(
             f'data_dir = "{self.data}"\n[edge]\nenabled = false\n'
             f'[cloud]\nurls = ["{upstream}"]\nhealth_interval_s = 0.5\n'
-            f"[ledger]\nenabled = {str(ledger).lower()}\n"
+            f"[ledger]\nenabled = {str(ledger).lower()}\nwriter_process = {str(writer_process).lower()}\n"
         )
         self.log = (workdir / "gateway.log").open("wb")
         self.process = subprocess.Popen(
@@ -178,7 +179,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     )
     workdir = Path(tempfile.mkdtemp(prefix="tiergate-bench-ledger-"))
     gateways = {
-        "ledger on": GatewayProcess(workdir / "on", f"http://127.0.0.1:{port}", True),
+        "ledger on": GatewayProcess(
+            workdir / "on", f"http://127.0.0.1:{port}", True, args.writer == "process"
+        ),
         "ledger off": GatewayProcess(workdir / "off", f"http://127.0.0.1:{port}", False),
     }
     rounds: dict[str, list[dict[str, Any]]] = {name: [] for name in gateways}
@@ -224,6 +227,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "what": "gateway throughput with the ledger on vs off, same run, fake upstream",
         "stream": args.stream,
+        "ledger_writer": args.writer,
         "concurrency": args.concurrency,
         "seconds_per_round": args.seconds,
         "rounds": args.rounds,
@@ -261,9 +265,12 @@ if __name__ == "__main__":
     )
     parser.add_argument("--upstream", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--seconds", type=float, default=5.0)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--stream", action="store_true")
+    parser.add_argument(
+        "--writer", choices=("process", "thread"), default="process", help="ledger.writer_process on or off"
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "ledger.json")
     args = parser.parse_args()
     if args.upstream:
@@ -272,7 +279,7 @@ if __name__ == "__main__":
     report = asyncio.run(main(args))
     print(table(report))
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    key = "stream" if args.stream else "json"
+    key = ("stream" if args.stream else "json") + ("" if args.writer == "process" else "-thread-writer")
     existing = json.loads(args.out.read_text()) if args.out.exists() else {}
     existing[key] = report
     args.out.write_text(json.dumps(existing, indent=2) + "\n")

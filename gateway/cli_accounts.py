@@ -12,6 +12,7 @@ import typer
 
 from gateway.errors import GatewayError
 from gateway.settings import Settings, SettingsError, load_settings
+from gateway.tenants import TenantStore
 
 ConfigOption = Annotated[
     Path | None,
@@ -30,9 +31,8 @@ def _settings(config: Path | None) -> Settings:
         raise typer.Exit(2) from exc
 
 
-def _store(config: Path | None):  # type: ignore[no-untyped-def]
+def _store(config: Path | None) -> TenantStore:
     from gateway.storage import open_database
-    from gateway.tenants import TenantStore
 
     settings = _settings(config)
     return TenantStore(open_database(settings.database_url), settings.limits.default)
