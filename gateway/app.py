@@ -13,6 +13,8 @@ from litestar.datastructures import State
 
 import cache
 import router
+from gateway.accounts import Accounts
+from gateway.admin import ADMIN_ROUTES
 from gateway.caching import AnswerCache
 from gateway.chat import ChatService
 from gateway.controllers import ROUTES
@@ -55,10 +57,12 @@ def create_app(settings: Settings, tiers: dict[str, Tier] | None = None) -> Lite
         breakers=router.BreakerBoard(settings.breakers, on_transition=breaker_changed),
         fail_instead_of_degrade=settings.degradation.fail_instead,
     )
+    accounts = Accounts(settings, chat)
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         settings.data_path.mkdir(parents=True, exist_ok=True)
+        await accounts.start()
         await asyncio.gather(*(tier.start() for tier in tiers.values()))
         log.info("tiergate ready to accept requests; tiers: %s", chat.tier_states())
         try:
@@ -67,11 +71,12 @@ def create_app(settings: Settings, tiers: dict[str, Tier] | None = None) -> Lite
             log.info("tiergate stopping its tiers")
             await asyncio.gather(*(tier.aclose() for tier in tiers.values()), return_exceptions=True)
             await chat.aclose()
+            await accounts.aclose()
 
     return Litestar(
-        route_handlers=ROUTES,
+        route_handlers=[*ROUTES, *ADMIN_ROUTES],
         lifespan=[lifespan],
-        state=State({"chat": chat, "metrics": metrics, "settings": settings}),
+        state=State({"chat": chat, "accounts": accounts, "metrics": metrics, "settings": settings}),
         exception_handlers={Exception: error_response},
         before_send=[before_send(metrics)],
         request_max_body_size=settings.server.max_body_bytes,

@@ -17,7 +17,7 @@ import hashlib
 import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -86,10 +86,19 @@ class _Plan:
     features: router.Features
 
 
+@dataclass(slots=True)
+class StreamOutcome:
+    """Filled in while a stream runs: the model answering and, once it ends, its usage."""
+
+    model: str = ""
+    usage: Usage | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class StreamStart:
     routed: Routed
     events: AsyncIterator[bytes]
+    outcome: StreamOutcome = field(default_factory=StreamOutcome)
 
 
 def features_of(request: ChatCompletionRequest) -> router.Features:
@@ -278,10 +287,11 @@ class ChatService:
             writer = ChunkWriter(
                 f"chatcmpl-{request_id}", int(time.time()), answer.model, include_usage=request.include_usage
             )
-            replayed = replay(answer)
+            outcome = StreamOutcome(answer.model)
+            replayed = _usage_into(outcome, replay(answer))
             first = await anext(replayed)
             routed = self._routed(answer.tier, "cache hit", lookup, started)
-            return StreamStart(routed, writer.events(first, replayed))
+            return StreamStart(routed, writer.events(first, replayed), outcome)
         plan = self._route(request, ctx)
         gen = generation_of(plan, request_id, ctx.session_id)
         key = None if plan.degraded else lookup.key
@@ -313,7 +323,9 @@ class ChatService:
             )
             reason = plan.decision.reason if name == plan.decision.tier else f"{name}: {last}, failed over"
             routed = self._routed(name, reason, lookup, started, plan.degraded, first.instance)
-            return StreamStart(routed, _closing(writer.events(first, deltas), deltas))
+            outcome = StreamOutcome(tier.capabilities.model, first.usage)
+            events = writer.events(first, _usage_into(outcome, deltas))
+            return StreamStart(routed, _closing(events, deltas), outcome)
         assert last is not None
         raise to_gateway_error(last) from last
 
@@ -380,6 +392,13 @@ async def _closing(events: AsyncIterator[bytes], deltas: AsyncIterator[Delta]) -
     finally:
         with contextlib.suppress(Exception):
             await deltas.aclose()  # type: ignore[attr-defined]
+
+
+async def _usage_into(outcome: StreamOutcome, deltas: AsyncIterator[Delta]) -> AsyncIterator[Delta]:
+    async for delta in deltas:
+        if delta.usage is not None:
+            outcome.usage = delta.usage
+        yield delta
 
 
 def new_request_id() -> str:

@@ -64,6 +64,17 @@ def show_config(config: ConfigOption = None) -> None:
     typer.echo(msgspec.json.format(msgspec.json.encode(settings), indent=2).decode())
 
 
+def _add_account_commands() -> None:
+    from gateway.cli_accounts import keys_cli, report, tenants_cli
+
+    cli.add_typer(tenants_cli, name="tenants")
+    cli.add_typer(keys_cli, name="keys")
+    cli.command("report")(report)
+
+
+_add_account_commands()
+
+
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     cli()

@@ -6,10 +6,12 @@ from litestar import Request, Response, get, post
 from litestar.datastructures import State
 from litestar.response import Stream
 
-from gateway.chat import DEFAULT_TENANT, ChatService, RequestContext, Routed
+from gateway.accounts import Accounts
+from gateway.chat import ChatService, RequestContext, Routed
 from gateway.metrics import Metrics
 from gateway.protocol import encode, parse_chat_request
 from gateway.request_id import request_id
+from gateway.tenants import DEFAULT_TENANT
 
 JSON = "application/json"
 _BREAKER_LEVEL = {"closed": 0, "half_open": 1, "open": 2}
@@ -30,15 +32,7 @@ def _route_headers(routed: Routed) -> dict[str, str]:
     return headers
 
 
-def tenant_of(request: Request[object, object, State]) -> str:
-    """The tenant a request is served for: the one place that decides it.
-
-    Until API keys and tenants land, every request is the ``default`` tenant.
-    """
-    return DEFAULT_TENANT
-
-
-def _context(request: Request[object, object, State]) -> RequestContext:
+def _context(request: Request[object, object, State], tenant: str) -> RequestContext:
     # A scan of the raw headers: cheaper than building request.headers on the hot path.
     cache_control = session_id = ""
     for name, value in request.scope["headers"]:
@@ -46,31 +40,32 @@ def _context(request: Request[object, object, State]) -> RequestContext:
             cache_control = value.decode("latin-1")
         elif name == b"x-session-id":
             session_id = value.decode("latin-1")
-    return RequestContext(
-        tenant=tenant_of(request), cache_control=cache_control, session_id=session_id or None
-    )
+    return RequestContext(tenant=tenant, cache_control=cache_control, session_id=session_id or None)
 
 
 @post("/v1/chat/completions", status_code=200)
 async def chat_completions(request: Request[object, object, State]) -> Response[bytes]:
     # request.app.state, not an injected `state: State`: injection copies the state per request
-    chat: ChatService = request.app.state.chat
+    accounts: Accounts = request.app.state.accounts
+    caller = await accounts.auth.caller(request.headers)
     body = parse_chat_request(await request.body())
     rid = request_id(request.scope)
-    ctx = _context(request)
+    ctx = _context(request, caller.tenant.name if caller.tenant else DEFAULT_TENANT)
     if body.stream:
-        start = await chat.stream(body, rid, ctx)
+        start = await accounts.metered.stream(caller, body, rid, ctx)
         return Stream(
             start.events,
             media_type="text/event-stream",
             headers={**_route_headers(start.routed), "Cache-Control": "no-cache"},
         )
-    routed, completion = await chat.complete(body, rid, ctx)
+    routed, completion = await accounts.metered.complete(caller, body, rid, ctx)
     return Response(encode(completion), media_type=JSON, headers=_route_headers(routed))
 
 
 @get("/v1/models")
-async def list_models(state: State) -> Response[bytes]:
+async def list_models(request: Request[object, object, State], state: State) -> Response[bytes]:
+    accounts: Accounts = state.accounts
+    await accounts.auth.caller(request.headers)
     chat: ChatService = state.chat
     return Response(encode(chat.models()), media_type=JSON)
 

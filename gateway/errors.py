@@ -3,8 +3,10 @@
     GatewayError                     status  type
     ├── InvalidRequest                400    invalid_request_error
     ├── AuthenticationFailed          401    authentication_error
+    ├── PermissionDenied              403    permission_error
     ├── NotFound                      404    invalid_request_error / not_found
     │   └── ModelNotFound             404    invalid_request_error / model_not_found
+    ├── Conflict                      409    invalid_request_error / conflict
     ├── PayloadTooLarge               413    invalid_request_error
     ├── RateLimited                   429    rate_limit_exceeded (with Retry-After)
     ├── UpstreamFailed                502    upstream_error
@@ -57,6 +59,12 @@ class AuthenticationFailed(GatewayError):
     code = "invalid_api_key"
 
 
+class PermissionDenied(GatewayError):
+    status = 403
+    type = "permission_error"
+    code = "permission_denied"
+
+
 class NotFound(GatewayError):
     status = 404
     type = "invalid_request_error"
@@ -67,6 +75,12 @@ class ModelNotFound(NotFound):
     status = 404
     type = "invalid_request_error"
     code = "model_not_found"
+
+
+class Conflict(GatewayError):
+    status = 409
+    type = "invalid_request_error"
+    code = "conflict"
 
 
 class PayloadTooLarge(GatewayError):
@@ -108,7 +122,9 @@ class ModalityUnavailable(NoTierAvailable):
 _HTTP_STATUS_ERRORS: dict[int, type[GatewayError]] = {
     400: InvalidRequest,
     401: AuthenticationFailed,
+    403: PermissionDenied,
     404: NotFound,
+    409: Conflict,
     413: PayloadTooLarge,
     429: RateLimited,
 }

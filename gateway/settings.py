@@ -48,6 +48,74 @@ class DegradationSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unkn
     fail_instead: bool = False
 
 
+class AuthSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    # Local development only: no keys at all, every request is the `default` tenant's.
+    open_mode: bool = False
+    # How long a key looked up in the database is trusted before it is looked up again
+    # (a key revoked by another process stops working within this time; the admin API's
+    # revocation is immediate in the process that served it).
+    key_cache_s: float = 2.0
+
+
+class TenantLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Per-minute limits of one tenant; 0 means unlimited."""
+
+    requests_per_min: int = 0
+    tokens_per_min: int = 0
+    # Media parts per minute for now; seconds of audio/video once media preprocessing lands.
+    images_per_min: int = 0
+    audio_per_min: int = 0
+    video_per_min: int = 0
+
+
+class LimitSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    # Empty: counted in this process. A redis:// URL: shared by every gateway using it.
+    redis_url: str = ""
+    # Limits of tenants that set none of their own.
+    default: TenantLimits = msgspec.field(default_factory=TenantLimits)
+
+
+class StorageSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    # SQLAlchemy URL of the tenants/keys/ledger database; empty: SQLite (WAL) at
+    # <data_dir>/tiergate.db. PostgreSQL: postgresql+psycopg://user@host:port/db
+    database_url: str = ""
+
+
+class LedgerSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    enabled: bool = True
+    # Rows are made durable in a local write-ahead file before the response ends, then
+    # moved into the database in batches this often.
+    flush_interval_s: float = 0.5
+    # fsync the write-ahead file in a small child process (true) or in a thread of the
+    # gateway (false; costs the event loop a GIL hand-off per write).
+    writer_process: bool = True
+
+
+class Price(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What a tier (and optionally one model of it; "*" is any) charges, in USD."""
+
+    tier: str
+    model: str = "*"
+    prompt_per_1k: float = 0.0
+    completion_per_1k: float = 0.0
+    per_image: float = 0.0
+    per_media_second: float = 0.0
+    per_gpu_second: float = 0.0
+
+
+DEFAULT_PRICES = (
+    Price(tier="edge", prompt_per_1k=0.00002, completion_per_1k=0.00004),
+    Price(tier="cloud", prompt_per_1k=0.0005, completion_per_1k=0.0015, per_image=0.001),
+)
+
+
+class PricingSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    # A changed price becomes a new version; rows keep the version they were charged.
+    prices: list[Price] = msgspec.field(default_factory=lambda: list(DEFAULT_PRICES))
+    # The reports' counterfactual: what the same requests would have cost on this tier.
+    counterfactual_tier: str = "cloud"
+
+
 class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     # Everything the gateway writes (logs, and later caches, ledger, predictor).
     data_dir: str = "~/.local/share/tiergate"
@@ -61,9 +129,19 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     breakers: BreakerConfig = msgspec.field(default_factory=BreakerConfig)
     degradation: DegradationSettings = msgspec.field(default_factory=DegradationSettings)
 
+    auth: AuthSettings = msgspec.field(default_factory=AuthSettings)
+    limits: LimitSettings = msgspec.field(default_factory=LimitSettings)
+    storage: StorageSettings = msgspec.field(default_factory=StorageSettings)
+    ledger: LedgerSettings = msgspec.field(default_factory=LedgerSettings)
+    pricing: PricingSettings = msgspec.field(default_factory=PricingSettings)
+
     @property
     def data_path(self) -> Path:
         return Path(self.data_dir).expanduser()
+
+    @property
+    def database_url(self) -> str:
+        return self.storage.database_url or f"sqlite:///{self.data_path / 'tiergate.db'}"
 
     def local_vllm(self) -> LocalServer:
         """The local vLLM server's settings with empty paths filled from the build cache."""

@@ -27,6 +27,22 @@ WITH_CLOUD=1
 say() { printf '\n== %s\n' "$*"; }
 mkdir -p "$CACHE/wheels" "$CACHE/models"
 
+# Redis (rate limits shared by several gateways) and PostgreSQL (the ledger at scale): the
+# tests start their own servers from these binaries on loopback ports.
+missing=()
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+command -v initdb >/dev/null 2>&1 || compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || missing+=(postgresql)
+if (( ${#missing[@]} )); then
+  if command -v apt-get >/dev/null 2>&1; then
+    say "installing ${missing[*]} (apt)"
+    SUDO=""; [[ $(id -u) != 0 ]] && SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
+  else
+    say "please install ${missing[*]}: the tests that need them are skipped without them"
+  fi
+fi
+
 if [[ ! -x .venv/bin/python ]]; then
   say "creating .venv"
   "$PYTHON" -m venv .venv
@@ -37,13 +53,6 @@ if ! ls "$CACHE/wheels"/llama_cpp_python-"$LLAMA_CPP_VERSION"-*.whl >/dev/null 2
   say "building llama-cpp-python $LLAMA_CPP_VERSION from source (about 4 minutes, once)"
   CMAKE_ARGS="-DGGML_NATIVE=OFF" .venv/bin/pip wheel --quiet --no-deps \
     "llama-cpp-python==$LLAMA_CPP_VERSION" -w "$CACHE/wheels"
-fi
-
-if ! command -v redis-server >/dev/null 2>&1; then
-  # The shared result cache's backend; the tests start a private redis-server on a loopback port.
-  say "installing redis-server (apt)"
-  SUDO=""; [[ $(id -u) != 0 ]] && SUDO="sudo"
-  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server >/dev/null
 fi
 
 say "installing tiergate into .venv"

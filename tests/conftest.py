@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -53,9 +56,30 @@ class Gateway:
     process: subprocess.Popen[bytes]
     url: str
     log_path: Path
+    data_dir: Path
+    # The first run's keys (from <data_dir>/initial-credentials.json): the `default` tenant's and the admin's.
+    api_key: str = ""
+    admin_key: str = ""
 
-    def client(self, **kwargs: Any) -> openai.OpenAI:
-        return openai.OpenAI(base_url=f"{self.url}/v1", api_key="unused", max_retries=0, **kwargs)
+    def client(self, api_key: str | None = None, **kwargs: Any) -> openai.OpenAI:
+        return openai.OpenAI(
+            base_url=f"{self.url}/v1", api_key=api_key or self.api_key, max_retries=0, **kwargs
+        )
+
+    @property
+    def auth(self) -> dict[str, str]:
+        """Headers that authenticate as the `default` tenant."""
+        return {"Authorization": f"Bearer {self.api_key}"}
+
+    @property
+    def admin(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.admin_key}"}
+
+    def load_credentials(self) -> None:
+        path = self.data_dir / "initial-credentials.json"
+        if path.exists():
+            creds = json.loads(path.read_text())
+            self.api_key, self.admin_key = creds["tenant_key"], creds["admin_key"]
 
     def readyz(self) -> dict[str, Any]:
         return dict(httpx.get(f"{self.url}/readyz", timeout=5).json())
@@ -96,11 +120,12 @@ def start_gateway(
         stderr=subprocess.STDOUT,
         env={**os.environ, **(env or {})},
     )
-    gateway = Gateway(process, f"http://127.0.0.1:{port}", log_path)
+    gateway = Gateway(process, f"http://127.0.0.1:{port}", log_path, tmp / "data")
     if edge:
         gateway.wait(lambda: gateway.tier_health("edge") == "ready", 120, "the edge tier")
     else:
         gateway.wait(lambda: httpx.get(f"{gateway.url}/healthz").status_code == 200, 60, "the gateway")
+    gateway.load_credentials()
     return gateway
 
 
@@ -206,3 +231,98 @@ def second_vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMServer
     server.start()
     yield server
     server.kill()
+
+
+# -- real Redis and PostgreSQL servers on loopback ports, in temporary folders ------------------
+
+
+def _wait_for_port(port: int, process: subprocess.Popen[bytes], what: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"{what} exited with {process.returncode}")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{what} did not listen on {port} within {timeout}s")
+
+
+@pytest.fixture
+def redis_url(tmp_path: Path) -> Iterator[str]:
+    """A real redis-server of this test's own."""
+    server = shutil.which("redis-server")
+    if server is None:
+        pytest.skip("redis-server is not installed (scripts/setup.sh installs it)")
+    port = free_port()
+    process = subprocess.Popen(
+        [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        _wait_for_port(port, process, "redis-server")
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def _postgres_bin(name: str) -> str | None:
+    found = shutil.which(name)
+    if found:
+        return found
+    candidates = sorted(Path("/usr/lib/postgresql").glob(f"*/bin/{name}"))
+    return str(candidates[-1]) if candidates else None
+
+
+_PG_OPTIONS = ["-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"]
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A real PostgreSQL server in a temporary folder (as the `postgres` user when run as root,
+    since PostgreSQL refuses to run as root)."""
+    initdb, postgres = _postgres_bin("initdb"), _postgres_bin("postgres")
+    if initdb is None or postgres is None:
+        pytest.skip("PostgreSQL is not installed (scripts/setup.sh installs it)")
+    root = Path(tempfile.mkdtemp(prefix="tiergate-pg-"))
+    as_user: list[str] = []
+    if os.geteuid() == 0:
+        import pwd
+
+        user = pwd.getpwnam("postgres")
+        os.chown(root, user.pw_uid, user.pw_gid)
+        # setpriv execs (no forking wrapper), so terminate() reaches postgres itself
+        as_user = ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--init-groups"]
+    data = root / "data"
+    subprocess.run(
+        [*as_user, initdb, "-D", str(data), "-U", "tiergate", "--auth=trust", "--no-sync"],
+        check=True,
+        capture_output=True,
+    )
+    port = free_port()
+    process = subprocess.Popen(
+        [*as_user, postgres, "-D", str(data), "-p", str(port), "-k", str(root), *_PG_OPTIONS],
+        stdout=(root / "postgres.log").open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        _wait_for_port(port, process, "postgres")
+        url = f"postgresql+psycopg://tiergate@127.0.0.1:{port}/postgres"
+        deadline = time.monotonic() + 30
+        while True:  # listening is not yet accepting: wait for a real connection
+            import psycopg
+
+            try:
+                psycopg.connect(f"host=127.0.0.1 port={port} user=tiergate dbname=postgres").close()
+                break
+            except psycopg.OperationalError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(30)
+        shutil.rmtree(root, ignore_errors=True)

@@ -103,5 +103,15 @@ class FakeVLLM:
             request.transport.abort()
             return resp
         await resp.write(_chunk(None, "stop"))
+        if (body.get("stream_options") or {}).get("include_usage"):  # as vLLM does: a last usage chunk
+            usage = {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
+            payload = {
+                "id": "x",
+                "object": "chat.completion.chunk",
+                "model": "fake",
+                "choices": [],
+                "usage": usage,
+            }
+            await resp.write(b"data: " + json.dumps(payload).encode() + b"\n\n")
         await resp.write(b"data: [DONE]\n\n")
         return resp

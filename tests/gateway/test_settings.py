@@ -49,3 +49,20 @@ def test_unreadable_file_is_an_error(tmp_path: Path) -> None:
     bad.write_text("[server\n")
     with pytest.raises(SettingsError, match="cannot read config file"):
         load_settings(bad, environ={})
+
+
+def test_tenant_limits_storage_and_prices(tmp_path: Path) -> None:
+    config = tmp_path / "tiergate.toml"
+    config.write_text(
+        '[storage]\ndatabase_url = "postgresql+psycopg://u@h/db"\n'
+        '[[pricing.prices]]\ntier = "cloud"\nmodel = "big"\nprompt_per_1k = 0.01\n'
+    )
+    env = {"TIERGATE_LIMITS__DEFAULT__REQUESTS_PER_MIN": "60", "TIERGATE_AUTH__OPEN_MODE": "true"}
+    settings = load_settings(config, environ=env)
+    assert settings.limits.default.requests_per_min == 60 and settings.auth.open_mode is True
+    assert settings.database_url == "postgresql+psycopg://u@h/db"
+    assert [(p.tier, p.model, p.prompt_per_1k) for p in settings.pricing.prices] == [("cloud", "big", 0.01)]
+    default = load_settings(environ={"TIERGATE_DATA_DIR": str(tmp_path)})
+    assert default.database_url == f"sqlite:///{tmp_path / 'tiergate.db'}"
+    with pytest.raises(SettingsError, match="requests_per_hour"):
+        load_settings(environ={"TIERGATE_LIMITS__DEFAULT__REQUESTS_PER_HOUR": "1"})

@@ -69,7 +69,9 @@ def test_stream_matches_the_non_streamed_answer_and_reports_usage(gateway: Gatew
 
 def test_stream_ends_with_done_and_no_usage_unless_asked(gateway: Gateway) -> None:
     body = {"model": "edge", "messages": HELLO, "max_tokens": 4, "stream": True}
-    with httpx.stream("POST", f"{gateway.url}/v1/chat/completions", json=body, timeout=60) as resp:
+    with httpx.stream(
+        "POST", f"{gateway.url}/v1/chat/completions", json=body, headers=gateway.auth, timeout=60
+    ) as resp:
         assert resp.status_code == 200
         assert resp.headers["content-type"].startswith("text/event-stream")
         events = [line for line in resp.iter_lines() if line]
@@ -133,7 +135,9 @@ def test_concurrent_requests_queue_and_the_server_stays_responsive(gateway: Gate
 
 def test_a_client_that_goes_away_frees_the_model(gateway: Gateway) -> None:
     body = {"model": "edge", "messages": ESSAY, "max_tokens": 1500, "temperature": 0, "stream": True}
-    with httpx.stream("POST", f"{gateway.url}/v1/chat/completions", json=body, timeout=60) as resp:
+    with httpx.stream(
+        "POST", f"{gateway.url}/v1/chat/completions", json=body, headers=gateway.auth, timeout=60
+    ) as resp:
         lines = resp.iter_lines()
         for _ in range(3):
             next(lines)
@@ -200,7 +204,9 @@ def test_malformed_requests_are_400_naming_the_field(
     gateway: Gateway, body: bytes, param: str | None, says: str
 ) -> None:
     resp = httpx.post(
-        f"{gateway.url}/v1/chat/completions", content=body, headers={"Content-Type": "application/json"}
+        f"{gateway.url}/v1/chat/completions",
+        content=body,
+        headers={"Content-Type": "application/json", **gateway.auth},
     )
     assert resp.status_code == 400
     error = _error(resp)
@@ -211,7 +217,7 @@ def test_malformed_requests_are_400_naming_the_field(
 
 def test_oversized_body_is_413(gateway: Gateway) -> None:
     big = b'{"model": "edge", "messages": [{"role": "user", "content": "' + b"a" * (17 * 2**20) + b'"}]}'
-    resp = httpx.post(f"{gateway.url}/v1/chat/completions", content=big, timeout=30)
+    resp = httpx.post(f"{gateway.url}/v1/chat/completions", content=big, headers=gateway.auth, timeout=30)
     assert resp.status_code == 413
     assert _error(resp)["code"] == "payload_too_large"
 
@@ -244,8 +250,10 @@ def test_a_full_edge_queue_answers_429_at_once(tmp_path) -> None:
     long = {"model": "edge", "messages": ESSAY, "max_tokens": 400, "temperature": 0, "stream": True}
     try:
         with (
-            httpx.stream("POST", f"{gw.url}/v1/chat/completions", json=long, timeout=60) as running,
-            httpx.Client(timeout=60) as waiting_client,
+            httpx.stream(
+                "POST", f"{gw.url}/v1/chat/completions", json=long, headers=gw.auth, timeout=60
+            ) as running,
+            httpx.Client(timeout=60, headers=gw.auth) as waiting_client,
         ):
             lines = running.iter_lines()  # keep it: dropping the iterator closes the connection
             next(lines)  # the model is busy with this one
@@ -258,7 +266,7 @@ def test_a_full_edge_queue_answers_429_at_once(tmp_path) -> None:
             waiter.start()
             gw.wait(lambda: _edge(gw)["queued"] == 1, 10, "one request queued")
             started = time.perf_counter()
-            resp = httpx.post(f"{gw.url}/v1/chat/completions", json=long, timeout=10)
+            resp = httpx.post(f"{gw.url}/v1/chat/completions", json=long, headers=gw.auth, timeout=10)
             assert time.perf_counter() - started < 1
             assert resp.status_code == 429
             assert int(resp.headers["retry-after"]) >= 1

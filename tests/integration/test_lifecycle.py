@@ -53,7 +53,9 @@ def test_sigterm_finishes_the_stream_in_flight_then_exits(edge_only: Gateway) ->
         "temperature": 0,
         "stream": True,
     }
-    with httpx.stream("POST", f"{edge_only.url}/v1/chat/completions", json=body, timeout=60) as resp:
+    with httpx.stream(
+        "POST", f"{edge_only.url}/v1/chat/completions", json=body, headers=edge_only.auth, timeout=60
+    ) as resp:
         lines = resp.iter_lines()
         assert next(lines).startswith("data: ")
         edge_only.process.send_signal(signal.SIGTERM)

@@ -1,0 +1,102 @@
+"""Everything about who calls and what it costs, opened and closed with the app.
+
+Holds the database, the tenant store, the authenticator, the rate limiter, the price
+book and the ledger; on a fresh database it creates the admin key and a ``default``
+tenant's key and writes them to a 0600 file in the data folder.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+from pathlib import Path
+
+from sqlalchemy import Engine
+
+from gateway.chat import ChatService
+from gateway.ledger import Ledger, PriceBook
+from gateway.metering import MeteredChat
+from gateway.settings import Settings
+from gateway.storage import open_database
+from gateway.tenants import Authenticator, NewKey, RateLimiter, TenantStore, make_limiter
+
+log = logging.getLogger(__name__)
+
+CREDENTIALS_FILE = "initial-credentials.json"
+
+
+def write_credentials(path: Path, admin: NewKey, tenant: NewKey) -> None:
+    """The first run's keys, readable by this user only."""
+    body = {
+        "admin_key": admin.key,
+        "admin_key_id": admin.id,
+        "tenant": tenant.tenant,
+        "tenant_key": tenant.key,
+        "tenant_key_id": tenant.id,
+        "note": "Shown once: store these keys elsewhere, then delete this file. "
+        "Only their hashes are kept by tiergate.",
+    }
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        json.dump(body, out, indent=2)
+    os.chmod(path, 0o600)
+
+
+class Accounts:
+    engine: Engine
+    store: TenantStore
+    auth: Authenticator
+    limiter: RateLimiter
+    prices: PriceBook
+    ledger: Ledger | None
+    metered: MeteredChat
+
+    def __init__(self, settings: Settings, chat: ChatService) -> None:
+        self._settings = settings
+        self._chat = chat
+
+    async def start(self) -> None:
+        settings = self._settings
+        self.engine = await asyncio.to_thread(open_database, settings.database_url)
+        self.store = TenantStore(self.engine, settings.limits.default)
+        created = await asyncio.to_thread(self.store.bootstrap)
+        if created is not None:
+            path = settings.data_path / CREDENTIALS_FILE
+            await asyncio.to_thread(write_credentials, path, *created)
+            log.warning(
+                "first run: created the admin key and a key for tenant 'default'; they are in %s "
+                "(mode 0600, shown once: move them somewhere safe and delete the file)",
+                path,
+            )
+        if settings.auth.open_mode:
+            log.warning("auth.open_mode is on: no API keys are checked (local development only)")
+        self.auth = Authenticator(
+            self.store, cache_s=settings.auth.key_cache_s, open_mode=settings.auth.open_mode
+        )
+        await self.auth.start()
+        self.limiter = make_limiter(settings.limits.redis_url)
+        pricing = settings.pricing
+        self.prices = await asyncio.to_thread(
+            PriceBook.sync, self.engine, pricing.prices, pricing.counterfactual_tier
+        )
+        self.ledger = None
+        if settings.ledger.enabled:
+            self.ledger = Ledger(
+                self.engine,
+                settings.data_path / "ledger",
+                flush_interval_s=settings.ledger.flush_interval_s,
+                writer_process=settings.ledger.writer_process,
+            )
+            await self.ledger.start()
+        self.metered = MeteredChat(self._chat, self.limiter, self.ledger, self.prices)
+
+    async def aclose(self) -> None:
+        if getattr(self, "ledger", None) is not None:
+            assert self.ledger is not None
+            await self.ledger.aclose()
+        if getattr(self, "limiter", None) is not None:
+            await self.limiter.aclose()
+        if getattr(self, "engine", None) is not None:
+            self.engine.dispose()

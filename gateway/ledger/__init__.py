@@ -1,0 +1,23 @@
+"""The cost ledger: one durable row per answered request, prices, and cost reports."""
+
+from gateway.ledger._pricing import NANO, Charge, PriceBook
+from gateway.ledger._reports import FORMATS, GROUPS, ReportQuery, cost_report, report_csv
+from gateway.ledger._row import LedgerRow
+from gateway.ledger._wal import WriteAheadLog, read_segment
+from gateway.ledger._writer import Ledger, insert_rows
+
+__all__ = [
+    "FORMATS",
+    "GROUPS",
+    "NANO",
+    "Charge",
+    "Ledger",
+    "LedgerRow",
+    "PriceBook",
+    "ReportQuery",
+    "WriteAheadLog",
+    "cost_report",
+    "insert_rows",
+    "read_segment",
+    "report_csv",
+]

@@ -1,0 +1,185 @@
+"""Chat with a tenant's limits and a ledger row: wraps :class:`~gateway.chat.ChatService`.
+
+For each request: admit it against the tenant's limits (429 + Retry-After), let the chat
+service answer, charge the tokens used, and record one ledger row.  A 200's row is on disk
+(the ledger's write-ahead file) before the response's last byte leaves: for a JSON answer
+before the response is returned, for a stream before ``data: [DONE]``.  Failed requests
+get a row too, written without waiting.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from gateway.chat import ChatService, RequestContext, Routed, StreamOutcome, StreamStart
+from gateway.errors import PermissionDenied, to_gateway_error
+from gateway.ledger import Ledger, LedgerRow, PriceBook
+from gateway.protocol import AudioPart, ChatCompletion, ChatCompletionRequest, ImagePart, VideoPart
+from gateway.sse import DONE
+from gateway.tenants import Caller, Demand, RateLimiter, Tenant
+
+_ERROR_EVENT = b'data: {"error"'
+
+
+def demand_of(request: ChatCompletionRequest) -> Demand:
+    images = audio = video = 0
+    for message in request.messages:
+        if isinstance(message.content, list):
+            for part in message.content:
+                if isinstance(part, ImagePart):
+                    images += 1
+                elif isinstance(part, AudioPart):
+                    audio += 1
+                elif isinstance(part, VideoPart):
+                    video += 1
+    return Demand(images=images, audio=audio, video=video)
+
+
+@dataclass(slots=True)
+class _Call:
+    """One request as the ledger will see it."""
+
+    caller: Caller
+    tenant: Tenant
+    request: ChatCompletionRequest
+    request_id: str
+    demand: Demand
+    ts: float
+    started: float
+
+
+class MeteredChat:
+    def __init__(
+        self, chat: ChatService, limiter: RateLimiter, ledger: Ledger | None, prices: PriceBook
+    ) -> None:
+        self._chat = chat
+        self._limiter = limiter
+        self._ledger = ledger
+        self._prices = prices
+
+    def _begin(self, caller: Caller, request: ChatCompletionRequest, request_id: str) -> _Call:
+        if caller.tenant is None:
+            raise PermissionDenied("admin keys manage tenants; chat with a tenant's key")
+        return _Call(
+            caller, caller.tenant, request, request_id, demand_of(request), time.time(), time.perf_counter()
+        )
+
+    async def complete(
+        self,
+        caller: Caller,
+        request: ChatCompletionRequest,
+        request_id: str,
+        ctx: RequestContext | None = None,
+    ) -> tuple[Routed, ChatCompletion]:
+        call = self._begin(caller, request, request_id)
+        try:
+            await self._limiter.admit(call.tenant, call.demand)
+            routed, completion = await self._chat.complete(request, request_id, ctx)
+        except Exception as exc:
+            self._failed(call, exc)
+            raise
+        usage = completion.usage
+        await self._limiter.charge_tokens(call.tenant, usage.total_tokens)
+        if self._ledger is not None:
+            row = self._row(call, routed, completion.model, usage.prompt_tokens, usage.completion_tokens)
+            await self._ledger.record(row)
+        return routed, completion
+
+    async def stream(
+        self,
+        caller: Caller,
+        request: ChatCompletionRequest,
+        request_id: str,
+        ctx: RequestContext | None = None,
+    ) -> StreamStart:
+        call = self._begin(caller, request, request_id)
+        try:
+            await self._limiter.admit(call.tenant, call.demand)
+            start = await self._chat.stream(request, request_id, ctx)
+        except Exception as exc:
+            self._failed(call, exc)
+            raise
+        ttft_ms = (time.perf_counter() - call.started) * 1000
+        events = self._metered(call, start, ttft_ms)
+        return StreamStart(start.routed, events, start.outcome)
+
+    async def _metered(self, call: _Call, start: StreamStart, ttft_ms: float) -> AsyncIterator[bytes]:
+        outcome: StreamOutcome = start.outcome
+        recorded = False
+        error: str | None = "the client went away before the stream ended"
+        try:
+            async for event in start.events:
+                if event.endswith(DONE):
+                    usage = outcome.usage
+                    prompt, completion = (usage.prompt_tokens, usage.completion_tokens) if usage else (0, 0)
+                    await self._limiter.charge_tokens(call.tenant, prompt + completion)
+                    if self._ledger is not None:
+                        row = self._row(call, start.routed, outcome.model, prompt, completion, ttft_ms)
+                        await self._ledger.record(row)
+                    recorded = True
+                elif event.startswith(_ERROR_EVENT):
+                    error = "the tier failed mid-stream: " + event.decode(errors="replace")[6:].strip()
+                yield event
+        finally:
+            if not recorded and self._ledger is not None:
+                usage = outcome.usage
+                prompt, completion = (usage.prompt_tokens, usage.completion_tokens) if usage else (0, 0)
+                row = self._row(call, start.routed, outcome.model, prompt, completion, ttft_ms, error=error)
+                self._ledger.submit(row)
+
+    def _failed(self, call: _Call, exc: Exception) -> None:
+        if self._ledger is None:
+            return
+        error = to_gateway_error(exc)
+        row = self._row(call, None, "", 0, 0, status=error.status, error=error.message)
+        self._ledger.submit(row)
+
+    def _row(
+        self,
+        call: _Call,
+        routed: Routed | None,
+        model: str,
+        prompt: int,
+        completion: int,
+        ttft_ms: float | None = None,
+        *,
+        status: int = 200,
+        error: str | None = None,
+    ) -> LedgerRow:
+        tier = routed.tier if routed is not None else ""
+        charge = self._prices.charge(tier, model, prompt, completion, call.demand.images)
+        if tier == self._prices.counterfactual_tier:
+            counterfactual = charge.cost_nusd
+        elif tier:
+            counterfactual = self._prices.counterfactual(prompt, completion, call.demand.images)
+        else:
+            counterfactual = 0
+        return LedgerRow(
+            entry_id=uuid.uuid4().hex,
+            request_id=call.request_id,
+            tenant_id=call.tenant.id,
+            key_id=call.caller.key_id,
+            ts=call.ts,
+            day=time.strftime("%Y-%m-%d", time.gmtime(call.ts)),
+            model_asked=call.request.model,
+            tier=tier,
+            model_used=model,
+            route_reason=routed.reason if routed is not None else "",
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            images=call.demand.images,
+            audio=call.demand.audio,
+            video=call.demand.video,
+            ttft_ms=ttft_ms,
+            total_ms=(time.perf_counter() - call.started) * 1000,
+            cache_hit=False,
+            degraded=False,
+            status=status,
+            error=error,
+            price_id=charge.price_id,
+            cost_nusd=charge.cost_nusd,
+            counterfactual_nusd=counterfactual,
+        )

@@ -1,0 +1,98 @@
+"""Table definitions (SQLAlchemy Core): one ``MetaData`` for every table the gateway owns."""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+
+metadata = MetaData()
+
+schema_version = Table(
+    "schema_version",
+    metadata,
+    Column("version", Integer, primary_key=True),
+    Column("applied_at", Float, nullable=False),
+)
+
+tenants = Table(
+    "tenants",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("name", String(64), nullable=False, unique=True),
+    Column("created_at", Float, nullable=False),
+    # Per-minute limits; NULL: the configured default (limits.default).
+    Column("requests_per_min", Integer),
+    Column("tokens_per_min", Integer),
+    Column("images_per_min", Integer),
+    Column("audio_per_min", Integer),
+    Column("video_per_min", Integer),
+)
+
+api_keys = Table(
+    "api_keys",
+    metadata,
+    Column("id", String(32), primary_key=True),  # the public part of the key: tg_<id>_<secret>
+    Column("tenant_id", Integer, ForeignKey("tenants.id")),  # NULL for admin keys
+    Column("role", String(16), nullable=False),  # "tenant" | "admin"
+    Column("key_hash", String(64), nullable=False),  # sha256 hex of the whole key
+    Column("name", String(128), nullable=False, default=""),
+    Column("created_at", Float, nullable=False),
+    Column("revoked_at", Float),
+)
+
+prices = Table(
+    "prices",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("tier", String(64), nullable=False),
+    Column("model", String(256), nullable=False),
+    Column("prompt_per_1k", Float, nullable=False),
+    Column("completion_per_1k", Float, nullable=False),
+    Column("per_image", Float, nullable=False),
+    Column("per_media_second", Float, nullable=False),
+    Column("per_gpu_second", Float, nullable=False),
+    Column("effective_from", Float, nullable=False),
+    UniqueConstraint("tier", "model", "effective_from"),
+)
+
+ledger = Table(
+    "ledger",
+    metadata,
+    Column("entry_id", String(32), primary_key=True),  # made by the gateway; replay is idempotent
+    Column("request_id", String(128), nullable=False, index=True),
+    Column("tenant_id", Integer, nullable=False),
+    Column("key_id", String(32), nullable=False),
+    Column("ts", Float, nullable=False),  # epoch seconds when the request arrived
+    Column("day", String(10), nullable=False),  # UTC YYYY-MM-DD of ts, for grouping on any database
+    Column("model_asked", String(256), nullable=False),
+    Column("tier", String(64), nullable=False),  # "" when no tier served
+    Column("model_used", String(256), nullable=False),
+    Column("route_reason", Text, nullable=False),
+    Column("prompt_tokens", Integer, nullable=False),
+    Column("completion_tokens", Integer, nullable=False),
+    Column("images", Integer, nullable=False),
+    Column("audio", Integer, nullable=False),
+    Column("video", Integer, nullable=False),
+    Column("ttft_ms", Float),
+    Column("total_ms", Float, nullable=False),
+    Column("cache_hit", Boolean, nullable=False),
+    Column("degraded", Boolean, nullable=False),
+    Column("status", Integer, nullable=False),
+    Column("error", Text),
+    Column("price_id", Integer),
+    Column("cost_nusd", BigInteger, nullable=False),  # cost in nano-USD: sums are exact
+    Column("counterfactual_nusd", BigInteger, nullable=False),  # the same on the counterfactual tier
+    Index("ix_ledger_tenant_ts", "tenant_id", "ts"),
+)

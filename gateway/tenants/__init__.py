@@ -1,0 +1,33 @@
+"""Tenants, their API keys and their rate limits.
+
+:class:`TenantStore` keeps tenants and keys in the database (only key hashes);
+:class:`Authenticator` turns a request's bearer key into a :class:`Caller`;
+a :class:`RateLimiter` (in-process or Redis) admits or refuses each request.
+"""
+
+from gateway.tenants._auth import Authenticator
+from gateway.tenants._keys import hash_key, key_id_of, matches, new_key
+from gateway.tenants._limits import Demand, LocalLimiter, RateLimiter, RedisLimiter, make_limiter
+from gateway.tenants._models import ADMIN, DEFAULT_TENANT, TENANT, Caller, KeyInfo, NewKey, Tenant
+from gateway.tenants._store import TenantStore
+
+__all__ = [
+    "ADMIN",
+    "DEFAULT_TENANT",
+    "TENANT",
+    "Authenticator",
+    "Caller",
+    "Demand",
+    "KeyInfo",
+    "LocalLimiter",
+    "NewKey",
+    "RateLimiter",
+    "RedisLimiter",
+    "Tenant",
+    "TenantStore",
+    "hash_key",
+    "key_id_of",
+    "make_limiter",
+    "matches",
+    "new_key",
+]

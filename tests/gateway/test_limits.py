@@ -1,0 +1,69 @@
+"""Per-tenant rate limits, in one process and shared through a real Redis."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.errors import RateLimited
+from gateway.settings import TenantLimits
+from gateway.tenants import Demand, LocalLimiter, RateLimiter, RedisLimiter, Tenant
+
+
+def _tenant(tid: int, **limits: int) -> Tenant:
+    return Tenant(id=tid, name=f"t{tid}", created_at=0.0, limits=TenantLimits(**limits))
+
+
+TEXT_ONLY = Demand()
+
+
+async def _admitted(limiter: RateLimiter, tenant: Tenant, n: int, demand: Demand = TEXT_ONLY) -> int:
+    ok = 0
+    for _ in range(n):
+        try:
+            await limiter.admit(tenant, demand)
+            ok += 1
+        except RateLimited as exc:
+            assert 1 <= int(exc.headers()["Retry-After"]) <= 60
+            assert exc.status == 429 and tenant.name in exc.message
+    return ok
+
+
+async def _check_limits(limiter: RateLimiter) -> None:
+    a, b = _tenant(1, requests_per_min=3), _tenant(2, requests_per_min=5)
+    assert await _admitted(limiter, a, 10) == 3
+    assert await _admitted(limiter, b, 10) == 5  # one tenant's use is not another's
+    tokens = _tenant(3, tokens_per_min=100)
+    await limiter.admit(tokens, Demand())
+    await limiter.charge_tokens(tokens, 100)
+    with pytest.raises(RateLimited, match="100 tokens per minute"):
+        await limiter.admit(tokens, Demand())
+    images = _tenant(4, images_per_min=3)
+    assert await _admitted(limiter, images, 5, Demand(images=2)) == 1
+    assert await _admitted(limiter, images, 5, Demand()) == 5  # text-only requests do not count images
+    unlimited = _tenant(5)
+    assert await _admitted(limiter, unlimited, 50) == 50
+
+
+async def test_local_limits_per_tenant_and_per_modality() -> None:
+    await _check_limits(LocalLimiter())
+
+
+async def test_redis_limits_per_tenant_and_per_modality(redis_url: str) -> None:
+    limiter = RedisLimiter(redis_url, prefix="test1")
+    try:
+        await _check_limits(limiter)
+    finally:
+        await limiter.aclose()
+
+
+async def test_two_limiters_on_one_redis_share_the_limit(redis_url: str) -> None:
+    first, second = RedisLimiter(redis_url), RedisLimiter(redis_url)
+    tenant = _tenant(7, requests_per_min=4)
+    try:
+        admitted = 0
+        for _ in range(5):
+            admitted += await _admitted(first, tenant, 1) + await _admitted(second, tenant, 1)
+        assert admitted == 4
+    finally:
+        await first.aclose()
+        await second.aclose()
