@@ -15,6 +15,7 @@ import cache
 import router
 from gateway.accounts import Accounts
 from gateway.admin import ADMIN_ROUTES
+from gateway.admission import admit
 from gateway.caching import AnswerCache
 from gateway.chat import ChatService
 from gateway.controllers import ROUTES
@@ -41,7 +42,7 @@ def build_tiers(settings: Settings) -> dict[str, Tier]:
 
 def create_app(settings: Settings, tiers: dict[str, Tier] | None = None) -> Litestar:
     """Build the gateway. ``tiers`` replaces the configured ones (tests inject faulty tiers this way)."""
-    tiers = build_tiers(settings) if tiers is None else tiers
+    tiers = admit(build_tiers(settings) if tiers is None else tiers, settings.admission)
     metrics = Metrics()
     store = cache.open_store(settings.cache, settings.data_path) if settings.cache.enabled else None
 

@@ -20,6 +20,7 @@ from typing import Any
 import msgspec
 
 from cache import CacheConfig
+from gateway.admission import AdmissionSettings
 from router import AutoRule, BreakerConfig
 from tiers.cloud import DEFAULT_MODEL_DIR, DEFAULT_VLLM_PYTHON, CloudConfig, LocalServer
 from tiers.edge import EdgeConfig
@@ -125,6 +126,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     edge: EdgeConfig = msgspec.field(default_factory=EdgeConfig)
     cloud: CloudConfig = msgspec.field(default_factory=CloudConfig)
     routing: AutoRule = msgspec.field(default_factory=AutoRule)
+    admission: AdmissionSettings = msgspec.field(default_factory=AdmissionSettings)
     cache: CacheConfig = msgspec.field(default_factory=CacheConfig)
     breakers: BreakerConfig = msgspec.field(default_factory=BreakerConfig)
     degradation: DegradationSettings = msgspec.field(default_factory=DegradationSettings)

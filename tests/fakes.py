@@ -39,8 +39,9 @@ def _has_image(body: dict[str, Any]) -> bool:
 
 
 class FakeVLLM:
-    def __init__(self, mode: str = "ok") -> None:
+    def __init__(self, mode: str = "ok", delay_s: float = 0.2) -> None:
         self.mode = mode
+        self.delay_s = delay_s
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.requests: list[dict[str, Any]] = []
@@ -78,6 +79,8 @@ class FakeVLLM:
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.requests.append(body)
+        if self.mode == "slow":
+            await asyncio.sleep(self.delay_s)
         if self.mode == "reset":
             assert request.transport is not None
             request.transport.abort()

@@ -4,6 +4,7 @@ text requests are unaffected, and the breaker closes once the path heals."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -95,7 +96,8 @@ def test_broken_vision_path_degrades_images_spares_text_and_heals(
 
     metrics = httpx.get(f"{gw.url}/metrics").text
     assert 'tiergate_degraded_requests_total{modality="image"} 2.0' in metrics
-    assert 'tiergate_breaker_state{modality="image",tier="cloud"} 2.0' in metrics
+    # open (2), or half-open (1) if the cool-down has already passed on a slow machine
+    assert re.search(r'tiergate_breaker_state\{modality="image",tier="cloud"\} [12]\.0', metrics)
     assert 'tiergate_breaker_transitions_total{modality="image",state="open",tier="cloud"} 1.0' in metrics
 
     # The path heals: after the cool-down one probe goes through and closes the breaker.

@@ -246,7 +246,9 @@ def test_health_and_readiness(gateway: Gateway) -> None:
 def test_a_full_edge_queue_answers_429_at_once(tmp_path) -> None:
     from tests.conftest import start_gateway
 
-    gw = start_gateway(tmp_path, "[edge]\nmax_queue = 1\n[cloud]\nenabled = false\n")
+    # at the assumed 2 requests/s, a 0.5 s tolerable delay bounds the fast lane at one waiter
+    config = "[cloud]\nenabled = false\n[admission]\ninitial_rate_per_s = 2\n[admission.fast]\nmax_queue_delay_s = 0.5\n"
+    gw = start_gateway(tmp_path, config)
     long = {"model": "edge", "messages": ESSAY, "max_tokens": 400, "temperature": 0, "stream": True}
     try:
         with (
@@ -271,7 +273,7 @@ def test_a_full_edge_queue_answers_429_at_once(tmp_path) -> None:
             assert resp.status_code == 429
             assert int(resp.headers["retry-after"]) >= 1
             assert _error(resp)["type"] == "rate_limit_exceeded"
-            assert "waiting for the edge model" in str(_error(resp)["message"])
+            assert "the fast lane is full (1 waiting" in str(_error(resp)["message"])
             assert any(line.startswith("data: ") for line in itertools.islice(lines, 4))  # unaffected
     finally:
         gw.stop()

@@ -1,0 +1,181 @@
+"""Admission control in front of every tier: bounded fast and slow lanes, 429 at once beyond the bound.
+
+Each tier gets a :class:`Gate` with a number of service slots (how many requests it
+works on at once).  A request that finds no free slot waits in a lane chosen by
+its predicted cost: the *fast* lane for short requests, the *slow* lane for long
+ones.  A lane holds at most ``service rate × tolerable queueing delay`` requests
+(the rate is measured live from completions); a request beyond that is refused at
+once with 429 and a ``Retry-After`` of the expected wait, so latency cannot
+explode.  A freed slot goes to the fast lane first, but every ``slow_share``-th
+one to the slow lane when it has waiters, so short requests never starve behind
+video and long ones still move.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import enum
+import math
+import time
+from collections.abc import AsyncIterator
+
+import msgspec
+
+from tiers import Capabilities, Completion, Delta, Generation, Tier, TierOverloaded, TierState
+
+
+class Lane(enum.StrEnum):
+    FAST = "fast"
+    SLOW = "slow"
+
+
+class LaneSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    # How long a request may wait for a slot before it would rather be told 429.
+    max_queue_delay_s: float
+
+
+class AdmissionSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    enabled: bool = True
+    # Requests predicted to cost more than this (prompt + max_tokens, in tokens) take the slow lane.
+    slow_cost: float = 1024.0
+    fast: LaneSettings = msgspec.field(default_factory=lambda: LaneSettings(max_queue_delay_s=2.0))
+    slow: LaneSettings = msgspec.field(default_factory=lambda: LaneSettings(max_queue_delay_s=30.0))
+    # Of the slots freed while both lanes wait, one in this many goes to the slow lane.
+    slow_share: int = 4
+    # Requests each tier works on at once. The edge runs one generation at a time; vLLM batches.
+    slots: dict[str, int] = msgspec.field(default_factory=lambda: {"edge": 1, "cloud": 64})
+    # Completions per second assumed until enough have been measured.
+    initial_rate_per_s: float = 2.0
+
+
+class Gate:
+    def __init__(self, tier: str, slots: int, settings: AdmissionSettings) -> None:
+        self._tier = tier
+        self._slots = slots
+        self._settings = settings
+        self._busy = 0
+        self._lanes: dict[Lane, collections.deque[asyncio.Future[None]]] = {
+            Lane.FAST: collections.deque(),
+            Lane.SLOW: collections.deque(),
+        }
+        self._delay = {Lane.FAST: settings.fast.max_queue_delay_s, Lane.SLOW: settings.slow.max_queue_delay_s}
+        self._done: collections.deque[float] = collections.deque(maxlen=64)
+        self._grants = 0
+
+    @property
+    def waiting(self) -> int:
+        return sum(len(q) for q in self._lanes.values())
+
+    def lane_of(self, cost: float) -> Lane:
+        return Lane.SLOW if cost > self._settings.slow_cost else Lane.FAST
+
+    def rate(self) -> float:
+        """Completions per second over the last (up to) 64, or the configured guess."""
+        if len(self._done) < 8:
+            return self._settings.initial_rate_per_s
+        span = self._done[-1] - self._done[0]
+        return (len(self._done) - 1) / span if span > 0 else self._settings.initial_rate_per_s
+
+    def bound(self, lane: Lane) -> int:
+        return max(1, math.floor(self.rate() * self._delay[lane]))
+
+    async def acquire(self, cost: float) -> None:
+        lane = self.lane_of(cost)
+        if self._busy < self._slots and not self.waiting:
+            self._busy += 1
+            return
+        queue = self._lanes[lane]
+        if len(queue) >= self.bound(lane):
+            wait = (len(queue) + 1) / self.rate()
+            raise TierOverloaded(
+                self._tier,
+                f"the {lane.value} lane is full ({len(queue)} waiting, the bound for a "
+                f"{self._delay[lane]:g} s queueing delay at {self.rate():.1f} requests/s)",
+                retry_after_s=wait,
+            )
+        slot: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        queue.append(slot)
+        try:
+            await slot
+        except BaseException:
+            if slot.done() and not slot.cancelled():
+                self.release(completed=False)  # granted, then abandoned: pass it on
+            else:
+                with contextlib.suppress(ValueError):
+                    queue.remove(slot)
+            raise
+
+    def release(self, *, completed: bool = True) -> None:
+        if completed:
+            self._done.append(time.monotonic())
+        nxt = self._next_waiter()
+        if nxt is None:
+            self._busy -= 1
+        else:
+            nxt.set_result(None)  # the slot passes straight to the waiter
+
+    def _next_waiter(self) -> asyncio.Future[None] | None:
+        fast, slow = self._lanes[Lane.FAST], self._lanes[Lane.SLOW]
+        self._grants += 1
+        order = (slow, fast) if slow and self._grants % self._settings.slow_share == 0 else (fast, slow)
+        for queue in order:
+            while queue:
+                slot = queue.popleft()
+                if not slot.done():
+                    return slot
+        return None
+
+
+class AdmittedTier:
+    """A tier behind a :class:`Gate`; everything else passes through."""
+
+    def __init__(self, tier: Tier, gate: Gate) -> None:
+        self._tier = tier
+        self._gate = gate
+        self.name = tier.name
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self._tier.capabilities
+
+    def state(self) -> TierState:
+        state = self._tier.state()
+        state.queued += self._gate.waiting
+        return state
+
+    async def start(self) -> None:
+        await self._tier.start()
+
+    async def aclose(self) -> None:
+        await self._tier.aclose()
+
+    async def complete(self, gen: Generation) -> Completion:
+        await self._gate.acquire(gen.cost)
+        try:
+            result = await self._tier.complete(gen)
+        except BaseException:
+            self._gate.release(completed=False)
+            raise
+        self._gate.release()
+        return result
+
+    async def stream(self, gen: Generation) -> AsyncIterator[Delta]:
+        await self._gate.acquire(gen.cost)
+        completed = False
+        try:
+            async for delta in self._tier.stream(gen):
+                completed = delta.finish_reason is not None
+                yield delta
+        finally:
+            self._gate.release(completed=completed)
+
+
+def admit(tiers: dict[str, Tier], settings: AdmissionSettings) -> dict[str, Tier]:
+    if not settings.enabled:
+        return tiers
+    return {
+        name: AdmittedTier(tier, Gate(name, settings.slots.get(name, 16), settings))
+        for name, tier in tiers.items()
+    }

@@ -1,0 +1,90 @@
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from gateway.admission import AdmissionSettings, Gate, Lane, LaneSettings
+from tiers import TierOverloaded
+
+
+def settings(**kw: object) -> AdmissionSettings:
+    base = dict(
+        slow_cost=100.0,
+        fast=LaneSettings(max_queue_delay_s=2.0),
+        slow=LaneSettings(max_queue_delay_s=2.0),
+        slow_share=3,
+        initial_rate_per_s=2.0,
+    )
+    return AdmissionSettings(**{**base, **kw})  # type: ignore[arg-type]
+
+
+async def test_free_slots_admit_at_once_then_requests_queue() -> None:
+    gate = Gate("cloud", 2, settings())
+    await gate.acquire(10)
+    await gate.acquire(10)
+    waiter = asyncio.create_task(gate.acquire(10))
+    await asyncio.sleep(0)
+    assert gate.waiting == 1 and not waiter.done()
+    gate.release()
+    await asyncio.wait_for(waiter, 1)
+    assert gate.waiting == 0
+
+
+async def test_beyond_the_bound_is_refused_at_once_with_the_expected_wait() -> None:
+    gate = Gate("edge", 1, settings())  # 2/s × 2 s → 4 may wait per lane
+    await gate.acquire(10)
+    waiters = [asyncio.create_task(gate.acquire(10)) for _ in range(4)]
+    await asyncio.sleep(0)
+    with pytest.raises(TierOverloaded, match="fast lane is full") as caught:
+        await gate.acquire(10)
+    assert caught.value.retry_after_s == pytest.approx(2.5)
+    slow = asyncio.create_task(gate.acquire(500))  # the slow lane has its own bound: it queues
+    await asyncio.sleep(0)
+    assert not slow.done() and gate.waiting == 5
+    for w in [*waiters, slow]:
+        w.cancel()
+
+
+async def test_fast_lane_goes_first_but_slow_is_not_starved() -> None:
+    gate = Gate("cloud", 1, settings())
+    await gate.acquire(10)
+    order: list[str] = []
+
+    async def one(name: str, cost: float) -> None:
+        await gate.acquire(cost)
+        order.append(name)
+
+    tasks = [asyncio.create_task(one(f"slow{i}", 500)) for i in range(2)]
+    tasks += [asyncio.create_task(one(f"fast{i}", 10)) for i in range(3)]
+    await asyncio.sleep(0)
+    for _ in range(5):
+        gate.release()
+        await asyncio.sleep(0)
+    # grants 1, 2 → fast; grant 3 → slow (slow_share 3); then fast, slow
+    assert order == ["fast0", "fast1", "slow0", "fast2", "slow1"]
+    assert all(t.done() for t in tasks)
+
+
+async def test_a_waiter_that_gives_up_leaves_no_hole() -> None:
+    gate = Gate("cloud", 1, settings())
+    await gate.acquire(10)
+    quitter = asyncio.create_task(gate.acquire(10))
+    stayer = asyncio.create_task(gate.acquire(10))
+    await asyncio.sleep(0)
+    quitter.cancel()
+    await asyncio.sleep(0)
+    gate.release()
+    await asyncio.wait_for(stayer, 1)
+    assert gate.waiting == 0
+
+
+async def test_rate_is_measured_from_completions() -> None:
+    gate = Gate("cloud", 1, settings())
+    assert gate.rate() == 2.0
+    for _ in range(10):
+        await gate.acquire(10)
+        gate.release()
+        await asyncio.sleep(0.01)
+    assert gate.rate() > 20
+    assert gate.bound(Lane.FAST) > 40
