@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+import signal
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 import msgspec
@@ -22,8 +23,8 @@ from gateway.controllers import ROUTES
 from gateway.errors import error_response
 from gateway.metrics import Metrics
 from gateway.request_id import before_send
-from gateway.settings import Settings
-from tiers import Tier
+from gateway.settings import Settings, SettingsError
+from tiers import Pool, Tier
 from tiers.cloud import VLLMPool
 from tiers.edge import LlamaCppTier
 
@@ -40,9 +41,20 @@ def build_tiers(settings: Settings) -> dict[str, Tier]:
     return tiers
 
 
-def create_app(settings: Settings, tiers: dict[str, Tier] | None = None) -> Litestar:
-    """Build the gateway. ``tiers`` replaces the configured ones (tests inject faulty tiers this way)."""
-    tiers = admit(build_tiers(settings) if tiers is None else tiers, settings.admission)
+def create_app(
+    settings: Settings,
+    tiers: dict[str, Tier] | None = None,
+    reload_settings: Callable[[], Settings] | None = None,
+) -> Litestar:
+    """Build the gateway.
+
+    ``tiers`` replaces the configured ones (tests inject faulty tiers this way).  With
+    ``reload_settings``, SIGHUP re-reads the settings and applies the cloud pool's membership
+    (``cloud.urls``) without a restart: new replicas join, removed ones drain.
+    """
+    tiers = build_tiers(settings) if tiers is None else tiers
+    pool = next((t for t in tiers.values() if isinstance(t, Pool)), None)
+    tiers = admit(tiers, settings.admission)
     metrics = Metrics()
     store = cache.open_store(settings.cache, settings.data_path) if settings.cache.enabled else None
 
@@ -60,11 +72,26 @@ def create_app(settings: Settings, tiers: dict[str, Tier] | None = None) -> Lite
     )
     accounts = Accounts(settings, chat)
 
+    def reload_pool() -> None:
+        assert reload_settings is not None and pool is not None
+        try:
+            urls = reload_settings().cloud.urls
+        except SettingsError as exc:
+            log.error("SIGHUP: settings not reloaded: %s", exc)
+            return
+        if urls:
+            log.info("SIGHUP: cloud pool members are now %s", urls)
+            pool.set_members(urls)
+        else:
+            log.warning("SIGHUP: cloud.urls is empty; the pool keeps its members")
+
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         settings.data_path.mkdir(parents=True, exist_ok=True)
         await accounts.start()
         await asyncio.gather(*(tier.start() for tier in tiers.values()))
+        if reload_settings is not None and pool is not None:
+            asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reload_pool)
         log.info("tiergate ready to accept requests; tiers: %s", chat.tier_states())
         try:
             yield
@@ -77,7 +104,9 @@ def create_app(settings: Settings, tiers: dict[str, Tier] | None = None) -> Lite
     return Litestar(
         route_handlers=[*ROUTES, *ADMIN_ROUTES],
         lifespan=[lifespan],
-        state=State({"chat": chat, "accounts": accounts, "metrics": metrics, "settings": settings}),
+        state=State(
+            {"chat": chat, "accounts": accounts, "metrics": metrics, "settings": settings, "pool": pool}
+        ),
         exception_handlers={Exception: error_response},
         before_send=[before_send(metrics)],
         request_max_body_size=settings.server.max_body_bytes,

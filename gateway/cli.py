@@ -49,12 +49,14 @@ def serve(
 
     Ready on the edge tier at once; the cloud tier joins when its server answers.
     SIGTERM or Ctrl-C stops accepting, lets in-flight requests finish (server.shutdown_grace_s),
-    then stops the tiers and any child process.
+    then stops the tiers and any child process. SIGHUP re-reads the settings and applies the
+    cloud pool's membership (cloud.urls): new replicas join, removed ones drain.
     """
     from gateway.server import run
 
-    settings = _settings(config, **{"server.host": host, "server.port": port})
-    run(settings)
+    overrides = {"server.host": host, "server.port": port}
+    settings = _settings(config, **overrides)
+    run(settings, lambda: load_settings(config, **overrides))
 
 
 @cli.command("config")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import uvicorn
 
@@ -10,10 +11,12 @@ from gateway.app import create_app
 from gateway.settings import Settings
 
 
-def uvicorn_config(settings: Settings) -> uvicorn.Config:
+def uvicorn_config(
+    settings: Settings, reload_settings: Callable[[], Settings] | None = None
+) -> uvicorn.Config:
     server = settings.server
     return uvicorn.Config(
-        create_app(settings),
+        create_app(settings, reload_settings=reload_settings),
         host=server.host,
         port=server.port,
         loop="uvloop",
@@ -26,6 +29,7 @@ def uvicorn_config(settings: Settings) -> uvicorn.Config:
     )
 
 
-def run(settings: Settings) -> None:
+def run(settings: Settings, reload_settings: Callable[[], Settings] | None = None) -> None:
+    """Serve until SIGTERM/SIGINT; SIGHUP applies ``reload_settings()``'s cloud pool membership."""
     logging.getLogger(__name__).info("data folder: %s", settings.data_path)
-    uvicorn.Server(uvicorn_config(settings)).run()
+    uvicorn.Server(uvicorn_config(settings, reload_settings)).run()

@@ -9,7 +9,7 @@ from tiers._errors import (
     TierTimeout,
     TierUnavailable,
 )
-from tiers._protocol import Tier
+from tiers._protocol import Pool, Tier
 from tiers._types import (
     Capabilities,
     Completion,
@@ -28,6 +28,7 @@ __all__ = [
     "Generation",
     "Health",
     "Modality",
+    "Pool",
     "Tier",
     "TierError",
     "TierFailed",

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import Protocol, runtime_checkable
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, Protocol, runtime_checkable
 
 from tiers._types import Capabilities, Completion, Delta, Generation, TierState
 
@@ -31,3 +31,14 @@ class Tier(Protocol):
     async def complete(self, gen: Generation) -> Completion: ...
 
     def stream(self, gen: Generation) -> AsyncIterator[Delta]: ...
+
+
+@runtime_checkable
+class Pool(Protocol):
+    """A tier made of replicas whose membership operators change at run time."""
+
+    def replicas(self) -> list[dict[str, Any]]: ...
+
+    def set_members(self, urls: Sequence[str]) -> None: ...
+
+    def drain(self, name: str) -> bool: ...

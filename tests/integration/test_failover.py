@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -120,5 +121,55 @@ def test_a_failing_replica_is_retried_on_another(tmp_path: Path, mode: str, ejec
             replicas = gw.readyz()["tiers"][0]["instances"]
             assert replicas[0]["ejected"] is ejected
             assert len(bad.requests) == 2 if ejected else len(bad.requests) > 2
+        finally:
+            gw.stop()
+
+
+def _members(gw: Gateway) -> list[tuple[str, bool]]:
+    cloud = next(t for t in gw.readyz()["tiers"] if t["name"] == "cloud")
+    return [(r["url"], r["draining"]) for r in cloud.get("instances", [])]
+
+
+def test_replicas_can_be_added_and_drained_through_the_admin_api(tmp_path: Path) -> None:
+    with FakeVLLM() as first, FakeVLLM() as second:
+        gw = start_gateway(
+            tmp_path, f'[edge]\nenabled = false\n[cloud]\nurls = ["{first.url}"]\n', edge=False
+        )
+        try:
+            api = f"{gw.url}/admin/api/cloud/replicas"
+            tenant = httpx.put(api, json={"urls": [first.url]}, headers=gw.auth)
+            assert tenant.status_code == 403
+            bad = httpx.put(api, json={"urls": ["file:///etc/passwd"]}, headers=gw.admin)
+            assert bad.status_code == 400 and bad.json()["error"]["param"] == "urls"
+            added = httpx.put(api, json={"urls": [first.url, second.url]}, headers=gw.admin)
+            assert [r["name"] for r in added.json()] == ["cloud-0", "cloud-1"]
+            gw.wait(lambda: "2/2" in gw.readyz()["tiers"][0]["detail"], 10, "the new replica")
+            assert httpx.post(f"{api}/cloud-0/drain", headers=gw.admin).status_code == 200
+            assert _members(gw) == [(second.url, False)]  # idle, so it left at once
+            served = {
+                gw.client()
+                .chat.completions.with_raw_response.create(
+                    model="cloud", messages=HELLO, max_tokens=4, extra_headers={"X-Session-ID": f"s{i}"}
+                )
+                .headers["x-tiergate-instance"]
+                for i in range(4)
+            }
+            assert served == {"cloud-1"}
+            assert httpx.post(f"{api}/cloud-9/drain", headers=gw.admin).status_code == 404
+        finally:
+            gw.stop()
+
+
+def test_sighup_applies_a_new_pool_membership(tmp_path: Path) -> None:
+    with FakeVLLM() as first, FakeVLLM() as second:
+        gw = start_gateway(
+            tmp_path, f'[edge]\nenabled = false\n[cloud]\nurls = ["{first.url}"]\n', edge=False
+        )
+        try:
+            config = tmp_path / "tiergate.toml"
+            config.write_text(config.read_text().replace(f'["{first.url}"]', f'["{second.url}"]'))
+            gw.process.send_signal(signal.SIGHUP)
+            gw.wait(lambda: _members(gw) == [(second.url, False)], 10, "the new membership")
+            assert gw.process.poll() is None  # SIGHUP did not stop it
         finally:
             gw.stop()

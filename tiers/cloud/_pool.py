@@ -140,12 +140,23 @@ class VLLMPool:
                 self._next_index += 1
                 self._replicas.append(replica)
                 self._watchers[url] = asyncio.create_task(self._watch(replica), name=f"watch {url}")
-        for replica in self._replicas:
+        for replica in list(self._replicas):
             if replica.url not in wanted and not replica.draining:
-                log.info("cloud replica %s is draining", replica.url)
-                replica.draining = True
+                self.drain(replica.name)
         self._balancer.set_members([r.name for r in self._replicas if not r.draining])
         self._pending_urls = []
+
+    def drain(self, name: str) -> bool:
+        """Take a replica out of rotation; it leaves the pool when its last request ends."""
+        replica = next((r for r in self._replicas if r.name == name), None)
+        if replica is None:
+            return False
+        replica.draining = True
+        self._balancer.set_members([r.name for r in self._replicas if not r.draining])
+        if replica.in_flight == 0:
+            self._remove(replica)
+        log.info("cloud replica %s (%s) is draining", replica.name, replica.url)
+        return True
 
     # -- requests ---------------------------------------------------------------
 
