@@ -17,13 +17,28 @@ from collections.abc import Collection, Sequence
 
 from tiers.cloud._replica import Replica
 
+STRATEGIES = ("least-load", "round-robin")
+
 
 def _hash(text: str) -> int:
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big")
 
 
 class Balancer:
-    def __init__(self, *, bound: float = 1.25, virtual_nodes: int = 64, slow_start_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        *,
+        strategy: str = "least-load",
+        bound: float = 1.25,
+        virtual_nodes: int = 64,
+        slow_start_s: float = 10.0,
+    ) -> None:
+        if strategy not in STRATEGIES:
+            raise ValueError(
+                f"unknown balancing strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}"
+            )
+        self._strategy = strategy
+        self._turn = 0
         self._bound = bound
         self._virtual_nodes = virtual_nodes
         self._slow_start_s = slow_start_s
@@ -50,6 +65,10 @@ class Balancer:
         candidates = {r.name: r for r in replicas if r.available(now) and r.name not in exclude}
         if not candidates:
             return None
+        if self._strategy == "round-robin":  # the baseline: blind to load and conversations
+            self._turn += 1
+            ordered = list(candidates.values())
+            return ordered[self._turn % len(ordered)], "round-robin"
         loads = {name: r.load(mean_cost) for name, r in candidates.items()}
         if affinity is not None and self._ring:
             # The fair share times the bound, plus one average request of slack so that a stale

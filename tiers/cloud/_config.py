@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 import msgspec
 
 from tiers._types import Modality
@@ -52,6 +54,8 @@ class CloudConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     health_interval_s: float = 2.0
     # vLLM's /metrics (requests waiting/running, KV-cache use) is read this often for balancing.
     scrape_interval_s: float = 1.0
+    # "least-load" (with session affinity) or "round-robin" (the baseline, for comparison).
+    balancing: Literal["least-load", "round-robin"] = "least-load"
     # Session affinity: a replica keeps a conversation while its load is at most this times the average.
     affinity_bound: float = 1.25
     # Passive ejection: this many failures in a row take a replica out, first for eject_s (then doubling).

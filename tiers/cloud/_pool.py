@@ -62,7 +62,9 @@ class VLLMPool:
             LocalVLLMServer(config.local, log_dir) if not config.urls and config.local.enabled else None
         )
         self._model = config.model or (config.local.served_model_name if self._local else "")
-        self._balancer = Balancer(bound=config.affinity_bound, slow_start_s=config.slow_start_s)
+        self._balancer = Balancer(
+            strategy=config.balancing, bound=config.affinity_bound, slow_start_s=config.slow_start_s
+        )
         self._replicas: list[Replica] = []
         self._watchers: dict[str, asyncio.Task[None]] = {}
         self._session: aiohttp.ClientSession | None = None

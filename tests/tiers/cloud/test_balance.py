@@ -94,3 +94,12 @@ vllm:num_requests_running{engine="0",model_name="m"} 2.0
 vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.25
 """
     assert parse_engine_load(text) == EngineLoad(waiting=3.0, running=2.0, kv_cache_usage=0.25)
+
+
+def test_round_robin_baseline_ignores_load_and_affinity() -> None:
+    pool = replicas(2)
+    pool[0].outstanding_cost = 1000.0
+    balancer = Balancer(strategy="round-robin")
+    balancer.set_members([r.name for r in pool])
+    names = [balancer.pick(pool, cost=1, mean_cost=1, now=NOW, affinity="x")[0].name for _ in range(4)]  # type: ignore[index]
+    assert names == ["r1", "r0", "r1", "r0"]
