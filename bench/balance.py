@@ -5,8 +5,9 @@ Method
 * Two vLLM servers (the project's cloud model, CPU) are started once; two gateways are started in
   front of both, one with ``cloud.balancing = "least-load"`` (weighted least load + bounded-load
   affinity) and one with ``"round-robin"``. Edge disabled, result cache off.
-* Workload (identical for both, seeded): ``--conversations`` multi-turn chats whose turns share a
-  long system prompt and history (so a replica that saw the previous turn has its prefix cached),
+* Workload (identical for both, seeded): ``--conversations`` multi-turn chats, each about its own
+  long document (~1,000 tokens) that every turn repeats (so only a replica that saw the previous turn
+  has the prefix cached),
   mixed with one-off long generations, sent by ``--concurrency`` clients. Each chat sends an
   ``X-Session-ID``.
 * The strategies run alternately, ``--rounds`` times each; per strategy the table shows the median
@@ -42,9 +43,7 @@ from tiers.cloud._local import LocalVLLMServer
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "balance.json"
-SYSTEM = "You are a patient tutor. " + " ".join(
-    f"Rule {i}: answer briefly, stay on topic, and be kind to the student." for i in range(40)
-)
+SYSTEM_SHORT = "You are a careful assistant. Answer from the document below, briefly."
 
 
 def start_vllm(port: int, log: Path) -> subprocess.Popen[bytes]:
@@ -109,18 +108,17 @@ def workload(conversations: int, turns: int, seed: int) -> list[list[dict[str, o
     rng = random.Random(seed)
     jobs: list[list[dict[str, object]]] = []
     for c in range(conversations):
-        history: list[dict[str, str]] = [{"role": "system", "content": SYSTEM}]
+        # Each conversation is about its own long document, so its prefix is cached only where it ran.
+        document = " ".join(
+            f"Fact {c}.{i}: item {rng.randint(0, 10**6)} weighs {rng.randint(1, 999)} g." for i in range(60)
+        )
+        history: list[dict[str, str]] = [{"role": "system", "content": f"{SYSTEM_SHORT}\n{document}"}]
         chat = []
         for t in range(turns):
-            history = [
-                *history,
-                {
-                    "role": "user",
-                    "content": f"Student {c}, question {t}: what is {rng.randint(2, 99)} squared?",
-                },
-            ]
+            question = f"Question {t}: which item is heaviest, and what is {rng.randint(2, 99)} squared?"
+            history = [*history, {"role": "user", "content": question}]
             chat.append({"session": f"chat-{seed}-{c}", "messages": list(history), "max_tokens": 24})
-            history = [*history, {"role": "assistant", "content": "Let me work it out step by step."}]
+            history = [*history, {"role": "assistant", "content": "Let me look at the facts step by step."}]
         jobs.append(chat)
     for g in range(conversations // 2):
         jobs.append(

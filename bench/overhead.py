@@ -98,6 +98,14 @@ def wait_ready(target: Target, timeout: float = 120) -> None:
     raise RuntimeError(f"{target.name} did not answer on port {target.port}")
 
 
+def wait_for_file(path: Path, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{path} did not appear")
+        time.sleep(0.2)
+
+
 def hey(
     target: Target, body_file: Path, *, duration: float, rate: float | None, connections: int
 ) -> list[dict[str, float]]:
@@ -196,6 +204,8 @@ def main() -> None:
             "TIERGATE_CLOUD__URLS": f"http://127.0.0.1:{upstream.port}",
             "TIERGATE_DATA_DIR": str(tmp / "data"),
             "TIERGATE_SERVER__LOG_LEVEL": "warning",
+            # measured: the request path with auth, limits, ledger and admission; no result cache
+            "TIERGATE_CACHE__ENABLED": "false",
         },
         log=tmp / "tiergate.log",
     )
@@ -217,6 +227,9 @@ def main() -> None:
         )
         targets.append(lite)
     try:
+        credentials = tmp / "data" / "initial-credentials.json"
+        wait_for_file(credentials)
+        gateway.api_key = json.loads(credentials.read_text())["tenant_key"]
         for t in targets:
             wait_ready(t, timeout=180)
         report = run(targets, rates, args, tmp)

@@ -14,6 +14,16 @@ from gateway.request_id import request_id
 from gateway.tenants import DEFAULT_TENANT
 
 JSON = "application/json"
+_REPLICA_SIGNALS = (
+    "healthy",
+    "draining",
+    "ejected",
+    "in_flight",
+    "outstanding_cost",
+    "vllm_waiting",
+    "vllm_running",
+    "kv_cache_usage",
+)
 _BREAKER_LEVEL = {"closed": 0, "half_open": 1, "open": 2}
 
 
@@ -90,6 +100,10 @@ async def prometheus_metrics(state: State) -> Response[bytes]:
     chat: ChatService = state.chat
     for tier in chat.tier_states():
         metrics.tier_ready.labels(tier["name"]).set(1 if tier["health"] == "ready" else 0)
+    for tier in chat.tier_states():
+        for replica in tier.get("instances", ()):
+            for signal in _REPLICA_SIGNALS:
+                metrics.replica.labels(replica["name"], signal).set(float(replica[signal]))
     for breaker in chat.breaker_states():
         level = _BREAKER_LEVEL[breaker["state"]]
         metrics.breaker_state.labels(breaker["tier"], breaker["modality"]).set(level)

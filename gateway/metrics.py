@@ -52,6 +52,14 @@ class Metrics:
             ["from_tier"],
             registry=r,
         )
+        # One series per replica and signal; replica names are the pool's own (cloud-0, cloud-1, ...).
+        self.replica = Gauge(
+            "tiergate_replica",
+            "Cloud replica state: healthy, draining, ejected (0/1), in_flight, outstanding_cost, and the "
+            "vllm_waiting, vllm_running and kv_cache_usage its /metrics last reported.",
+            ["replica", "signal"],
+            registry=r,
+        )
         self.tier_ready = Gauge(
             "tiergate_tier_ready",
             "1 when the tier can serve, else 0.",

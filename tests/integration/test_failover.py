@@ -118,6 +118,9 @@ def test_a_failing_replica_is_retried_on_another(tmp_path: Path, mode: str, ejec
                 assert raw.parse().choices[0].message.content == "fake answer"
                 instances.append(raw.headers["x-tiergate-instance"])
             assert set(instances) == {"cloud-1"}  # the good one, every time
+            metrics = httpx.get(f"{gw.url}/metrics").text
+            assert 'tiergate_replica{replica="cloud-1",signal="healthy"} 1.0' in metrics
+            assert f'tiergate_replica{{replica="cloud-0",signal="ejected"}} {float(ejected)}' in metrics
             replicas = gw.readyz()["tiers"][0]["instances"]
             assert replicas[0]["ejected"] is ejected
             assert len(bad.requests) == 2 if ejected else len(bad.requests) > 2
