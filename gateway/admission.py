@@ -38,8 +38,9 @@ class LaneSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
 
 class AdmissionSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     enabled: bool = True
-    # Requests predicted to cost more than this (prompt + max_tokens, in tokens) take the slow lane.
-    slow_cost: float = 1024.0
+    # Requests predicted to cost more than this (max_tokens + a tenth of the prompt's tokens) take
+    # the slow lane.
+    slow_cost: float = 512.0
     fast: LaneSettings = msgspec.field(default_factory=lambda: LaneSettings(max_queue_delay_s=2.0))
     slow: LaneSettings = msgspec.field(default_factory=lambda: LaneSettings(max_queue_delay_s=30.0))
     # Of the slots freed while both lanes wait, one in this many goes to the slow lane.

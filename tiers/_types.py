@@ -79,7 +79,8 @@ class Generation:
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     request_id: str = ""
-    # Predicted work, in rough token units (prompt + expected output); balancers weigh load by it.
+    # Predicted work in generated-token units (prompt tokens count a tenth); balancers and admission
+    # lanes weigh requests by it.
     cost: float = 1.0
     # Requests sharing this key (a conversation) prefer the same instance, for its prefix cache.
     affinity: str | None = None

@@ -278,6 +278,7 @@ class VLLMPool:
 
     def _end(self, replica: Replica, gen: Generation) -> None:
         replica.in_flight -= 1
+        replica.finished_since_scrape += 1
         replica.outstanding_cost = max(0.0, replica.outstanding_cost - gen.cost)
         if replica.draining and replica.in_flight == 0:
             self._remove(replica)
@@ -368,6 +369,7 @@ class VLLMPool:
             async with self._session.get(replica.url + "/metrics", timeout=_PROBE_TIMEOUT) as resp:
                 if resp.status == 200:
                     replica.engine = parse_engine_load(await resp.text())
+                    replica.finished_since_scrape = 0
         except (TimeoutError, aiohttp.ClientError):
             pass  # health checks decide availability; a missed scrape keeps the last reading
 

@@ -71,6 +71,8 @@ class Replica:
     healthy_since: float = 0.0
     last_error: str = ""
     served: int = 0
+    # Requests that ended since the last /metrics scrape: that scrape still counts them as running.
+    finished_since_scrape: int = 0
 
     def available(self, now: float) -> bool:
         return self.healthy and not self.draining and now >= self.ejected_until
@@ -86,7 +88,8 @@ class Replica:
     def load(self, mean_cost: float) -> float:
         """Work ahead of a new request, in cost units: what we have in flight there, plus requests vLLM
         reports beyond ours (other clients), plus a penalty as its KV cache nears full (preemption)."""
-        others = max(0.0, self.engine.waiting + self.engine.running - self.in_flight)
+        ours = self.in_flight + self.finished_since_scrape
+        others = max(0.0, self.engine.waiting + self.engine.running - ours)
         kv_pressure = max(0.0, self.engine.kv_cache_usage - KV_PRESSURE_FROM) / (1 - KV_PRESSURE_FROM)
         return self.outstanding_cost + (others + 4 * kv_pressure) * mean_cost
 
