@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import random
@@ -142,6 +143,7 @@ async def run_strategy(
         queue.put_nowait(job)
     latencies: list[float] = []
     errors = 0
+    homes: dict[str, list[str]] = {}  # session -> the replica of each of its turns
 
     async def client() -> None:
         nonlocal errors
@@ -159,6 +161,9 @@ async def run_strategy(
                     resp = await http.post(f"{url}/v1/chat/completions", json=body, headers=headers)
                     if resp.status_code == 200:
                         latencies.append(time.perf_counter() - started)
+                        if req["session"]:
+                            served_by = resp.headers["x-tiergate-instance"]
+                            homes.setdefault(str(req["session"]), []).append(served_by)
                     else:
                         errors += 1
 
@@ -171,6 +176,9 @@ async def run_strategy(
         "p99_s": ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))],
         "req_per_s": len(latencies) / elapsed,
         "errors": errors,
+        # of the turns after a conversation's first, the share served where its previous turn was
+        "same_replica_as_previous_turn": sum(a == b for h in homes.values() for a, b in itertools.pairwise(h))
+        / max(1, sum(len(h) - 1 for h in homes.values())),
     }
 
 
@@ -210,11 +218,15 @@ def main() -> None:
         name: {k: round(statistics.median(r[k] for r in rows), 3) for k in rows[0]}
         for name, rows in results.items()
     }
-    print(f"\n{'strategy':<12} {'p50 s':>7} {'p99 s':>7} {'req/s':>7} {'prefix hit':>10} {'errors':>7}")
+    print(
+        f"\n{'strategy':<12} {'p50 s':>7} {'p99 s':>7} {'req/s':>7} {'prefix hit':>10} "
+        f"{'sticky':>7} {'errors':>7}"
+    )
     for name, row in table.items():
         print(
             f"{name:<12} {row['p50_s']:>7.2f} {row['p99_s']:>7.2f} {row['req_per_s']:>7.2f} "
-            f"{row['prefix_cache_hit_rate']:>10.2%} {row['errors']:>7.0f}"
+            f"{row['prefix_cache_hit_rate']:>10.2%} {row['same_replica_as_previous_turn']:>7.0%} "
+            f"{row['errors']:>7.0f}"
         )
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(
