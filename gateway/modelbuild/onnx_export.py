@@ -32,7 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-EXPORT_VERSION = "1"
+EXPORT_VERSION = "1"  # bump when what this module writes changes (the torch side is hashed as it is)
+INT8_METHOD = "quantize_dynamic QInt8, per channel"
 EXPORT_ENV = "onnx-export-1"
 BUILD_FILE = "tiergate-build.json"
 TORCH_SIDE = Path(__file__).with_name("_torch_export.py")
@@ -57,12 +58,13 @@ class ExportResult:
 
 
 def source_hash(src: Path) -> str:
-    """sha256 of the source files that decide the export, this exporter's code and onnxruntime's version."""
+    """sha256 of the source files that decide the export, the torch side's code, the INT8 method and
+    onnxruntime's version."""
     import onnxruntime
 
     digest = hashlib.sha256(f"tiergate-onnx-export {EXPORT_VERSION} ort {onnxruntime.__version__}\n".encode())
+    digest.update(INT8_METHOD.encode())
     digest.update(TORCH_SIDE.read_bytes())
-    digest.update(Path(__file__).read_bytes())
     for name in SOURCE_FILES:
         path = src / name
         if not path.exists():
@@ -112,7 +114,7 @@ def export_onnx(
             "source": str(src),
             "source_sha256": key,
             "files": {f: (staged / f).stat().st_size for f in ("model.onnx", "model.int8.onnx")},
-            "int8": "quantize_dynamic QInt8, per channel",
+            "int8": INT8_METHOD,
             "agreement": agreement,
             "seconds": round(time.monotonic() - started, 1),
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
