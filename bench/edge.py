@@ -18,7 +18,8 @@ Method
   exactly what a client of the queued tier sees.  tokens/s = all tokens made / wall time of the batch.
 * Rounds: every (engine, path, c) cell is measured once per round, cells interleaved in a fixed order,
   ``--repeats`` rounds; the table shows medians over rounds (TTFT: median over all requests).  The
-  machine is shared, so read the ratios (path / raw of the same engine) rather than absolute numbers.
+  machine is shared, so read the ratios rather than absolute numbers: ``vs raw`` is median / median,
+  ``paired`` the median over rounds of (this path / the raw engine in the same round), the steadier one.
 
     .venv/bin/python -m bench.edge [--repeats 3] [--max-tokens 64] [--concurrency 1,4] [--skip-http]
 
@@ -69,6 +70,10 @@ class Cell:
     path: str
     concurrency: int
     batches: list[Batch] = field(default_factory=list)
+
+    @property
+    def engine_key(self) -> tuple[str, int]:
+        return self.engine, self.concurrency
 
 
 # -- raw engines ---------------------------------------------------------------------------------
@@ -258,13 +263,21 @@ def machine() -> str:
 
 def summarise(cells: list[Cell]) -> list[dict[str, Any]]:
     rows = []
-    raw_tps: dict[tuple[str, int], float] = {}
+    raw: dict[tuple[str, int], Cell] = {c.engine_key: c for c in cells if c.path == "raw"}
     for cell in cells:
         tps = statistics.median(b.tokens / b.wall for b in cell.batches)
         ttft = statistics.median(t for b in cell.batches for t in b.ttfts)
-        if cell.path == "raw":
-            raw_tps[cell.engine, cell.concurrency] = tps
-        base = raw_tps.get((cell.engine, cell.concurrency))
+        base_cell = raw.get(cell.engine_key)
+        base = statistics.median(b.tokens / b.wall for b in base_cell.batches) if base_cell else None
+        # the same round's raw run is the fairest baseline on a busy machine: median of per-round ratios
+        paired = (
+            statistics.median(
+                (b.tokens / b.wall) / (r.tokens / r.wall)
+                for b, r in zip(cell.batches, base_cell.batches, strict=True)
+            )
+            if base_cell
+            else None
+        )
         rows.append(
             {
                 "engine": cell.engine,
@@ -273,6 +286,7 @@ def summarise(cells: list[Cell]) -> list[dict[str, Any]]:
                 "tokens_per_s": round(tps, 2),
                 "ttft_ms_p50": round(ttft * 1000, 1),
                 "vs_raw": round(tps / base, 3) if base else None,
+                "vs_raw_paired": round(paired, 3) if paired else None,
                 "rounds": [round(b.tokens / b.wall, 2) for b in cell.batches],
             }
         )
@@ -347,12 +361,15 @@ async def main(argv: list[str] | None = None) -> int:
         await tier.aclose()
 
     rows = summarise(cells)
-    print(f"\n{'engine':<10} {'path':<5} {'c':>2} {'tok/s':>8} {'TTFT p50 ms':>12} {'vs raw':>7}")
+    columns = [("engine", "<10"), ("path", "<5"), ("c", ">2"), ("tok/s", ">8"), ("TTFT p50 ms", ">12")]
+    header = " ".join(f"{name:{fmt}}" for name, fmt in [*columns, ("vs raw", ">7"), ("paired", ">7")])
+    print(f"\n{header}")
     for r in rows:
         ratio = f"{r['vs_raw']:.1%}" if r["vs_raw"] else ""
+        paired = f"{r['vs_raw_paired']:.1%}" if r["vs_raw_paired"] else ""
         print(
             f"{r['engine']:<10} {r['path']:<5} {r['concurrency']:>2} {r['tokens_per_s']:>8.1f} "
-            f"{r['ttft_ms_p50']:>12.1f} {ratio:>7}"
+            f"{r['ttft_ms_p50']:>12.1f} {ratio:>7} {paired:>7}"
         )
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(
