@@ -33,6 +33,7 @@ import asyncio
 import json
 import os
 import platform
+import socket
 import statistics
 import subprocess
 import sys
@@ -45,7 +46,6 @@ from typing import Any
 
 import httpx
 
-from tests.conftest import free_port
 from tiers import Generation
 from tiers.edge import EdgeConfig, LlamaCppTier, OnnxTier, default_threads, shipped_model_path
 from tiers.edge._onnx import FP32_FILE, INT8_FILE, ChatPrompt, DecoderShape, choose_providers
@@ -212,6 +212,12 @@ async def http_batch(client: httpx.AsyncClient, url: str, concurrency: int, max_
 
     results = await asyncio.gather(*(one() for _ in range(concurrency)))
     return Batch([r[0] for r in results], sum(r[1] for r in results), time.perf_counter() - start)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 class GatewayProcess:
