@@ -16,7 +16,8 @@ Method
 * Concurrency c (1 and 4): c requests start together; an engine serves one at a time (FIFO), so for
   ``raw`` the c requests run back to back in one thread and their TTFT counts from the common start,
   exactly what a client of the queued tier sees.  tokens/s = all tokens made / wall time of the batch.
-* Rounds: every (engine, path, c) cell is measured once per round, cells interleaved in a fixed order,
+* Rounds: every (engine, path, c) cell is measured once per round, cells interleaved, the order of the
+  paths within an (engine, c) group rotating from round to round (raw first, then tier first, ...),
   ``--repeats`` rounds; the table shows medians over rounds (TTFT: median over all requests).  The
   machine is shared, so read the ratios rather than absolute numbers: ``vs raw`` is median / median,
   ``paired`` the median over rounds of (this path / the raw engine in the same round), the steadier one.
@@ -255,6 +256,17 @@ class GatewayProcess:
 # -- the run -------------------------------------------------------------------------------------
 
 
+def rotated(cells: list[Cell], group: int, by: int) -> list[Cell]:
+    """Each (engine, concurrency) group of paths in an order that rotates every round, so no path is
+    always the first to run after a switch of model."""
+    out: list[Cell] = []
+    for start in range(0, len(cells), group):
+        block = cells[start : start + group]
+        shift = by % len(block)
+        out += block[shift:] + block[:shift]
+    return out
+
+
 def machine() -> str:
     model = next(
         (
@@ -351,7 +363,7 @@ async def main(argv: list[str] | None = None) -> int:
             if engine in gateways:
                 await http_batch(client, gateways[engine].url, 1, 8)
         for round_no in range(args.repeats):
-            for cell in cells:
+            for cell in rotated(cells, len(paths), round_no):
                 run: Awaitable[Batch]
                 if cell.path == "raw":
                     run = raw_batch(raws[cell.engine], cell.concurrency, args.max_tokens)
