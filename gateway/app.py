@@ -26,7 +26,7 @@ from gateway.request_id import before_send
 from gateway.settings import Settings, SettingsError
 from tiers import Pool, Tier
 from tiers.cloud import VLLMPool
-from tiers.edge import LlamaCppTier
+from tiers.edge import LlamaCppTier, OnnxTier
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,8 @@ log = logging.getLogger(__name__)
 def build_tiers(settings: Settings) -> dict[str, Tier]:
     tiers: dict[str, Tier] = {}
     if settings.edge.enabled:
-        tiers["edge"] = LlamaCppTier(settings.edge)
+        edge = settings.edge_config()
+        tiers["edge"] = OnnxTier(edge) if edge.backend == "onnx" else LlamaCppTier(edge)
     if settings.cloud.enabled:
         cloud = msgspec.structs.replace(settings.cloud, local=settings.local_vllm())
         tiers["cloud"] = VLLMPool(cloud, log_dir=str(settings.data_path / "logs"))

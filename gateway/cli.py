@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -57,6 +58,58 @@ def serve(
     overrides = {"server.host": host, "server.port": port}
     settings = _settings(config, **overrides)
     run(settings, lambda: load_settings(config, **overrides))
+
+
+models_cli = typer.Typer(
+    help="Build the model files the tiers run (once per model version; scripts/setup.sh calls these).",
+    no_args_is_help=True,
+)
+cli.add_typer(models_cli, name="models")
+
+
+@models_cli.command("export-onnx")
+def export_onnx(
+    config: ConfigOption = None,
+    src: Annotated[
+        Path | None,
+        typer.Option(help="A transformers model folder [default: <build_cache_dir>/models/smollm2-135m]."),
+    ] = None,
+    name: Annotated[str | None, typer.Option(help="Output name [default: the source folder's name].")] = None,
+    python: Annotated[
+        Path | None,
+        typer.Option(help="Python with torch, transformers, onnx [default: <build_cache_dir>/onnx-export-1]"),
+    ] = None,
+    force: Annotated[bool, typer.Option(help="Export even when a build of these inputs exists.")] = False,
+) -> None:
+    """Export a decoder-only model to ONNX (fp32 and INT8) with its KV cache, for edge.backend = "onnx".
+
+    Output: <build_cache_dir>/models/<name>-onnx-<hash>/, linked as <name>-onnx (edge.onnx_model_dir's
+    default). Cached by a hash of the source files: a second run returns at once.
+    """
+    from gateway.modelbuild.onnx_export import EXPORT_ENV, STEPS, ExportError
+    from gateway.modelbuild.onnx_export import export_onnx as run_export
+    from tiers.cloud import DEFAULT_MODEL_DIR
+
+    settings = _settings(config)
+    cache = Path(settings.build_cache_dir).expanduser()
+    source = src or cache / DEFAULT_MODEL_DIR
+    try:
+        with typer.progressbar(length=len(STEPS), label="export-onnx", file=sys.stderr) as bar:
+            result = run_export(
+                source,
+                cache / "models",
+                python or cache / EXPORT_ENV / "bin" / "python",
+                name=name,
+                force=force,
+                progress=lambda _: bar.update(1),
+            )
+    except ExportError as exc:
+        typer.echo(f"tiergate: {exc}", err=True)
+        raise typer.Exit(1) from exc
+    state = "up to date" if result.cached else f"built in {result.info['seconds']}s"
+    typer.echo(f"{result.link} -> {result.folder.name}: {state}")
+    for file, agreement in result.info.get("agreement", {}).items():
+        typer.echo(f"  {file}: {agreement}")
 
 
 @cli.command("config")

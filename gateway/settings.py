@@ -23,7 +23,7 @@ from cache import CacheConfig
 from gateway.admission import AdmissionSettings
 from router import AutoRule, BreakerConfig
 from tiers.cloud import DEFAULT_MODEL_DIR, DEFAULT_VLLM_PYTHON, CloudConfig, LocalServer
-from tiers.edge import EdgeConfig
+from tiers.edge import DEFAULT_ONNX_MODEL_DIR, EdgeConfig
 
 ENV_PREFIX = "TIERGATE_"
 
@@ -144,6 +144,14 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     @property
     def database_url(self) -> str:
         return self.storage.database_url or f"sqlite:///{self.data_path / 'tiergate.db'}"
+
+    def edge_config(self) -> EdgeConfig:
+        """The edge tier's settings with an empty ONNX folder filled from the build cache."""
+        edge = self.edge
+        cache = Path(self.build_cache_dir).expanduser()
+        return msgspec.structs.replace(
+            edge, onnx_model_dir=edge.onnx_model_dir or str(cache / DEFAULT_ONNX_MODEL_DIR)
+        )
 
     def local_vllm(self) -> LocalServer:
         """The local vLLM server's settings with empty paths filled from the build cache."""

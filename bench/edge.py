@@ -1,0 +1,412 @@
+"""Edge engines side by side: tokens/s and time to first token, raw engine vs the gateway's paths.
+
+Method
+------
+* One prompt (an essay request that runs far past the token budget at temperature 0, so every request
+  makes exactly ``--max-tokens`` tokens), greedy decoding, SmolLM2-135M-Instruct in every engine: the
+  shipped Q4_1 GGUF for llama.cpp, the ``tiergate models export-onnx`` folder (fp32 and INT8) for ONNX
+  Runtime.  Every engine runs with the gateway's default threads (cores - 1).
+* Per engine, three ways in:
+  - ``raw``: the engine's own token loop in a plain thread, nothing of tiergate's around it
+    (llama-cpp-python: ``Llama.generate`` + ``detokenize``; ONNX Runtime: ``InferenceSession.run`` with
+    the KV cache fed back + argmax + ``Tokenizer.decode``);
+  - ``tier``: the gateway's tier object (``LlamaCppTier`` / ``OnnxTier``) in this process, via ``stream``;
+  - ``http``: a real ``tiergate serve`` child process (cloud off), streamed over loopback with
+    ``stream_options.include_usage``.
+* Concurrency c (1 and 4): c requests start together; an engine serves one at a time (FIFO), so for
+  ``raw`` the c requests run back to back in one thread and their TTFT counts from the common start,
+  exactly what a client of the queued tier sees.  tokens/s = all tokens made / wall time of the batch.
+* Rounds: every (engine, path, c) cell is measured once per round, cells interleaved, the order of the
+  paths within an (engine, c) group rotating from round to round (raw first, then tier first, ...),
+  ``--repeats`` rounds; the table shows medians over rounds (TTFT: median over all requests).  The
+  machine is shared, so read the ratios rather than absolute numbers: ``vs raw`` is median / median,
+  ``paired`` the median over rounds of (this path / the raw engine in the same round), the steadier one.
+
+    .venv/bin/python -m bench.edge [--repeats 3] [--max-tokens 64] [--concurrency 1,4] [--skip-http]
+
+Prints a table and writes bench/results/edge.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tiers import Generation
+from tiers.edge import EdgeConfig, LlamaCppTier, OnnxTier, default_threads, shipped_model_path
+from tiers.edge._onnx import FP32_FILE, INT8_FILE, ChatPrompt, DecoderShape, choose_providers
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results" / "edge.json"
+CACHE = Path(os.environ.get("TIERGATE_BUILD_CACHE_DIR", "~/.cache/tiergate")).expanduser()
+ONNX_DIR = CACHE / "models" / "smollm2-135m-onnx"
+ESSAY = [{"role": "user", "content": "Write a very long essay about the history of Rome."}]
+
+
+@dataclass
+class Batch:
+    ttfts: list[float]
+    tokens: int
+    wall: float
+
+
+@dataclass
+class Cell:
+    engine: str
+    path: str
+    concurrency: int
+    batches: list[Batch] = field(default_factory=list)
+
+    @property
+    def engine_key(self) -> tuple[str, int]:
+        return self.engine, self.concurrency
+
+
+# -- raw engines ---------------------------------------------------------------------------------
+
+
+class RawLlama:
+    def __init__(self) -> None:
+        from llama_cpp import Llama
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+        self.llm = Llama(
+            model_path=str(shipped_model_path()), n_ctx=2048, n_threads=default_threads(), verbose=False
+        )
+        text = self.llm._model.token_get_text
+        formatter = Jinja2ChatFormatter(
+            template=self.llm.metadata["tokenizer.chat_template"],
+            eos_token=text(self.llm.token_eos()),
+            bos_token=text(self.llm.token_bos()),
+        )
+        formatted = formatter(messages=ESSAY)
+        self.prompt = self.llm.tokenize(
+            formatted.prompt.encode(), add_bos=not formatted.added_special, special=True
+        )
+
+    def generate(self, max_tokens: int, first: Callable[[], None]) -> int:
+        from llama_cpp import llama_vocab_is_eog
+
+        vocab, made = self.llm._model.vocab, 0
+        for token in self.llm.generate(self.prompt, temp=0.0, repeat_penalty=1.0):
+            if llama_vocab_is_eog(vocab, token):
+                break
+            self.llm.detokenize([token])
+            made += 1
+            if made == 1:
+                first()
+            if made >= max_tokens:
+                break
+        return made
+
+
+class RawOnnx:
+    def __init__(self, file: str) -> None:
+        import numpy as np
+        import onnxruntime as ort
+
+        self.np = np
+        shape = DecoderShape.read(ONNX_DIR)
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = default_threads()
+        options.inter_op_num_threads = 1
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        self.session = ort.InferenceSession(
+            str(ONNX_DIR / file), options, providers=choose_providers(ort.get_available_providers())
+        )
+        chat = ChatPrompt(ONNX_DIR, shape)
+        self.tokenizer = chat.tokenizer
+        self.prompt = chat.ids(ESSAY)
+        self.shape = shape
+        self.names = [f"{i}.{kind}" for i in range(shape.layers) for kind in ("key", "value")]
+
+    def generate(self, max_tokens: int, first: Callable[[], None]) -> int:
+        np, shape = self.np, self.shape
+        empty = np.zeros((1, shape.kv_heads, 0, shape.head_dim), dtype=np.float32)
+        feed = {f"past_key_values.{n}": empty for n in self.names}
+        feed["input_ids"] = np.asarray([self.prompt], dtype=np.int64)
+        made = 0
+        while made < max_tokens:
+            logits, *cache = self.session.run(None, feed)
+            token = int(logits[0, -1].argmax())
+            if token in shape.eos_token_ids:
+                break
+            self.tokenizer.decode([token])
+            made += 1
+            if made == 1:
+                first()
+            feed = {f"past_key_values.{n}": c for n, c in zip(self.names, cache, strict=True)}
+            feed["input_ids"] = np.asarray([[token]], dtype=np.int64)
+        return made
+
+
+async def raw_batch(engine: RawLlama | RawOnnx, concurrency: int, max_tokens: int) -> Batch:
+    def run() -> Batch:
+        start = time.perf_counter()
+        ttfts: list[float] = []
+        tokens = 0
+        for _ in range(concurrency):
+            tokens += engine.generate(max_tokens, lambda: ttfts.append(time.perf_counter() - start))
+        return Batch(ttfts, tokens, time.perf_counter() - start)
+
+    return await asyncio.to_thread(run)
+
+
+# -- the gateway's tier objects and HTTP ---------------------------------------------------------
+
+
+async def tier_batch(tier: LlamaCppTier | OnnxTier, concurrency: int, max_tokens: int) -> Batch:
+    start = time.perf_counter()
+
+    async def one() -> tuple[float, int]:
+        ttft, tokens = 0.0, 0
+        async for delta in tier.stream(Generation(messages=ESSAY, max_tokens=max_tokens, temperature=0)):
+            if delta.text and not ttft:
+                ttft = time.perf_counter() - start
+            if delta.usage is not None:
+                tokens = delta.usage.completion_tokens
+        return ttft, tokens
+
+    results = await asyncio.gather(*(one() for _ in range(concurrency)))
+    return Batch([r[0] for r in results], sum(r[1] for r in results), time.perf_counter() - start)
+
+
+async def http_batch(client: httpx.AsyncClient, url: str, concurrency: int, max_tokens: int) -> Batch:
+    body = {
+        "model": "edge",
+        "messages": ESSAY,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    start = time.perf_counter()
+
+    async def one() -> tuple[float, int]:
+        ttft, tokens = 0.0, 0
+        async with client.stream("POST", f"{url}/v1/chat/completions", json=body) as resp:
+            resp.raise_for_status()
+            async for line in resp.aiter_lines():
+                if not line.startswith("data: {"):
+                    continue
+                chunk = json.loads(line[6:])
+                if not ttft and chunk["choices"] and chunk["choices"][0]["delta"].get("content"):
+                    ttft = time.perf_counter() - start
+                if chunk.get("usage"):
+                    tokens = chunk["usage"]["completion_tokens"]
+        return ttft, tokens
+
+    results = await asyncio.gather(*(one() for _ in range(concurrency)))
+    return Batch([r[0] for r in results], sum(r[1] for r in results), time.perf_counter() - start)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class GatewayProcess:
+    def __init__(self, tmp: Path, name: str, edge_toml: str) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = tmp / f"{name}.toml"
+        config.write_text(f'data_dir = "{tmp / name}"\n[edge]\n{edge_toml}\n[cloud]\nenabled = false\n')
+        tiergate = str(Path(sys.executable).with_name("tiergate"))
+        self.process = subprocess.Popen(
+            [tiergate, "serve", "--config", str(config), "--port", str(self.port)],
+            stdout=(tmp / f"{name}.log").open("wb"),
+            stderr=subprocess.STDOUT,
+        )
+
+    def wait_ready(self, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"gateway on {self.port} exited")
+            try:
+                tiers = httpx.get(f"{self.url}/readyz", timeout=2).json()["tiers"]
+                if any(t["name"] == "edge" and t["health"] == "ready" for t in tiers):
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.25)
+        raise RuntimeError(f"gateway on {self.port} not ready")
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(30)
+
+
+# -- the run -------------------------------------------------------------------------------------
+
+
+def rotated(cells: list[Cell], group: int, by: int) -> list[Cell]:
+    """Each (engine, concurrency) group of paths in an order that rotates every round, so no path is
+    always the first to run after a switch of model."""
+    out: list[Cell] = []
+    for start in range(0, len(cells), group):
+        block = cells[start : start + group]
+        shift = by % len(block)
+        out += block[shift:] + block[:shift]
+    return out
+
+
+def machine() -> str:
+    model = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
+    return f"{model}, {os.cpu_count()} cores, {platform.machine()}"
+
+
+def summarise(cells: list[Cell]) -> list[dict[str, Any]]:
+    rows = []
+    raw: dict[tuple[str, int], Cell] = {c.engine_key: c for c in cells if c.path == "raw"}
+    for cell in cells:
+        tps = statistics.median(b.tokens / b.wall for b in cell.batches)
+        ttft = statistics.median(t for b in cell.batches for t in b.ttfts)
+        base_cell = raw.get(cell.engine_key)
+        base = statistics.median(b.tokens / b.wall for b in base_cell.batches) if base_cell else None
+        # the same round's raw run is the fairest baseline on a busy machine: median of per-round ratios
+        paired = (
+            statistics.median(
+                (b.tokens / b.wall) / (r.tokens / r.wall)
+                for b, r in zip(cell.batches, base_cell.batches, strict=True)
+            )
+            if base_cell
+            else None
+        )
+        rows.append(
+            {
+                "engine": cell.engine,
+                "path": cell.path,
+                "concurrency": cell.concurrency,
+                "tokens_per_s": round(tps, 2),
+                "ttft_ms_p50": round(ttft * 1000, 1),
+                "vs_raw": round(tps / base, 3) if base else None,
+                "vs_raw_paired": round(paired, 3) if paired else None,
+                "rounds": [round(b.tokens / b.wall, 2) for b in cell.batches],
+            }
+        )
+    return rows
+
+
+async def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--concurrency", default="1,4")
+    parser.add_argument("--skip-http", action="store_true", help="no gateway processes (tier and raw only)")
+    parser.add_argument("--engines", default="llamacpp,onnx-fp32,onnx-int8")
+    args = parser.parse_args(argv)
+    levels = [int(c) for c in args.concurrency.split(",")]
+    engines = args.engines.split(",")
+    have_onnx = (ONNX_DIR / FP32_FILE).exists() and (ONNX_DIR / INT8_FILE).exists()
+    if not have_onnx:
+        print(f"no ONNX export at {ONNX_DIR}: ONNX rows skipped (run tiergate models export-onnx)")
+        engines = [e for e in engines if not e.startswith("onnx")]
+
+    configs = {
+        "llamacpp": ('backend = "llamacpp"', EdgeConfig()),
+        "onnx-fp32": (
+            f'backend = "onnx"\nonnx_model_dir = "{ONNX_DIR}"',
+            EdgeConfig(backend="onnx", onnx_model_dir=str(ONNX_DIR)),
+        ),
+        "onnx-int8": (
+            f'backend = "onnx"\nonnx_model_dir = "{ONNX_DIR}"\nonnx_quantized = true',
+            EdgeConfig(backend="onnx", onnx_model_dir=str(ONNX_DIR), onnx_quantized=True),
+        ),
+    }
+    raws: dict[str, RawLlama | RawOnnx] = {}
+    tiers: dict[str, LlamaCppTier | OnnxTier] = {}
+    gateways: dict[str, GatewayProcess] = {}
+    tmp = Path(tempfile.mkdtemp(prefix="tiergate-bench-edge-"))
+    for engine in engines:
+        toml, config = configs[engine]
+        raws[engine] = (
+            RawLlama() if engine == "llamacpp" else RawOnnx(INT8_FILE if config.onnx_quantized else FP32_FILE)
+        )
+        tiers[engine] = LlamaCppTier(config) if engine == "llamacpp" else OnnxTier(config)
+        await tiers[engine].start()
+        if not args.skip_http:
+            gateways[engine] = GatewayProcess(tmp, engine, toml)
+    for gw in gateways.values():
+        gw.wait_ready()
+
+    paths = ["raw", "tier"] + ([] if args.skip_http else ["http"])
+    cells = [Cell(e, p, c) for e in engines for c in levels for p in paths]
+    async with httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=16)) as client:
+        # one warm-up request per way in (first calls allocate and page in the weights)
+        for engine in engines:
+            await raw_batch(raws[engine], 1, 8)
+            await tier_batch(tiers[engine], 1, 8)
+            if engine in gateways:
+                await http_batch(client, gateways[engine].url, 1, 8)
+        for round_no in range(args.repeats):
+            for cell in rotated(cells, len(paths), round_no):
+                run: Awaitable[Batch]
+                if cell.path == "raw":
+                    run = raw_batch(raws[cell.engine], cell.concurrency, args.max_tokens)
+                elif cell.path == "tier":
+                    run = tier_batch(tiers[cell.engine], cell.concurrency, args.max_tokens)
+                else:
+                    run = http_batch(client, gateways[cell.engine].url, cell.concurrency, args.max_tokens)
+                cell.batches.append(await run)
+            print(f"round {round_no + 1}/{args.repeats} done", flush=True)
+    for gw in gateways.values():
+        gw.stop()
+    for tier in tiers.values():
+        await tier.aclose()
+
+    rows = summarise(cells)
+    columns = [("engine", "<10"), ("path", "<5"), ("c", ">2"), ("tok/s", ">8"), ("TTFT p50 ms", ">12")]
+    header = " ".join(f"{name:{fmt}}" for name, fmt in [*columns, ("vs raw", ">7"), ("paired", ">7")])
+    print(f"\n{header}")
+    for r in rows:
+        ratio = f"{r['vs_raw']:.1%}" if r["vs_raw"] else ""
+        paired = f"{r['vs_raw_paired']:.1%}" if r["vs_raw_paired"] else ""
+        print(
+            f"{r['engine']:<10} {r['path']:<5} {r['concurrency']:>2} {r['tokens_per_s']:>8.1f} "
+            f"{r['ttft_ms_p50']:>12.1f} {ratio:>7} {paired:>7}"
+        )
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(
+        json.dumps(
+            {
+                "machine": machine(),
+                "threads": default_threads(),
+                "max_tokens": args.max_tokens,
+                "repeats": args.repeats,
+                "command": "python -m bench.edge " + " ".join(sys.argv[1:]),
+                "rows": rows,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+    print(f"\nwrote {RESULTS.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))
