@@ -49,6 +49,9 @@ class AdmissionSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
     slots: dict[str, int] = msgspec.field(default_factory=lambda: {"edge": 1, "cloud": 64})
     # Completions per second assumed until enough have been measured.
     initial_rate_per_s: float = 2.0
+    # Tenants whose requests go ahead of the others' in their lane (and may also fill it past the bound
+    # by at most the same number again).
+    priority_tenants: list[str] = msgspec.field(default_factory=list)
 
 
 class Gate:
@@ -57,17 +60,19 @@ class Gate:
         self._slots = slots
         self._settings = settings
         self._busy = 0
-        self._lanes: dict[Lane, collections.deque[asyncio.Future[None]]] = {
-            Lane.FAST: collections.deque(),
-            Lane.SLOW: collections.deque(),
+        # Per lane: priority tenants' waiters, then everyone else's.
+        self._lanes: dict[Lane, tuple[collections.deque[asyncio.Future[None]], ...]] = {
+            Lane.FAST: (collections.deque(), collections.deque()),
+            Lane.SLOW: (collections.deque(), collections.deque()),
         }
+        self._priority = frozenset(settings.priority_tenants)
         self._delay = {Lane.FAST: settings.fast.max_queue_delay_s, Lane.SLOW: settings.slow.max_queue_delay_s}
         self._done: collections.deque[float] = collections.deque(maxlen=64)
         self._grants = 0
 
     @property
     def waiting(self) -> int:
-        return sum(len(q) for q in self._lanes.values())
+        return sum(len(q) for lane in self._lanes.values() for q in lane)
 
     def lane_of(self, cost: float) -> Lane:
         return Lane.SLOW if cost > self._settings.slow_cost else Lane.FAST
@@ -82,17 +87,19 @@ class Gate:
     def bound(self, lane: Lane) -> int:
         return max(1, math.floor(self.rate() * self._delay[lane]))
 
-    async def acquire(self, cost: float) -> None:
+    async def acquire(self, cost: float, tenant: str = "") -> None:
         lane = self.lane_of(cost)
         if self._busy < self._slots and not self.waiting:
             self._busy += 1
             return
-        queue = self._lanes[lane]
+        first, rest = self._lanes[lane]
+        queue = first if tenant in self._priority else rest
+        waiting = len(first) + len(rest)
         if len(queue) >= self.bound(lane):
-            wait = (len(queue) + 1) / self.rate()
+            wait = (waiting + 1 if queue is rest else len(first) + 1) / self.rate()
             raise TierOverloaded(
                 self._tier,
-                f"the {lane.value} lane is full ({len(queue)} waiting, the bound for a "
+                f"the {lane.value} lane is full ({waiting} waiting, the bound for a "
                 f"{self._delay[lane]:g} s queueing delay at {self.rate():.1f} requests/s)",
                 retry_after_s=wait,
             )
@@ -120,12 +127,13 @@ class Gate:
     def _next_waiter(self) -> asyncio.Future[None] | None:
         fast, slow = self._lanes[Lane.FAST], self._lanes[Lane.SLOW]
         self._grants += 1
-        order = (slow, fast) if slow and self._grants % self._settings.slow_share == 0 else (fast, slow)
-        for queue in order:
-            while queue:
-                slot = queue.popleft()
-                if not slot.done():
-                    return slot
+        slow_turn = any(slow) and self._grants % self._settings.slow_share == 0
+        for lane in (slow, fast) if slow_turn else (fast, slow):
+            for queue in lane:  # priority tenants first
+                while queue:
+                    slot = queue.popleft()
+                    if not slot.done():
+                        return slot
         return None
 
 
@@ -153,7 +161,7 @@ class AdmittedTier:
         await self._tier.aclose()
 
     async def complete(self, gen: Generation) -> Completion:
-        await self._gate.acquire(gen.cost)
+        await self._gate.acquire(gen.cost, gen.tenant)
         try:
             result = await self._tier.complete(gen)
         except BaseException:
@@ -163,7 +171,7 @@ class AdmittedTier:
         return result
 
     async def stream(self, gen: Generation) -> AsyncIterator[Delta]:
-        await self._gate.acquire(gen.cost)
+        await self._gate.acquire(gen.cost, gen.tenant)
         completed = False
         try:
             async for delta in self._tier.stream(gen):

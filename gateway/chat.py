@@ -138,7 +138,7 @@ def conversation_key(request: ChatCompletionRequest, session_id: str | None) -> 
     return hashlib.blake2b(opening, digest_size=8).hexdigest()
 
 
-def generation_of(plan: _Plan, request_id: str, session_id: str | None) -> Generation:
+def generation_of(plan: _Plan, request_id: str, session_id: str | None, tenant: str) -> Generation:
     request, features = plan.request, plan.features
     return Generation(
         messages=msgspec.to_builtins(request.messages),
@@ -152,6 +152,7 @@ def generation_of(plan: _Plan, request_id: str, session_id: str | None) -> Gener
         request_id=request_id,
         cost=PROMPT_TOKEN_COST * features.prompt_tokens + (features.max_tokens or DEFAULT_OUTPUT_TOKENS),
         affinity=conversation_key(request, session_id),
+        tenant=tenant,
     )
 
 
@@ -247,7 +248,7 @@ class ChatService:
             routed = self._routed(answer.tier, "cache hit", lookup, started)
             return routed, self._body(request_id, completion_of(answer), ())
         plan = self._route(request, ctx)
-        gen = generation_of(plan, request_id, ctx.session_id)
+        gen = generation_of(plan, request_id, ctx.session_id, ctx.tenant)
         last: Exception | None = None
         for name in (plan.decision.tier, *plan.decision.fallbacks):
             if not self._breakers.acquire(name, plan.modalities):
@@ -296,7 +297,7 @@ class ChatService:
             routed = self._routed(answer.tier, "cache hit", lookup, started)
             return StreamStart(routed, writer.events(first, replayed), outcome)
         plan = self._route(request, ctx)
-        gen = generation_of(plan, request_id, ctx.session_id)
+        gen = generation_of(plan, request_id, ctx.session_id, ctx.tenant)
         key = None if plan.degraded else lookup.key
         last: Exception | None = None
         for name in (plan.decision.tier, *plan.decision.fallbacks):

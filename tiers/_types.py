@@ -84,6 +84,7 @@ class Generation:
     cost: float = 1.0
     # Requests sharing this key (a conversation) prefer the same instance, for its prefix cache.
     affinity: str | None = None
+    tenant: str = ""  # who asked; admission may favour some tenants
 
 
 @dataclass(frozen=True, slots=True)

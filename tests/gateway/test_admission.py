@@ -88,3 +88,22 @@ async def test_rate_is_measured_from_completions() -> None:
         await asyncio.sleep(0.01)
     assert gate.rate() > 20
     assert gate.bound(Lane.FAST) > 40
+
+
+async def test_priority_tenants_go_ahead_in_their_lane() -> None:
+    gate = Gate("cloud", 1, settings(priority_tenants=["gold"]))
+    await gate.acquire(10)
+    order: list[str] = []
+
+    async def one(name: str, tenant: str) -> None:
+        await gate.acquire(10, tenant)
+        order.append(name)
+
+    tasks = [asyncio.create_task(one(f"plain{i}", "default")) for i in range(2)]
+    tasks.append(asyncio.create_task(one("gold0", "gold")))
+    await asyncio.sleep(0)
+    for _ in range(3):
+        gate.release()
+        await asyncio.sleep(0)
+    assert order == ["gold0", "plain0", "plain1"]
+    assert all(t.done() for t in tasks)
