@@ -88,6 +88,7 @@ class Accounts:
                 settings.data_path / "ledger",
                 flush_interval_s=settings.ledger.flush_interval_s,
                 writer_process=settings.ledger.writer_process,
+                sync=settings.ledger.sync,
             )
             await self.ledger.start()
         self.metered = MeteredChat(self._chat, self.limiter, self.ledger, self.prices)

@@ -27,8 +27,9 @@ OnLost = Callable[[list[tuple[bytes, Waiters]]], None]
 
 
 class ProcessWriter:
-    def __init__(self, directory: Path, first_segment: int, on_lost: OnLost) -> None:
+    def __init__(self, directory: Path, first_segment: int, on_lost: OnLost, sync: str = "disk") -> None:
         self._directory = directory
+        self._sync = sync
         self._first = first_segment
         self._on_lost = on_lost
         self._frames: collections.deque[_Frame] = collections.deque()
@@ -39,7 +40,7 @@ class ProcessWriter:
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._process = subprocess.Popen(
-            [sys.executable, "-I", _HELPER, str(self._directory), str(self._first)],
+            [sys.executable, "-I", _HELPER, str(self._directory), str(self._first), self._sync],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             close_fds=True,

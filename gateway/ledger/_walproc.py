@@ -55,7 +55,12 @@ class Segments:
         return self.number - 1
 
 
-def serve(directory: str, first: int, stdin: int = 0, stdout: int = 1) -> None:
+def serve(
+    directory: str, first: int, stdin: int = 0, stdout: int = 1, *, ack_after_sync: bool = True
+) -> None:
+    """Append what the gateway sends; acknowledge each batch once it is written to the file, and
+    (``ack_after_sync``) also synced to the disk. Either way every batch is synced before the next
+    read: a group commit, so the disk follows within one batch's time."""
     segments = Segments(directory, first)
     buffer = b""
     eof = False
@@ -86,13 +91,15 @@ def serve(directory: str, first: int, stdin: int = 0, stdout: int = 1) -> None:
                 acks += b"k"
             else:
                 raise SystemExit(f"ledger writer: bad frame {op!r}")
-        if unsynced:
+        if unsynced and ack_after_sync:
             segments.sync()
         if acks:
-            with contextlib.suppress(BrokenPipeError):  # the gateway is gone; what it sent is on disk
+            with contextlib.suppress(BrokenPipeError):  # the gateway is gone; what it sent is written
                 os.write(stdout, acks)
+        if unsynced and not ack_after_sync:
+            segments.sync()
     segments.rotate()
 
 
 if __name__ == "__main__":
-    serve(sys.argv[1], int(sys.argv[2]))
+    serve(sys.argv[1], int(sys.argv[2]), ack_after_sync=sys.argv[3] == "disk")

@@ -57,7 +57,9 @@ class Ledger:
         *,
         flush_interval_s: float = 0.5,
         writer_process: bool = True,
+        sync: str = "disk",
     ) -> None:
+        self._sync = sync
         self._engine = engine
         self._dir = wal_dir
         self._interval = flush_interval_s
@@ -82,7 +84,7 @@ class Ledger:
         if replayed:
             log.info("ledger: replayed %d rows from the write-ahead file", replayed)
         if self._use_process:
-            self._process = ProcessWriter(self._dir, wal.next_number, self._writer_lost)
+            self._process = ProcessWriter(self._dir, wal.next_number, self._writer_lost, self._sync)
             self._process.start()
         else:
             self._wal = wal
