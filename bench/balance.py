@@ -48,7 +48,7 @@ SYSTEM_SHORT = "You are a careful assistant. Answer from the document below, bri
 
 
 def start_vllm(port: int, log: Path) -> subprocess.Popen[bytes]:
-    local = msgspec.structs.replace(load_settings(environ={}).local_vllm(), port=port, kv_cache_gib=1)
+    local = msgspec.structs.replace(load_settings().local_vllm(), port=port, kv_cache_gib=1)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1"}
     command = LocalVLLMServer(local, None).command()
     return subprocess.Popen(

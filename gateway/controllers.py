@@ -42,25 +42,36 @@ def _route_headers(routed: Routed) -> dict[str, str]:
     return headers
 
 
-def _context(request: Request[object, object, State], tenant: str) -> RequestContext:
-    # A scan of the raw headers: cheaper than building request.headers on the hot path.
-    cache_control = session_id = ""
-    for name, value in request.scope["headers"]:
-        if name == b"cache-control":
-            cache_control = value.decode("latin-1")
-        elif name == b"x-session-id":
-            session_id = value.decode("latin-1")
-    return RequestContext(tenant=tenant, cache_control=cache_control, session_id=session_id or None)
+_CHAT_HEADERS = frozenset((b"authorization", b"cache-control", b"x-session-id"))
+
+
+def _chat_headers(request: Request[object, object, State]) -> dict[str, str]:
+    """The few headers the chat path reads, from one scan of the raw ASGI headers: cheaper than
+    building ``request.headers`` (a full case-insensitive mapping) on the hot path."""
+    return {
+        name.decode("latin-1"): value.decode("latin-1")
+        for name, value in request.scope["headers"]
+        if name in _CHAT_HEADERS
+    }
+
+
+def _context(headers: dict[str, str], tenant: str) -> RequestContext:
+    return RequestContext(
+        tenant=tenant,
+        cache_control=headers.get("cache-control", ""),
+        session_id=headers.get("x-session-id") or None,
+    )
 
 
 @post("/v1/chat/completions", status_code=200)
 async def chat_completions(request: Request[object, object, State]) -> Response[bytes]:
     # request.app.state, not an injected `state: State`: injection copies the state per request
     accounts: Accounts = request.app.state.accounts
-    caller = await accounts.auth.caller(request.headers)
+    headers = _chat_headers(request)
+    caller = await accounts.auth.caller(headers)
     body = parse_chat_request(await request.body())
     rid = request_id(request.scope)
-    ctx = _context(request, caller.tenant.name if caller.tenant else DEFAULT_TENANT)
+    ctx = _context(headers, caller.tenant.name if caller.tenant else DEFAULT_TENANT)
     if body.stream:
         start = await accounts.metered.stream(caller, body, rid, ctx)
         return Stream(

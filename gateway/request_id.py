@@ -9,8 +9,8 @@ tier and status.
 
 from __future__ import annotations
 
+import os
 import re
-import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -36,7 +36,7 @@ def request_id(scope: Any) -> str:
                 ),
                 None,
             )
-            or uuid.uuid4().hex
+            or os.urandom(16).hex()  # random like a uuid4, without building a UUID
         )
         scope[SCOPE_KEY] = rid
     return str(rid)
