@@ -25,7 +25,7 @@ import pytest
 from tests.redis_server import RedisServer, start_redis
 
 TIERGATE = str(Path(sys.executable).with_name("tiergate"))
-CLOUD_START_TIMEOUT_S = float(os.environ.get("TIERGATE_TEST_CLOUD_TIMEOUT", "900"))
+CLOUD_START_TIMEOUT_S = float(os.environ.get("TG_TEST_CLOUD_TIMEOUT", "900"))
 
 
 def free_port() -> int:
