@@ -193,9 +193,7 @@ class VLLMServer:
         from gateway.settings import load_settings
         from tiers.cloud._local import LocalVLLMServer
 
-        local = msgspec.structs.replace(
-            load_settings().local_vllm(), port=self.port, kv_cache_gib=1
-        )
+        local = msgspec.structs.replace(load_settings().local_vllm(), port=self.port, kv_cache_gib=1)
         command = LocalVLLMServer(local, None).command()
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1"}
         self.process = subprocess.Popen(
