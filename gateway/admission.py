@@ -4,11 +4,11 @@ Each tier gets a :class:`Gate` with a number of service slots (how many requests
 works on at once).  A request that finds no free slot waits in a lane chosen by
 its predicted cost: the *fast* lane for short requests, the *slow* lane for long
 ones.  A lane holds at most ``service rate × tolerable queueing delay`` requests
-(the rate is measured live from completions); a request beyond that is refused at
-once with 429 and a ``Retry-After`` of the expected wait, so latency cannot
-explode.  A freed slot goes to the fast lane first, but every ``slow_share``-th
-one to the slow lane when it has waiters, so short requests never starve behind
-video and long ones still move.
+(the service rate is measured live: slots / the mean time a request holds one); a
+request beyond that is refused at once with 429 and a ``Retry-After`` of the
+expected wait, so latency cannot explode.  A freed slot goes to the fast lane
+first, but every ``slow_share``-th one to the slow lane when it has waiters, so
+short requests never starve behind video and long ones still move.
 """
 
 from __future__ import annotations
@@ -67,7 +67,8 @@ class Gate:
         }
         self._priority = frozenset(settings.priority_tenants)
         self._delay = {Lane.FAST: settings.fast.max_queue_delay_s, Lane.SLOW: settings.slow.max_queue_delay_s}
-        self._done: collections.deque[float] = collections.deque(maxlen=64)
+        # How long each of the last 64 completed requests held its slot.
+        self._service_s: collections.deque[float] = collections.deque(maxlen=64)
         self._grants = 0
 
     @property
@@ -78,11 +79,13 @@ class Gate:
         return Lane.SLOW if cost > self._settings.slow_cost else Lane.FAST
 
     def rate(self) -> float:
-        """Completions per second over the last (up to) 64, or the configured guess."""
-        if len(self._done) < 8:
+        """The tier's service rate: slots / the mean time a request holds one (last 64 completed),
+        or the configured guess until 8 have completed. A service rate, not the rate requests
+        happened to arrive at: idle time does not lower it."""
+        if len(self._service_s) < 8:
             return self._settings.initial_rate_per_s
-        span = self._done[-1] - self._done[0]
-        return (len(self._done) - 1) / span if span > 0 else self._settings.initial_rate_per_s
+        mean = sum(self._service_s) / len(self._service_s)
+        return self._slots / mean if mean > 0 else self._settings.initial_rate_per_s
 
     def bound(self, lane: Lane) -> int:
         return max(1, math.floor(self.rate() * self._delay[lane]))
@@ -109,15 +112,16 @@ class Gate:
             await slot
         except BaseException:
             if slot.done() and not slot.cancelled():
-                self.release(completed=False)  # granted, then abandoned: pass it on
+                self.release()  # granted, then abandoned: pass it on
             else:
                 with contextlib.suppress(ValueError):
                     queue.remove(slot)
             raise
 
-    def release(self, *, completed: bool = True) -> None:
-        if completed:
-            self._done.append(time.monotonic())
+    def release(self, *, service_s: float | None = None) -> None:
+        """Free a slot; ``service_s``: how long a request that completed held it."""
+        if service_s is not None:
+            self._service_s.append(service_s)
         nxt = self._next_waiter()
         if nxt is None:
             self._busy -= 1
@@ -162,23 +166,25 @@ class AdmittedTier:
 
     async def complete(self, gen: Generation) -> Completion:
         await self._gate.acquire(gen.cost, gen.tenant)
+        started = time.monotonic()
         try:
             result = await self._tier.complete(gen)
         except BaseException:
-            self._gate.release(completed=False)
+            self._gate.release()
             raise
-        self._gate.release()
+        self._gate.release(service_s=time.monotonic() - started)
         return result
 
     async def stream(self, gen: Generation) -> AsyncIterator[Delta]:
         await self._gate.acquire(gen.cost, gen.tenant)
+        started = time.monotonic()
         completed = False
         try:
             async for delta in self._tier.stream(gen):
                 completed = delta.finish_reason is not None
                 yield delta
         finally:
-            self._gate.release(completed=completed)
+            self._gate.release(service_s=time.monotonic() - started if completed else None)
 
 
 def admit(tiers: dict[str, Tier], settings: AdmissionSettings) -> dict[str, Tier]:

@@ -79,15 +79,15 @@ async def test_a_waiter_that_gives_up_leaves_no_hole() -> None:
     assert gate.waiting == 0
 
 
-async def test_rate_is_measured_from_completions() -> None:
-    gate = Gate("cloud", 1, settings())
-    assert gate.rate() == 2.0
+async def test_the_service_rate_is_measured_and_idle_time_does_not_lower_it() -> None:
+    gate = Gate("cloud", 2, settings())
+    assert gate.rate() == 2.0  # the configured guess until 8 have completed
     for _ in range(10):
         await gate.acquire(10)
-        gate.release()
-        await asyncio.sleep(0.01)
-    assert gate.rate() > 20
-    assert gate.bound(Lane.FAST) > 40
+        gate.release(service_s=0.05)
+        await asyncio.sleep(0.01)  # idle between requests: not service time
+    assert gate.rate() == pytest.approx(40)  # 2 slots / 0.05 s
+    assert gate.bound(Lane.FAST) == 80  # 40 requests/s × 2 s tolerable delay
 
 
 async def test_priority_tenants_go_ahead_in_their_lane() -> None:
