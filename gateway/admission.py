@@ -49,6 +49,9 @@ class AdmissionSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
     slots: dict[str, int] = msgspec.field(default_factory=lambda: {"edge": 1, "cloud": 64})
     # Completions per second assumed until enough have been measured.
     initial_rate_per_s: float = 2.0
+    # Every lane holds at least this many waiters, whatever the rate: a one-slot edge model that
+    # takes seconds per answer still queues a few requests instead of refusing the second one.
+    min_queue: int = 4
     # Tenants whose requests go ahead of the others' in their lane (and may also fill it past the bound
     # by at most the same number again).
     priority_tenants: list[str] = msgspec.field(default_factory=list)
@@ -88,7 +91,7 @@ class Gate:
         return self._slots / mean if mean > 0 else self._settings.initial_rate_per_s
 
     def bound(self, lane: Lane) -> int:
-        return max(1, math.floor(self.rate() * self._delay[lane]))
+        return max(self._settings.min_queue, 1, math.floor(self.rate() * self._delay[lane]))
 
     async def acquire(self, cost: float, tenant: str = "") -> None:
         lane = self.lane_of(cost)
