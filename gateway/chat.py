@@ -15,7 +15,6 @@ import contextlib
 import dataclasses
 import hashlib
 import time
-import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,10 +41,10 @@ from gateway.protocol import (
     VideoPart,
 )
 from gateway.sse import ChunkWriter
+from gateway.tenants._models import DEFAULT_TENANT
 from tiers import Completion, Delta, Generation, Modality, Tier, TierFailed, TierUnavailable, Usage
 
 AUTO_MODEL = "tiergate-auto"
-DEFAULT_TENANT = "default"
 _PART_MODALITY = {ImagePart: Modality.IMAGE, AudioPart: Modality.AUDIO, VideoPart: Modality.VIDEO}
 # Tier errors a circuit breaker counts: the path is broken, not the request.
 _BREAKER_FAILURES = (TierUnavailable, TierFailed)
@@ -403,7 +402,3 @@ async def _usage_into(outcome: StreamOutcome, deltas: AsyncIterator[Delta]) -> A
         if delta.usage is not None:
             outcome.usage = delta.usage
         yield delta
-
-
-def new_request_id() -> str:
-    return uuid.uuid4().hex
