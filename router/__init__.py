@@ -25,11 +25,12 @@ from router._decision import (
     pinned,
     to_degrade,
 )
-from router._features import Features
+from router._features import NO_MEDIA, Features, MediaSummary
 
 __all__ = [
     "CLOUD",
     "EDGE",
+    "NO_MEDIA",
     "AutoRule",
     "BreakerBoard",
     "BreakerConfig",
@@ -38,6 +39,7 @@ __all__ = [
     "CircuitBreaker",
     "Decision",
     "Features",
+    "MediaSummary",
     "NoTierAvailable",
     "RequestDoesNotFit",
     "TierView",

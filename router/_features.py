@@ -13,12 +13,29 @@ TOKENS_PER_TURN = 4
 
 
 @dataclass(frozen=True, slots=True)
+class MediaSummary:
+    """How much media a request carries, as the preprocessing stage measured it."""
+
+    images: int = 0
+    image_pixels: int = 0  # summed over images, after resize
+    videos: int = 0
+    video_seconds: float = 0.0
+    video_frames: int = 0  # frames sampled and forwarded
+    audio_clips: int = 0
+    audio_seconds: float = 0.0
+
+
+NO_MEDIA = MediaSummary()
+
+
+@dataclass(frozen=True, slots=True)
 class Features:
     prompt_tokens: int  # an estimate
     max_tokens: int | None
     turns: int
     modalities: frozenset[Modality]
     stream: bool
+    media: MediaSummary = NO_MEDIA
 
     @classmethod
     def estimate(
@@ -29,6 +46,7 @@ class Features:
         max_tokens: int | None,
         modalities: frozenset[Modality],
         stream: bool,
+        media: MediaSummary = NO_MEDIA,
     ) -> Features:
         prompt = int(text_chars / CHARS_PER_TOKEN) + TOKENS_PER_TURN * turns
-        return cls(prompt, max_tokens, turns, modalities, stream)
+        return cls(prompt, max_tokens, turns, modalities, stream, media)

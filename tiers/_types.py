@@ -27,12 +27,23 @@ class Health(enum.StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class MediaLimits:
+    """The most media one request may carry to a tier; None means no limit of the tier's own."""
+
+    max_images: int | None = None
+    max_image_pixels: int | None = None  # per image, after the gateway's resize
+    max_video_seconds: float | None = None
+    max_audio_seconds: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Capabilities:
     """What a tier's model accepts."""
 
     modalities: frozenset[Modality]
     max_context_tokens: int
     model: str  # the model name the engine reports
+    limits: MediaLimits = field(default_factory=MediaLimits)
 
     def accepts(self, needed: frozenset[Modality]) -> bool:
         return needed <= self.modalities
