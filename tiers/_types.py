@@ -44,6 +44,9 @@ class Capabilities:
     max_context_tokens: int
     model: str  # the model name the engine reports
     limits: MediaLimits = field(default_factory=MediaLimits)
+    # The model's declared quality level in [0, 1], compared by the router with a request's estimated
+    # difficulty (a strong/weak threshold); set per model in configuration.
+    quality: float = 0.5
 
     def accepts(self, needed: frozenset[Modality]) -> bool:
         return needed <= self.modalities
