@@ -45,8 +45,9 @@ class AdmissionSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
     slow: LaneSettings = msgspec.field(default_factory=lambda: LaneSettings(max_queue_delay_s=30.0))
     # Of the slots freed while both lanes wait, one in this many goes to the slow lane.
     slow_share: int = 4
-    # Requests each tier works on at once. The edge runs one generation at a time; vLLM batches.
-    slots: dict[str, int] = msgspec.field(default_factory=lambda: {"edge": 1, "cloud": 64})
+    # Requests each tier works on at once (vLLM batches). A tier left out: what it says it runs at once
+    # (the edge: its engine instances, edge.instances), else 16.
+    slots: dict[str, int] = msgspec.field(default_factory=lambda: {"cloud": 64})
     # Completions per second assumed until enough have been measured.
     initial_rate_per_s: float = 2.0
     # Every lane holds at least this many waiters, whatever the rate: a one-slot edge model that
@@ -190,10 +191,14 @@ class AdmittedTier:
             self._gate.release(service_s=time.monotonic() - started if completed else None)
 
 
+def _concurrency(tier: Tier) -> int:
+    return int(getattr(tier, "concurrency", 16))
+
+
 def admit(tiers: dict[str, Tier], settings: AdmissionSettings) -> dict[str, Tier]:
     if not settings.enabled:
         return tiers
     return {
-        name: AdmittedTier(tier, Gate(name, settings.slots.get(name, 16), settings))
+        name: AdmittedTier(tier, Gate(name, settings.slots.get(name) or _concurrency(tier), settings))
         for name, tier in tiers.items()
     }

@@ -26,7 +26,7 @@ from gateway.request_id import before_send
 from gateway.settings import Settings, SettingsError
 from tiers import Pool, Tier
 from tiers.cloud import VLLMPool
-from tiers.edge import LlamaCppTier, OnnxTier
+from tiers.edge import EdgeRegistry
 
 log = logging.getLogger(__name__)
 
@@ -34,8 +34,7 @@ log = logging.getLogger(__name__)
 def build_tiers(settings: Settings) -> dict[str, Tier]:
     tiers: dict[str, Tier] = {}
     if settings.edge.enabled:
-        edge = settings.edge_config()
-        tiers["edge"] = OnnxTier(edge) if edge.backend == "onnx" else LlamaCppTier(edge)
+        tiers["edge"] = EdgeRegistry(settings.edge_config())
     if settings.cloud.enabled:
         cloud = msgspec.structs.replace(settings.cloud, local=settings.local_vllm())
         tiers["cloud"] = VLLMPool(cloud, log_dir=str(settings.data_path / "logs"))
@@ -55,6 +54,7 @@ def create_app(
     """
     tiers = build_tiers(settings) if tiers is None else tiers
     pool = next((t for t in tiers.values() if isinstance(t, Pool)), None)
+    edge_models = next((t for t in tiers.values() if isinstance(t, EdgeRegistry)), None)
     tiers = admit(tiers, settings.admission)
     metrics = Metrics()
     store = cache.open_store(settings.cache, settings.data_path) if settings.cache.enabled else None
@@ -106,7 +106,14 @@ def create_app(
         route_handlers=[*ROUTES, *ADMIN_ROUTES],
         lifespan=[lifespan],
         state=State(
-            {"chat": chat, "accounts": accounts, "metrics": metrics, "settings": settings, "pool": pool}
+            {
+                "chat": chat,
+                "accounts": accounts,
+                "metrics": metrics,
+                "settings": settings,
+                "pool": pool,
+                "edge_models": edge_models,
+            }
         ),
         exception_handlers={Exception: error_response},
         before_send=[before_send(metrics)],

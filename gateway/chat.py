@@ -317,16 +317,17 @@ class ChatService:
                 await deltas.aclose()
                 raise
             self._metrics.tier(name).ttft.observe(time.perf_counter() - dispatched)
+            model = first.model or tier.capabilities.model  # an edge version swapped meanwhile
             writer = ChunkWriter(
                 f"chatcmpl-{request_id}",
                 int(time.time()),
-                tier.capabilities.model,
+                model,
                 include_usage=request.include_usage,
                 info=TiergateInfo(degraded=list(plan.degraded)) if plan.degraded else msgspec.UNSET,
             )
             reason = plan.decision.reason if name == plan.decision.tier else f"{name}: {last}, failed over"
             routed = self._routed(name, reason, lookup, started, plan.degraded, first.instance)
-            outcome = StreamOutcome(tier.capabilities.model, first.usage)
+            outcome = StreamOutcome(model, first.usage)
             events = writer.events(first, _usage_into(outcome, deltas))
             return StreamStart(routed, _closing(events, deltas), outcome)
         assert last is not None

@@ -23,9 +23,9 @@ import numpy as np
 
 from tiers._errors import TierRejected, TierUnavailable
 from tiers._types import Delta, Generation, Usage
-from tiers.edge._config import EdgeConfig
+from tiers.edge._config import EdgeConfig, default_threads
 from tiers.edge._sampling import IncrementalDetokenizer, Sampler
-from tiers.edge._serial import DEFAULT_TEMPERATURE, DEFAULT_TOP_P, Emit, SerialEngineTier, default_threads
+from tiers.edge._serial import DEFAULT_TEMPERATURE, DEFAULT_TOP_P, Emit, SerialEngineTier
 from tiers.edge._text import StopScanner, flatten_messages
 
 FP32_FILE = "model.onnx"
@@ -101,8 +101,8 @@ def _raise_template_error(message: str) -> None:
 class OnnxTier(SerialEngineTier):
     thread_name = "onnx"
 
-    def __init__(self, config: EdgeConfig) -> None:
-        super().__init__(config)
+    def __init__(self, config: EdgeConfig, instance: str = "") -> None:
+        super().__init__(config, instance)
         self._session: Any = None
         self._prompt: ChatPrompt | None = None
         self._shape: DecoderShape | None = None

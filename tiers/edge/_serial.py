@@ -13,8 +13,8 @@ A backend subclasses :class:`SerialEngineTier` and writes two methods that run o
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
-import os
 import threading
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -32,24 +32,16 @@ DEFAULT_TOP_P = 0.9
 Emit = Callable[[Delta | BaseException], None]
 
 
-def default_threads() -> int:
-    """One core fewer than the machine has (at least one).
-
-    llama.cpp's threads (and onnxruntime's intra-op pool) spin while they wait for each other; when one
-    of them shares a core with the event loop or a vLLM server, a generation can slow down tenfold or
-    more (measured here: 1.3 tok/s with 2 threads on 2 busy cores, 15 tok/s with 1).
-    """
-    return max(1, (os.cpu_count() or 1) - 1)
-
-
 class SerialEngineTier:
     """A :class:`~tiers.Tier` over an engine that runs one generation at a time on its own thread."""
 
     name = "edge"
     thread_name = "edge"
 
-    def __init__(self, config: EdgeConfig) -> None:
+    def __init__(self, config: EdgeConfig, instance: str = "") -> None:
         self._config = config
+        # Named in answers (X-Tiergate-Instance): which engine instance of which model served them.
+        self.instance = instance or config.model_name
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=self.thread_name)
         self._lock = asyncio.Lock()
         self._waiting = 0
@@ -64,6 +56,15 @@ class SerialEngineTier:
             model=self._config.model_name,
         )
 
+    @property
+    def load(self) -> int:
+        """Requests running or waiting on this instance."""
+        return int(self._lock.locked()) + self._waiting
+
+    @property
+    def health(self) -> Health:
+        return self._health
+
     def state(self) -> TierState:
         return TierState(
             self.name,
@@ -75,7 +76,7 @@ class SerialEngineTier:
 
     async def start(self) -> None:
         try:
-            await asyncio.get_running_loop().run_in_executor(self._executor, self._load)
+            await asyncio.get_running_loop().run_in_executor(self._executor, self._load_and_warm)
         except Exception as exc:  # a missing or broken model leaves the tier down, not the gateway
             self._health, self._detail = Health.DOWN, f"cannot load model: {exc}"
             log.error("edge tier %s", self._detail)
@@ -94,7 +95,9 @@ class SerialEngineTier:
             parts.append(delta.text)
             final = delta
         assert final.usage is not None
-        return Completion("".join(parts), final.finish_reason or "stop", final.usage, self._config.model_name)
+        return Completion(
+            "".join(parts), final.finish_reason or "stop", final.usage, self._config.model_name, self.instance
+        )
 
     async def stream(self, gen: Generation) -> AsyncIterator[Delta]:
         if self._health is not Health.READY:
@@ -120,13 +123,16 @@ class SerialEngineTier:
             raise
         job.add_done_callback(lambda _: self._lock.release())
         try:
+            item = await queue.get()
+            if not isinstance(item, BaseException):  # the first piece says who serves the stream
+                item = dataclasses.replace(item, instance=self.instance, model=self._config.model_name)
             while True:
-                item = await queue.get()
                 if isinstance(item, BaseException):
                     raise item
                 yield item
                 if item.finish_reason is not None:
                     return
+                item = await queue.get()
         finally:
             cancel.set()  # the worker stops at its next token; the lock is freed when it has
 
@@ -138,6 +144,12 @@ class SerialEngineTier:
 
     def _unload(self) -> None:
         """Drop the engine's objects after the worker has stopped."""
+
+    def _load_and_warm(self) -> None:  # on the worker thread
+        self._load()
+        # one token through the engine: pages the weights in and allocates, so the first client does not
+        warm = Generation(messages=[{"role": "user", "content": "Hello"}], max_tokens=1, temperature=0)
+        self._generate_into(warm, lambda item: None, threading.Event())
 
     def _load(self) -> None:  # on the worker thread
         raise NotImplementedError
