@@ -6,15 +6,30 @@ import pytest
 
 from gateway.app import build_tiers
 from gateway.settings import SettingsError, load_settings
-from tiers.edge import LlamaCppTier, OnnxTier
+from tiers.edge import EdgeRegistry, LlamaCppTier, OnnxTier
+
+
+def _engines(settings: object) -> list[object]:
+    edge = build_tiers(settings)["edge"]  # type: ignore[arg-type]
+    assert isinstance(edge, EdgeRegistry)
+    return list(edge.instances)
 
 
 def test_llamacpp_is_the_default_and_onnx_is_chosen_by_setting() -> None:
     env = {"TIERGATE_CLOUD__ENABLED": "false", "TIERGATE_BUILD_CACHE_DIR": "/opt/tg-cache"}
-    assert isinstance(build_tiers(load_settings(environ=env))["edge"], LlamaCppTier)
+    assert all(isinstance(e, LlamaCppTier) for e in _engines(load_settings(environ=env)))
     settings = load_settings(environ={**env, "TIERGATE_EDGE__BACKEND": "onnx"})
-    assert isinstance(build_tiers(settings)["edge"], OnnxTier)
+    assert all(isinstance(e, OnnxTier) for e in _engines(settings))
     assert settings.edge_config().onnx_model_dir == "/opt/tg-cache/models/smollm2-135m-onnx"
+    spec = settings.edge_config().model_specs()[0]
+    assert (spec.backend, spec.path) == ("onnx", "/opt/tg-cache/models/smollm2-135m-onnx")
+
+
+def test_instances_and_their_threads_follow_the_settings() -> None:
+    env = {"TIERGATE_CLOUD__ENABLED": "false", "TIERGATE_EDGE__INSTANCES": "3", "TIERGATE_EDGE__THREADS": "2"}
+    engines = _engines(load_settings(environ=env))
+    assert [e.instance for e in engines] == [f"edge-smollm2-135m/{i}" for i in range(3)]  # type: ignore[attr-defined]
+    assert {e._config.threads for e in engines} == {2}  # type: ignore[attr-defined]
 
 
 def test_an_explicit_onnx_folder_and_the_int8_switch_are_kept() -> None:

@@ -30,6 +30,7 @@ from tiers.edge._config import EdgeConfig, EdgeModel
 from tiers.edge._instances import InstanceSet
 from tiers.edge._llamacpp import shipped_model_path
 from tiers.edge._onnx import FP32_FILE, INT8_FILE
+from tiers.edge._serial import SerialEngineTier
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +134,11 @@ class EdgeRegistry:
         return self._active.stream(gen)
 
     # -- the registry -------------------------------------------------------------
+
+    @property
+    def instances(self) -> list[SerialEngineTier]:
+        """The active version's engine instances."""
+        return list(self._active.instances)
 
     @property
     def active(self) -> str:
