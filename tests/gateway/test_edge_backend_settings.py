@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from gateway.app import build_tiers
@@ -41,3 +44,18 @@ def test_an_explicit_onnx_folder_and_the_int8_switch_are_kept() -> None:
 def test_an_unknown_backend_is_an_error() -> None:
     with pytest.raises(SettingsError, match="backend"):
         load_settings(environ={"TIERGATE_EDGE__BACKEND": "tensorrt"})
+
+
+def test_the_readme_example_of_edge_models_loads(tmp_path: Path) -> None:
+    section = (Path(__file__).resolve().parents[2] / "README.md").read_text().split("### Edge models", 1)[1]
+    example = re.search(r"```toml\n(.*?)```", section, re.S)
+    assert example is not None
+    (tmp_path / "edge.toml").write_text(example.group(1))
+    edge = load_settings(tmp_path / "edge.toml", environ={"TIERGATE_BUILD_CACHE_DIR": "/c"}).edge_config()
+    assert edge.active == "smollm2-q4"
+    onnx = edge.for_model(edge.model_specs()[1])
+    assert (onnx.backend, onnx.onnx_model_dir, onnx.onnx_quantized) == (
+        "onnx",
+        "/c/models/smollm2-135m-onnx",
+        True,
+    )

@@ -85,8 +85,12 @@ class SerialEngineTier:
 
     async def aclose(self) -> None:
         self._health, self._detail = Health.DOWN, "closed"
-        self._executor.shutdown(wait=True, cancel_futures=True)
-        self._unload()
+
+        def close() -> None:  # waits for the worker's last step; off the event loop (a hot swap closes
+            self._executor.shutdown(wait=True, cancel_futures=True)  # versions while serving)
+            self._unload()
+
+        await asyncio.to_thread(close)
 
     async def complete(self, gen: Generation) -> Completion:
         parts: list[str] = []
