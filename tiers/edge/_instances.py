@@ -91,15 +91,19 @@ class InstanceSet:
         return f"{ready}/{len(self.instances)} instances ready; {down[0] if down else first}"
 
     def instance_states(self) -> list[dict[str, Any]]:
-        return [
-            {
-                "name": i.instance,
-                "health": i.health.value,
-                "running": i.load - i.state().queued,
-                "queued": i.state().queued,
-            }
-            for i in self.instances
-        ]
+        out = []
+        for instance in self.instances:
+            state = instance.state()
+            out.append(
+                {
+                    "name": instance.instance,
+                    "health": state.health.value,
+                    "running": state.in_flight,
+                    "queued": state.queued,
+                    "prefix_restores": instance.prefixes.hits,  # prompts that reused a saved state
+                }
+            )
+        return out
 
     # -- requests --------------------------------------------------------------
 

@@ -23,7 +23,7 @@ from typing import Any
 from tiers._errors import TierRejected, TierUnavailable
 from tiers._types import Delta, Generation, Usage
 from tiers.edge._config import EdgeConfig, default_threads
-from tiers.edge._prefix import MIN_GAIN_TOKENS, PrefixStore, shared_prefix
+from tiers.edge._prefix import MIN_GAIN_TOKENS, shared_prefix
 from tiers.edge._serial import (
     DEFAULT_TEMPERATURE,
     DEFAULT_TOP_P,
@@ -58,7 +58,6 @@ class LlamaCppTier(SerialEngineTier):
         self._llm: Any = None
         self._formatter: Any = None
         self._gpu = False
-        self.prefixes: PrefixStore[tuple[bytes, list[int]]] = PrefixStore(config.prefix_cache_mb << 20)
 
     def describe(self) -> str:
         where = f", {self._config.n_gpu_layers} layers on the GPU" if self._gpu else ""

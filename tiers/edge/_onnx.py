@@ -27,7 +27,7 @@ import numpy as np
 from tiers._errors import TierRejected, TierUnavailable
 from tiers._types import Delta, Generation, Usage
 from tiers.edge._config import EdgeConfig, default_threads
-from tiers.edge._prefix import MIN_GAIN_TOKENS, PrefixStore, shared_prefix
+from tiers.edge._prefix import MIN_GAIN_TOKENS, shared_prefix
 from tiers.edge._sampling import IncrementalDetokenizer, Sampler
 from tiers.edge._serial import DEFAULT_TEMPERATURE, DEFAULT_TOP_P, Emit, SerialEngineTier
 from tiers.edge._text import StopScanner, flatten_messages
@@ -113,9 +113,6 @@ class OnnxTier(SerialEngineTier):
         self._providers: list[str] = []
         # The keys and values of the last generation (token ids, arrays), and saved ones of long prompts.
         self._live: tuple[list[int], list[np.ndarray[Any, Any]]] | None = None
-        self.prefixes: PrefixStore[tuple[list[int], list[np.ndarray[Any, Any]]]] = PrefixStore(
-            config.prefix_cache_mb << 20
-        )
 
     @property
     def model_file(self) -> Path:
@@ -130,7 +127,6 @@ class OnnxTier(SerialEngineTier):
     def _unload(self) -> None:
         self._session = None
         self._live = None
-        self.prefixes.clear()
 
     # -- on the worker thread -------------------------------------------------
 

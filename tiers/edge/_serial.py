@@ -18,10 +18,12 @@ import logging
 import threading
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from tiers._errors import TierError, TierOverloaded, TierUnavailable
 from tiers._types import Capabilities, Completion, Delta, Generation, Health, Modality, TierState, Usage
 from tiers.edge._config import EdgeConfig
+from tiers.edge._prefix import PrefixStore
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +49,8 @@ class SerialEngineTier:
         self._waiting = 0
         self._health = Health.STARTING
         self._detail = "loading model"
+        # Saved prompt states, for backends that reuse a prompt's prefix (each stores its own kind).
+        self.prefixes: PrefixStore[Any] = PrefixStore(config.prefix_cache_mb << 20)
 
     @property
     def capabilities(self) -> Capabilities:
@@ -89,6 +93,7 @@ class SerialEngineTier:
         def close() -> None:  # waits for the worker's last step; off the event loop (a hot swap closes
             self._executor.shutdown(wait=True, cancel_futures=True)  # versions while serving)
             self._unload()
+            self.prefixes.clear()
 
         await asyncio.to_thread(close)
 
