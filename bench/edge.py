@@ -12,8 +12,8 @@ Method
     the KV cache fed back + argmax + ``Tokenizer.decode``);
   - ``tier``: the gateway's edge tier object (``EdgeRegistry``: the registry, its instance set, and the
     ``LlamaCppTier`` / ``OnnxTier`` engine instance) in this process, via ``stream``;
-  - ``http``: a real ``tiergate serve`` child process (cloud off), streamed over loopback with
-    ``stream_options.include_usage``.
+  - ``http``: a real ``tiergate serve`` child process (cloud off, result cache off so that every request
+    runs on the engine, auth in open mode), streamed over loopback with ``stream_options.include_usage``.
 * Concurrency c (1 and 4): c requests start together; an engine serves one at a time (FIFO), so for
   ``raw`` the c requests run back to back in one thread and their TTFT counts from the common start,
   exactly what a client of the queued tier sees.  tokens/s = all tokens made / wall time of the batch.
@@ -255,7 +255,11 @@ class GatewayProcess:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         config = tmp / f"{name}.toml"
-        config.write_text(f'data_dir = "{tmp / name}"\n[edge]\n{edge_toml}\n[cloud]\nenabled = false\n')
+        # no keys (open mode) and no result cache: every request runs on the engine
+        config.write_text(
+            f'data_dir = "{tmp / name}"\n[edge]\n{edge_toml}\n[cloud]\nenabled = false\n'
+            "[cache]\nenabled = false\n[auth]\nopen_mode = true\n"
+        )
         tiergate = str(Path(sys.executable).with_name("tiergate"))
         self.process = subprocess.Popen(
             [tiergate, "serve", "--config", str(config), "--port", str(self.port)],

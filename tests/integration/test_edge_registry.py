@@ -4,6 +4,7 @@ while the admin API swaps versions, rollback through the CLI, and what bad regis
 
 from __future__ import annotations
 
+import os
 import subprocess
 import threading
 import time
@@ -128,6 +129,35 @@ def test_rollback_from_the_cli(registry_gw: Gateway) -> None:
         [TIERGATE, "edge", "list", "--url", gw.url, "--key", gw.admin_key], capture_output=True, text=True
     )
     assert listed.returncode == 0 and '"previous": null' in listed.stdout
+
+
+ONNX = Path(os.environ.get("TIERGATE_BUILD_CACHE_DIR", "~/.cache/tiergate")).expanduser() / "models"
+ONNX = ONNX / "smollm2-135m-onnx"
+
+
+@pytest.mark.skipif(not (ONNX / "model.int8.onnx").exists(), reason="no ONNX export (scripts/setup.sh)")
+def test_a_gguf_version_swaps_to_an_onnx_one_and_back(registry_gw: Gateway) -> None:
+    gw = registry_gw
+    onnx = {
+        "name": "smol-onnx-int8",
+        "backend": "onnx",
+        "path": str(ONNX),
+        "quantized": True,
+        "quality": 0.35,
+    }
+    assert httpx.post(f"{gw.url}{MODELS}", json=onnx, headers=gw.admin).status_code == 201
+    before = httpx.get(f"{gw.url}{MODELS}", headers=gw.admin).json()["active"]
+    resp = httpx.post(
+        f"{gw.url}{MODELS}/activate", json={"name": "smol-onnx-int8"}, headers=gw.admin, timeout=120
+    )
+    assert resp.status_code == 200, resp.text
+    ready = gw.readyz()["tiers"][0]
+    assert "onnxruntime int8" in ready["detail"]
+    served = _ask(gw.client(), 3, stream=True)
+    assert (served.model, served.instance) == ("smol-onnx-int8", "smol-onnx-int8/0")
+    back = httpx.post(f"{gw.url}{MODELS}/rollback", headers=gw.admin, timeout=120)
+    assert back.status_code == 200 and back.json()["active"] == before
+    assert _ask(gw.client(), 4, stream=False).model == before
 
 
 def _error(resp: httpx.Response, status: int) -> dict[str, object]:

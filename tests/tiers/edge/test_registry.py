@@ -89,6 +89,29 @@ async def test_requests_spread_over_instances_and_a_conversation_sticks() -> Non
         await registry.aclose()
 
 
+async def test_closing_a_stream_stops_its_instance_and_not_the_other() -> None:
+    registry = EdgeRegistry(EdgeConfig(instances=2, threads=1, prefix_cache_mb=0))
+    await registry.start()
+    essay = [{"role": "user", "content": "Write a very long essay about the history of Rome."}]
+    try:
+        left, right = registry.stream(_gen(essay, 1500)), registry.stream(_gen(essay, 1500))
+        first_left, first_right = await anext(left), await anext(right)
+        assert {first_left.instance, first_right.instance} == {"edge-smollm2-135m/0", "edge-smollm2-135m/1"}
+        await left.aclose()  # type: ignore[attr-defined]  # the client went away
+        for _ in range(200):
+            if registry.state().in_flight == 1:
+                break
+            await asyncio.sleep(0.02)
+        assert registry.state().in_flight == 1  # its engine stopped; the other still writes
+        assert (await anext(right)).text is not None
+        # the freed instance serves at once (the other is busy with its 1,500 tokens)
+        answer = await asyncio.wait_for(registry.complete(_gen(HELLO, 2)), 60)
+        assert answer.instance == first_left.instance
+        await right.aclose()  # type: ignore[attr-defined]
+    finally:
+        await registry.aclose()
+
+
 async def test_a_saved_prompt_state_is_reused_and_answers_the_same() -> None:
     """A shared system prompt, another prompt in between: the state saved after the first request is
     restored for the third, and the answer equals a cold engine's."""
