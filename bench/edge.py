@@ -422,42 +422,46 @@ async def main(argv: list[str] | None = None) -> int:
     tiers: dict[str, EdgeRegistry] = {}
     gateways: dict[str, GatewayProcess] = {}
     tmp = Path(tempfile.mkdtemp(prefix="tiergate-bench-edge-"))
-    for engine in engines:
-        toml, config = configs[engine]
-        raws[engine] = (
-            RawLlama() if engine == "llamacpp" else RawOnnx(INT8_FILE if config.onnx_quantized else FP32_FILE)
-        )
-        tiers[engine] = EdgeRegistry(config)
-        await tiers[engine].start()
-        if not args.skip_http:
-            gateways[engine] = GatewayProcess(tmp, engine, toml)
-    for gw in gateways.values():
-        gw.wait_ready()
-
     paths = ["raw", "tier"] + ([] if args.skip_http else ["http"])
     cells = [Cell(e, p, c) for e in engines for c in levels for p in paths]
-    async with httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=16)) as client:
-        # one warm-up request per way in (first calls allocate and page in the weights)
+    try:
         for engine in engines:
-            await raw_batch(raws[engine], 1, 8)
-            await tier_batch(tiers[engine], 1, 8)
-            if engine in gateways:
-                await http_batch(client, gateways[engine].url, 1, 8)
-        for round_no in range(args.repeats):
-            for cell in rotated(cells, len(paths), round_no):
-                run: Awaitable[Batch]
-                if cell.path == "raw":
-                    run = raw_batch(raws[cell.engine], cell.concurrency, args.max_tokens)
-                elif cell.path == "tier":
-                    run = tier_batch(tiers[cell.engine], cell.concurrency, args.max_tokens)
-                else:
-                    run = http_batch(client, gateways[cell.engine].url, cell.concurrency, args.max_tokens)
-                cell.batches.append(await run)
-            print(f"round {round_no + 1}/{args.repeats} done", flush=True)
-    for gw in gateways.values():
-        gw.stop()
-    for tier in tiers.values():
-        await tier.aclose()
+            toml, config = configs[engine]
+            raws[engine] = (
+                RawLlama()
+                if engine == "llamacpp"
+                else RawOnnx(INT8_FILE if config.onnx_quantized else FP32_FILE)
+            )
+            tiers[engine] = EdgeRegistry(config)
+            await tiers[engine].start()
+            if not args.skip_http:
+                gateways[engine] = GatewayProcess(tmp, engine, toml)
+        for gw in gateways.values():
+            gw.wait_ready()
+
+        async with httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=16)) as client:
+            # one warm-up request per way in (first calls allocate and page in the weights)
+            for engine in engines:
+                await raw_batch(raws[engine], 1, 8)
+                await tier_batch(tiers[engine], 1, 8)
+                if engine in gateways:
+                    await http_batch(client, gateways[engine].url, 1, 8)
+            for round_no in range(args.repeats):
+                for cell in rotated(cells, len(paths), round_no):
+                    run: Awaitable[Batch]
+                    if cell.path == "raw":
+                        run = raw_batch(raws[cell.engine], cell.concurrency, args.max_tokens)
+                    elif cell.path == "tier":
+                        run = tier_batch(tiers[cell.engine], cell.concurrency, args.max_tokens)
+                    else:
+                        run = http_batch(client, gateways[cell.engine].url, cell.concurrency, args.max_tokens)
+                    cell.batches.append(await run)
+                print(f"round {round_no + 1}/{args.repeats} done", flush=True)
+    finally:  # a failed run leaves no gateway behind
+        for gw in gateways.values():
+            gw.stop()
+        for tier in tiers.values():
+            await tier.aclose()
 
     prefix = None if args.skip_prefix else await prefix_reuse(args.prefix_questions)
     rows = summarise(cells)
