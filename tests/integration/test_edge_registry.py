@@ -208,3 +208,28 @@ def test_unknown_versions_missing_names_and_tenant_keys(registry_gw: Gateway, tm
         _ask(gw.client(), 2, stream=True).model
         == httpx.get(f"{gw.url}{MODELS}", headers=gw.admin).json()["active"]
     )
+
+
+def test_two_instances_serve_two_clients_at_once(tmp_path: Path) -> None:
+    """Admission gives the edge one slot per instance, and the requests spread over them."""
+    gw = start_gateway(tmp_path, "[cloud]\nenabled = false\n[edge]\ninstances = 2\nthreads = 1\n")
+    try:
+        essay = [{"role": "user", "content": "Write a very long essay about the history of Rome."}]
+        client = gw.client(timeout=120)
+        streams = [
+            client.chat.completions.with_streaming_response.create(
+                model="edge", messages=essay, max_tokens=200, temperature=0, stream=True
+            )
+            for _ in range(2)
+        ]
+        with streams[0] as first, streams[1] as second:
+            # both have their first piece while the other is still writing: neither waits for the other
+            first_chunks, second_chunks = first.iter_lines(), second.iter_lines()
+            assert next(c for c in first_chunks if c.startswith("data: "))
+            assert next(c for c in second_chunks if c.startswith("data: "))
+            instances = {first.headers["x-tiergate-instance"], second.headers["x-tiergate-instance"]}
+            edge = next(t for t in gw.readyz()["tiers"] if t["name"] == "edge")
+            assert edge["in_flight"] == 2 and edge["queued"] == 0
+        assert instances == {"edge-smollm2-135m/0", "edge-smollm2-135m/1"}
+    finally:
+        gw.stop()
