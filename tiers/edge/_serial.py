@@ -7,7 +7,8 @@ cross back to the event loop with ``call_soon_threadsafe`` as the engine makes t
 early sets a flag the worker checks before each token, so the engine stops at the next one.
 
 A backend subclasses :class:`SerialEngineTier` and writes two methods that run on the worker thread:
-``_load`` and ``_generate_into``.
+``_load`` and ``_generate_into``.  ``start`` loads the model and generates one token to warm it.  Several
+of these make one model version's instances (:mod:`tiers.edge._instances`), each named in its answers.
 """
 
 from __future__ import annotations
@@ -90,8 +91,10 @@ class SerialEngineTier:
     async def aclose(self) -> None:
         self._health, self._detail = Health.DOWN, "closed"
 
-        def close() -> None:  # waits for the worker's last step; off the event loop (a hot swap closes
-            self._executor.shutdown(wait=True, cancel_futures=True)  # versions while serving)
+        # Waits for the worker's last step: off the event loop, since a hot swap closes a version while
+        # the gateway serves.
+        def close() -> None:
+            self._executor.shutdown(wait=True, cancel_futures=True)
             self._unload()
             self.prefixes.clear()
 
