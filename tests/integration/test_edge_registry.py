@@ -20,6 +20,7 @@ from tests.conftest import TIERGATE, Gateway, start_gateway
 from tiers.edge import shipped_model_path
 
 MODELS = "/admin/api/edge/models"
+FRESH = {"Cache-Control": "no-cache"}  # answered by the model, never replayed from the result cache
 
 
 @pytest.fixture(scope="module")
@@ -80,11 +81,41 @@ def test_hot_swap_under_load_drops_nothing(registry_gw: Gateway) -> None:
                 failures.append(exc)
             n += 1
 
+    essay_running = threading.Event()
+
+    def essay() -> None:
+        """A long answer that is being written on v1 while v2 is activated."""
+        messages = [{"role": "user", "content": "Write a very long essay about the history of Rome."}]
+        started = time.monotonic()
+        try:
+            with gw.client(timeout=120).chat.completions.with_streaming_response.create(
+                model="edge",
+                messages=messages,
+                max_tokens=200,
+                temperature=0,
+                stream=True,
+                extra_headers=FRESH,
+            ) as resp:
+                chunks = []
+                for chunk in resp.parse():
+                    chunks.append(chunk)
+                    essay_running.set()
+                assert chunks[-1].choices[0].finish_reason == "length"
+                served.append(
+                    Served(started, time.monotonic(), chunks[0].model, resp.headers["x-tiergate-instance"])
+                )
+        except BaseException as exc:
+            failures.append(exc)
+            essay_running.set()
+
     clients = [threading.Thread(target=client_loop, args=(k,)) for k in range(3)]
+    long_one = threading.Thread(target=essay)
     for t in clients:
         t.start()
     try:
         gw.wait(lambda: len(served) >= 3, 120, "answers from v1")
+        long_one.start()
+        assert essay_running.wait(120)
         swap_started = time.monotonic()
         resp = httpx.post(
             f"{gw.url}{MODELS}/activate", json={"name": "smol-v2"}, headers=gw.admin, timeout=120
@@ -93,21 +124,22 @@ def test_hot_swap_under_load_drops_nothing(registry_gw: Gateway) -> None:
         assert resp.status_code == 200, resp.text
         assert resp.json()["active"] == "smol-v2"
         count = len(served)
-        gw.wait(lambda: len(served) >= count + 4, 120, "answers after the swap")
+        gw.wait(lambda: len(served) >= count + 4, 180, "answers after the swap")
     finally:
         stop.set()
-        for t in clients:
-            t.join(120)
+        for t in [*clients, long_one]:
+            if t.is_alive() or t is not long_one:
+                t.join(180)
     assert failures == []
     for s in served:
         assert s.instance == f"{s.model}/0"
     before = [s for s in served if s.ended < swap_started]
-    across = [s for s in served if s.started < swap_started and s.ended > swap_done]
     after = [s for s in served if s.started > swap_done]
     assert before and all(s.model == "smol-v1" for s in before)
     assert after and all(s.model == "smol-v2" for s in after)
-    # requests inside the old version when it was swapped out finished there
-    assert any(s.model == "smol-v1" for s in across), served
+    # what was inside the old version when it was swapped out (the essay at least) finished there
+    finished_on_v1 = [s for s in served if s.model == "smol-v1" and s.ended > swap_done]
+    assert any(s.started < swap_started for s in finished_on_v1), served
     listing = httpx.get(f"{gw.url}{MODELS}", headers=gw.admin).json()
     v2 = next(m for m in listing["data"] if m["name"] == "smol-v2")
     assert (v2["status"], v2["quality"], v2["limits"]["max_images"]) == ("active", 0.4, 0)
