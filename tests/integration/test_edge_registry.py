@@ -4,6 +4,7 @@ while the admin API swaps versions, rollback through the CLI, and what bad regis
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import threading
@@ -161,6 +162,24 @@ def test_rollback_from_the_cli(registry_gw: Gateway) -> None:
         [TIERGATE, "edge", "list", "--url", gw.url, "--key", gw.admin_key], capture_output=True, text=True
     )
     assert listed.returncode == 0 and '"previous": null' in listed.stdout
+    register = [
+        TIERGATE,
+        "edge",
+        "register",
+        "smol-v3",
+        "--path",
+        str(shipped_model_path()),
+        "--quality",
+        "0.6",
+    ]
+    made = subprocess.run([*register, "--url", gw.url, "--key", gw.admin_key], capture_output=True, text=True)
+    assert made.returncode == 0, made.stderr
+    v3 = next(m for m in json.loads(made.stdout)["data"] if m["name"] == "smol-v3")
+    assert (v3["status"], v3["quality"], v3["backend"]) == ("available", 0.6, "llamacpp")
+    refused = subprocess.run(
+        [*register, "--quality", "7", "--url", gw.url, "--key", gw.admin_key], capture_output=True, text=True
+    )
+    assert refused.returncode == 1 and "400" in refused.stderr and "<= 1.0" in refused.stderr
 
 
 ONNX = Path(os.environ.get("TIERGATE_BUILD_CACHE_DIR", "~/.cache/tiergate")).expanduser() / "models"
