@@ -66,6 +66,7 @@ class Gate:
         self._metrics = metrics or Metrics(enabled=False)
         # Requests that asked for a slot (admitted, queued or refused): the scaling signal's arrivals.
         self.arrivals = 0
+        self._waits = {lane: self._metrics.child(self._metrics.queue_wait, tier, lane.value) for lane in Lane}
         self._slots = slots
         self._settings = settings
         self._busy = 0
@@ -107,7 +108,7 @@ class Gate:
         self.arrivals += 1
         if self._busy < self._slots and not self.waiting:
             self._busy += 1
-            self._metrics.queue_waited(self._tier, lane.value, 0.0)
+            self._waits[lane].observe(0.0)
             return
         first, rest = self._lanes[lane]
         queue = first if tenant in self._priority else rest
@@ -126,7 +127,7 @@ class Gate:
         queued = time.perf_counter()
         try:
             await slot
-            self._metrics.queue_waited(self._tier, lane.value, time.perf_counter() - queued)
+            self._waits[lane].observe(time.perf_counter() - queued)
         except BaseException:
             if slot.done() and not slot.cancelled():
                 self.release()  # granted, then abandoned: pass it on

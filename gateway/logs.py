@@ -15,11 +15,12 @@ Fields given with ``extra={...}`` become keys of the object (the request log use
 from __future__ import annotations
 
 import contextvars
-import json
 import logging
 import sys
 import time
 from typing import Any, Literal
+
+import msgspec
 
 REQUEST_ID: contextvars.ContextVar[str | None] = contextvars.ContextVar("tiergate_request_id", default=None)
 
@@ -44,10 +45,21 @@ class RequestIdFilter(logging.Filter):
 
 
 class JsonFormatter(logging.Formatter):
+    def __init__(self) -> None:
+        super().__init__()
+        self._encode = msgspec.json.Encoder(enc_hook=str).encode
+        self._second = -1
+        self._stamp = ""
+
+    def _timestamp(self, created: float) -> str:
+        second = int(created)
+        if second != self._second:  # one strftime a second, not one a line
+            self._second, self._stamp = second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+        return f"{self._stamp}.{int((created - second) * 1000):03d}Z"
+
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
-            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-            + f".{int(record.msecs):03d}Z",
+            "ts": self._timestamp(record.created),
             "level": record.levelname,
             "logger": record.name,
             "message": record.getMessage(),
@@ -57,7 +69,7 @@ class JsonFormatter(logging.Formatter):
                 entry[key] = value
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
-        return json.dumps(entry, default=str, ensure_ascii=False)
+        return self._encode(entry).decode()
 
 
 class TextFormatter(logging.Formatter):

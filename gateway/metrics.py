@@ -68,6 +68,8 @@ class TierMetrics:
 
     latency: Any
     ttft: Any
+    tokens: Any
+    tokens_per_second: Any
 
 
 def tenant_class(tenant: str, named: frozenset[str], priority: frozenset[str]) -> str:
@@ -83,6 +85,7 @@ class Metrics:
         self.enabled = enabled
         self._tiers: dict[str, TierMetrics] = {}
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+        self._requests: dict[tuple[str, str, str, str, int], tuple[Any, Any]] = {}
         self._seen: dict[tuple[int, int], set[str]] = {}
         self._scrape_hooks: list[Callable[[Metrics], None]] = []
         self.registry = CollectorRegistry(auto_describe=True)
@@ -297,17 +300,33 @@ class Metrics:
     def tier(self, name: str) -> TierMetrics:
         bound = self._tiers.get(name)
         if bound is None:
-            bound = self._tiers[name] = TierMetrics(self.latency.labels(name), self.ttft.labels(name))
+            bound = TierMetrics(
+                self.child(self.latency, name, free=(0,)),
+                self.child(self.ttft, name, free=(0,)),
+                self.child(self.generated_tokens, name, free=(0,)),
+                self.child(self.tokens_per_second, name, free=(0,)),
+            )
+            if len(self._tiers) < MAX_VALUES_PER_LABEL:
+                self._tiers[name] = bound
         return bound
 
     def request_done(
         self, route: str, tenant: str, tier: str, model: str, status: int, seconds: float | None
     ) -> None:
         """One answered HTTP request; ``seconds`` None when its start was not seen."""
-        labels = (route, tenant, tier, model, str(status))
-        self.child(self.requests, *labels, free=(0, 1, 2, 3)).inc()
+        key = (route, tenant, tier, model, status)
+        pair = self._requests.get(key)
+        if pair is None:
+            labels = (route, tenant, tier, model, str(status))
+            pair = (
+                self.child(self.requests, *labels, free=(0, 1, 2, 3, 4)),
+                self.child(self.request_duration, *labels, free=(0, 1, 2, 3, 4)),
+            )
+            if len(self._requests) < 4096:
+                self._requests[key] = pair
+        pair[0].inc()
         if seconds is not None:
-            self.child(self.request_duration, *labels, free=(0, 1, 2, 3)).observe(seconds)
+            pair[1].observe(seconds)
 
     def rate_limited(self, reason: str) -> None:
         self.child(self.rate_limited_total, reason, free=(0,)).inc()
@@ -318,9 +337,10 @@ class Metrics:
     def generated(self, tier: str, tokens: int, seconds: float) -> None:
         if tokens <= 0:
             return
-        self.child(self.generated_tokens, tier, free=(0,)).inc(tokens)
+        bound = self.tier(tier)
+        bound.tokens.inc(tokens)
         if seconds > 0:
-            self.child(self.tokens_per_second, tier, free=(0,)).observe(tokens / seconds)
+            bound.tokens_per_second.observe(tokens / seconds)
 
     def queue_waited(self, tier: str, lane: str, seconds: float) -> None:
         self.child(self.queue_wait, tier, lane, free=(0, 1)).observe(seconds)
