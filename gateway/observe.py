@@ -138,10 +138,11 @@ class Observer:
                 headers.append((b"x-request-id", request_id(scope).encode("ascii")))
                 message["headers"] = headers  # type: ignore[typeddict-unknown-key]
                 scope[_STATUS] = message["status"]  # type: ignore[typeddict-unknown-key]
-                for name, value in headers:
-                    if name == _TIER_HEADER or name.lower() == _TIER_HEADER:
-                        scope[_TIER] = value.decode("latin-1")  # type: ignore[typeddict-unknown-key]
-                        break
+                if _LABELS in scope:  # a chat request: which tier answered (Litestar lowercases names)
+                    for name, value in headers:
+                        if name == _TIER_HEADER:
+                            scope[_TIER] = value.decode("latin-1")  # type: ignore[typeddict-unknown-key]
+                            break
                 return
             if kind != "http.response.body" or message.get("more_body", False):
                 return
