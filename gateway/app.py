@@ -53,10 +53,10 @@ def create_app(
 ) -> Litestar:
     """Build the gateway.
 
-    ``tiers`` replaces the configured ones (tests inject faulty tiers this way).  With
-    ``tracing`` replaces the one ``observability.otlp_endpoint`` makes.  With
-    ``reload_settings``, SIGHUP re-reads the settings and applies the cloud pool's membership
-    (``cloud.urls``) without a restart: new replicas join, removed ones drain.
+    ``tiers`` replaces the configured ones (tests inject faulty tiers this way), ``tracing`` the
+    one ``observability.otlp_endpoint`` makes (tests export to memory).  With ``reload_settings``,
+    SIGHUP re-reads the settings and applies the cloud pool's membership (``cloud.urls``) without a
+    restart: new replicas join, removed ones drain.
     """
     tiers = build_tiers(settings) if tiers is None else tiers
     pool = next((t for t in tiers.values() if isinstance(t, Pool)), None)
