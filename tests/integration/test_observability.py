@@ -174,3 +174,18 @@ def test_a_scripted_mix_shows_in_every_metric_family_and_every_log_line_has_its_
     sent = [r for r in fake.request_ids if r and r.startswith("mix-")]
     assert {"mix-miss", "mix-err-0", "mix-degraded", "mix-timeout"} <= set(sent)
     assert "mix-hit" not in sent
+
+
+def test_the_edge_models_speed_is_measured(edge_only: Gateway) -> None:
+    resp = chat(edge_only, "edge-speed", model="edge", max_tokens=8, stream=True)
+    assert resp.status_code == 200
+    resp = chat(edge_only, "edge-speed-2", model="edge", max_tokens=8)
+    assert resp.status_code == 200
+    produced = resp.json()["usage"]["completion_tokens"]
+    m = scrape(edge_only)
+    assert total(m, "tiergate_generation_tokens_per_second_count", tier="edge") == 2
+    assert total(m, "tiergate_generation_tokens_per_second_sum", tier="edge") > 0
+    assert total(m, "tiergate_generated_tokens_total", tier="edge") >= produced > 0
+    assert total(m, "tiergate_time_to_first_token_seconds_count", tier="edge") == 1
+    assert total(m, "tiergate_route_decisions_total", strategy="pinned", tier="edge", reason_class="pinned") == 2
+    assert total(m, "tiergate_tier_ready", tier="edge") == 1
