@@ -187,5 +187,7 @@ def test_the_edge_models_speed_is_measured(edge_only: Gateway) -> None:
     assert total(m, "tiergate_generation_tokens_per_second_sum", tier="edge") > 0
     assert total(m, "tiergate_generated_tokens_total", tier="edge") >= produced > 0
     assert total(m, "tiergate_time_to_first_token_seconds_count", tier="edge") == 1
-    assert total(m, "tiergate_route_decisions_total", strategy="pinned", tier="edge", reason_class="pinned") == 2
+    assert (
+        total(m, "tiergate_route_decisions_total", strategy="pinned", tier="edge", reason_class="pinned") == 2
+    )
     assert total(m, "tiergate_tier_ready", tier="edge") == 1
