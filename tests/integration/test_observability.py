@@ -5,6 +5,7 @@ for a request carries its id, and the id went upstream."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Iterator
@@ -191,3 +192,77 @@ def test_the_edge_models_speed_is_measured(edge_only: Gateway) -> None:
         total(m, "tiergate_route_decisions_total", strategy="pinned", tier="edge", reason_class="pinned") == 2
     )
     assert total(m, "tiergate_tier_ready", tier="edge") == 1
+
+
+def test_traces_reach_an_otlp_collector(tmp_path: Path) -> None:
+    """A real ``tiergate serve`` with ``otlp_endpoint`` set exports its spans over OTLP/HTTP to a
+    collector stand-in, which decodes them with OpenTelemetry's own protobuf types."""
+    pytest.importorskip("opentelemetry.exporter.otlp.proto.http")
+    import threading
+
+    from aiohttp import web
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    from tests.conftest import free_port
+
+    received: list[ExportTraceServiceRequest] = []
+    port = free_port()
+    loop = asyncio.new_event_loop()
+    started = threading.Event()
+
+    async def traces(request: web.Request) -> web.Response:
+        message = ExportTraceServiceRequest()
+        message.ParseFromString(await request.read())
+        received.append(message)
+        return web.Response(body=b"", content_type="application/x-protobuf")
+
+    def serve() -> None:
+        asyncio.set_event_loop(loop)
+        app = web.Application()
+        app.router.add_post("/v1/traces", traces)
+        runner = web.AppRunner(app)
+        loop.run_until_complete(runner.setup())
+        loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
+        started.set()
+        loop.run_forever()
+
+    threading.Thread(target=serve, daemon=True).start()
+    assert started.wait(10)
+    with FakeVLLM("ok") as fake:
+        config = (
+            f'[edge]\nenabled = false\n[cloud]\nurls = ["{fake.url}"]\nhealth_interval_s = 0.2\n'
+            f'[observability]\notlp_endpoint = "http://127.0.0.1:{port}/v1/traces"\n'
+        )
+        gw = start_gateway(tmp_path, config, edge=False)
+        try:
+            gw.wait(lambda: gw.tier_health("cloud") == "ready", 30, "the fake cloud")
+            assert chat(gw, "otlp-1").status_code == 200
+        finally:
+            gw.stop()  # a graceful stop flushes the batch of spans
+    loop.call_soon_threadsafe(loop.stop)
+    spans = [
+        span
+        for message in received
+        for resource in message.resource_spans
+        for scope in resource.scope_spans
+        for span in scope.spans
+    ]
+    services = {
+        a.value.string_value
+        for m in received
+        for r in m.resource_spans
+        for a in r.resource.attributes
+        if a.key == "service.name"
+    }
+    assert services == {"tiergate"}
+    mine = [s for s in spans if any(a.value.string_value == "otlp-1" for a in s.attributes)]
+    assert len(mine) == 1, "one server span for the request"
+    trace = [s for s in spans if s.trace_id == mine[0].trace_id]
+    assert {s.name for s in trace} >= {
+        "POST /v1/chat/completions",
+        "auth",
+        "rate_limit",
+        "route",
+        "tier.cloud",
+        "ledger.write",
+    }
