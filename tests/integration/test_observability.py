@@ -26,7 +26,7 @@ TEXT = [{"role": "user", "content": "Say hello."}]
 
 @pytest.fixture
 def fake() -> Iterator[FakeVLLM]:
-    with FakeVLLM("fail_images", delay_s=3.0) as server:
+    with FakeVLLM("fail_images", delay_s=6.0) as server:
         yield server
 
 
@@ -34,7 +34,7 @@ def fake() -> Iterator[FakeVLLM]:
 def gw(tmp_path: Path, fake: FakeVLLM) -> Iterator[Gateway]:
     config = (
         f'[edge]\nenabled = false\n[cloud]\nurls = ["{fake.url}"]\nhealth_interval_s = 0.2\n'
-        'modalities = ["text", "image"]\n[cloud.timeouts]\nfirst_byte_s = 1.0\n'
+        'modalities = ["text", "image"]\n[cloud.timeouts]\nfirst_byte_s = 2.0\n'
         f"[breakers]\nconsecutive_failures = {THRESHOLD}\ncooldown_s = 600\n"
         '[observability]\nrequest_log = true\ntenant_labels = ["limited"]\n'
     )
