@@ -13,7 +13,12 @@ cache off so every request goes through routing, admission and the upstream), id
 Each round loads the three in turn (the order alternates) for ``--seconds`` at ``--concurrency``
 clients that authenticate with a tenant key; the table shows medians over ``--rounds``: requests per
 second, latency, and the gateway's CPU time per request (read from /proc: the gateway's process and
-its children), whose difference is what metrics and logging cost each request.  With ``taskset``
+its children), whose difference is what metrics and logging cost each request.
+
+Two measurements without the network follow, since on a shared 2-core machine the HTTP figures
+swing by more than the effect: the same three configurations' apps called in this process as ASGI
+callables in front of an instant in-process tier (median CPU time per request over interleaved
+rounds, ledger off), and the metric calls one proxied request makes, timed alone.  With ``taskset``
 the gateways share CPU 0 and the upstream and the load generator CPU 1.  Results go to
 ``bench/results/metrics_overhead.json``.
 
@@ -38,6 +43,7 @@ from typing import Any
 
 import aiohttp
 
+from bench._asgi_ab import measure
 from bench.ledger import free_port, load, pinned
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -218,6 +224,11 @@ def table(report: dict[str, Any]) -> str:
         ]
         lines.append(f"{name:>8} " + " ".join(f"{c:>10}" for c in cells))
     lines.append("cost: throughput lost vs off; added: gateway CPU us per request vs off (median of rounds)")
+    asgi = report["asgi_cpu_us_per_request"]
+    lines.append(
+        "the app called in process (no network, instant tier, ledger off), CPU us per request: "
+        + ", ".join(f"{name} {us:.0f}" for name, us in asgi.items())
+    )
     micro = report["in_process_us"]
     lines.append(
         f"in process, per request: metric calls {micro['metrics']:.1f} us, "
@@ -286,6 +297,8 @@ if __name__ == "__main__":
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "metrics_overhead.json")
     args = parser.parse_args()
     report = asyncio.run(main(args))
+    # the gateway's own CPU per request, the app called as an ASGI callable (no network)
+    report["asgi_cpu_us_per_request"] = measure(VARIANTS)
     print(table(report))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     existing = json.loads(args.out.read_text()) if args.out.exists() else {}
