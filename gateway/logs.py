@@ -96,3 +96,5 @@ def configure(fmt: LogFormat, level: str = "info") -> None:
         root.removeHandler(old)
     root.addHandler(handler(fmt))
     root.setLevel(level.upper())
+    # Lines show none of these: skip collecting them (the logging HOWTO's optimisations).
+    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
