@@ -261,7 +261,7 @@ class Metrics:
         )
         self.arrival_rate = self._family(
             Gauge,
-            "tiergate_cloud_arrival_rate",
+            "tiergate_cloud_arrivals_per_second",
             "Cloud requests per second: observed over the last minute, and forecast for the horizon.",
             ["kind"],
         )

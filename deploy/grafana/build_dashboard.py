@@ -266,7 +266,7 @@ ROWS: list[tuple[str, list[Panel]]] = [
             (
                 "Cloud arrivals/s: observed and forecast",
                 "reqps",
-                [("tiergate_cloud_arrival_rate", "{{kind}}")],
+                [("tiergate_cloud_arrivals_per_second", "{{kind}}")],
             ),
         ],
     ),
