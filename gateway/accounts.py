@@ -18,6 +18,7 @@ from sqlalchemy import Engine
 from gateway.chat import ChatService
 from gateway.ledger import Ledger, PriceBook
 from gateway.metering import MeteredChat
+from gateway.metrics import Metrics
 from gateway.settings import Settings
 from gateway.storage import open_database
 from gateway.tenants import Authenticator, NewKey, RateLimiter, TenantStore, make_limiter
@@ -92,6 +93,12 @@ class Accounts:
             )
             await self.ledger.start()
         self.metered = MeteredChat(self._chat, self.limiter, self.ledger, self.prices)
+
+    def scrape(self, metrics: Metrics) -> None:
+        """A /metrics hook: the ledger's backlog."""
+        ledger = getattr(self, "ledger", None)
+        if ledger is not None:
+            metrics.ledger_backlog.set(ledger.backlog)
 
     async def aclose(self) -> None:
         if getattr(self, "ledger", None) is not None:

@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator
 
 import msgspec
 
+from gateway.metrics import Metrics
 from tiers import Capabilities, Completion, Delta, Generation, Tier, TierOverloaded, TierState
 
 
@@ -59,8 +60,14 @@ class AdmissionSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
 
 
 class Gate:
-    def __init__(self, tier: str, slots: int, settings: AdmissionSettings) -> None:
+    def __init__(
+        self, tier: str, slots: int, settings: AdmissionSettings, metrics: Metrics | None = None
+    ) -> None:
         self._tier = tier
+        self._metrics = metrics or Metrics(enabled=False)
+        # Requests that asked for a slot (admitted, queued or refused): the scaling signal's arrivals.
+        self.arrivals = 0
+        self._waits = {lane: self._metrics.child(self._metrics.queue_wait, tier, lane.value) for lane in Lane}
         self._slots = slots
         self._settings = settings
         self._busy = 0
@@ -79,6 +86,9 @@ class Gate:
     def waiting(self) -> int:
         return sum(len(q) for lane in self._lanes.values() for q in lane)
 
+    def waiting_in(self, lane: Lane) -> int:
+        return sum(len(q) for q in self._lanes[lane])
+
     def lane_of(self, cost: float) -> Lane:
         return Lane.SLOW if cost > self._settings.slow_cost else Lane.FAST
 
@@ -96,8 +106,10 @@ class Gate:
 
     async def acquire(self, cost: float, tenant: str = "") -> None:
         lane = self.lane_of(cost)
+        self.arrivals += 1
         if self._busy < self._slots and not self.waiting:
             self._busy += 1
+            self._waits[lane].observe(0.0)
             return
         first, rest = self._lanes[lane]
         queue = first if tenant in self._priority else rest
@@ -109,11 +121,14 @@ class Gate:
                 f"the {lane.value} lane is full ({waiting} waiting, the bound for a "
                 f"{self._delay[lane]:g} s queueing delay at {self.rate():.1f} requests/s)",
                 retry_after_s=wait,
+                reason=f"queue_{lane.value}",
             )
         slot: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         queue.append(slot)
+        queued = time.perf_counter()
         try:
             await slot
+            self._waits[lane].observe(time.perf_counter() - queued)
         except BaseException:
             if slot.done() and not slot.cancelled():
                 self.release()  # granted, then abandoned: pass it on
@@ -154,6 +169,10 @@ class AdmittedTier:
         self.name = tier.name
 
     @property
+    def gate(self) -> Gate:
+        return self._gate
+
+    @property
     def capabilities(self) -> Capabilities:
         return self._tier.capabilities
 
@@ -191,14 +210,17 @@ class AdmittedTier:
             self._gate.release(service_s=time.monotonic() - started if completed else None)
 
 
-def _concurrency(tier: Tier) -> int:
-    return int(getattr(tier, "concurrency", 16))
+def _slots(name: str, tier: Tier, settings: AdmissionSettings) -> int:
+    """The configured slots for a tier, else what the tier says it can run at once."""
+    return settings.slots.get(name) or int(getattr(tier, "concurrency", 16))
 
 
-def admit(tiers: dict[str, Tier], settings: AdmissionSettings) -> dict[str, Tier]:
+def admit(
+    tiers: dict[str, Tier], settings: AdmissionSettings, metrics: Metrics | None = None
+) -> dict[str, Tier]:
     if not settings.enabled:
         return tiers
     return {
-        name: AdmittedTier(tier, Gate(name, settings.slots.get(name) or _concurrency(tier), settings))
+        name: AdmittedTier(tier, Gate(name, _slots(name, tier, settings), settings, metrics))
         for name, tier in tiers.items()
     }

@@ -11,6 +11,7 @@ from contextlib import asynccontextmanager
 import msgspec
 from litestar import Litestar
 from litestar.datastructures import State
+from prometheus_client import disable_created_metrics
 
 import cache
 import router
@@ -22,8 +23,10 @@ from gateway.chat import ChatService
 from gateway.controllers import ROUTES
 from gateway.errors import error_response
 from gateway.metrics import Metrics
-from gateway.request_id import before_send
+from gateway.observe import Observer, live_gauges
+from gateway.scaling import ReplicaSignal, run_signal
 from gateway.settings import Settings, SettingsError
+from gateway.tracing import Tracing
 from tiers import Pool, Tier
 from tiers.cloud import VLLMPool
 from tiers.edge import EdgeRegistry
@@ -45,18 +48,23 @@ def create_app(
     settings: Settings,
     tiers: dict[str, Tier] | None = None,
     reload_settings: Callable[[], Settings] | None = None,
+    tracing: Tracing | None = None,
 ) -> Litestar:
     """Build the gateway.
 
-    ``tiers`` replaces the configured ones (tests inject faulty tiers this way).  With
-    ``reload_settings``, SIGHUP re-reads the settings and applies the cloud pool's membership
-    (``cloud.urls``) without a restart: new replicas join, removed ones drain.
+    ``tiers`` replaces the configured ones (tests inject faulty tiers this way), ``tracing`` the
+    one ``observability.otlp_endpoint`` makes (tests export to memory).  With ``reload_settings``,
+    SIGHUP re-reads the settings and applies the cloud pool's membership (``cloud.urls``) without a
+    restart: new replicas join, removed ones drain.
     """
     tiers = build_tiers(settings) if tiers is None else tiers
     pool = next((t for t in tiers.values() if isinstance(t, Pool)), None)
     edge_models = next((t for t in tiers.values() if isinstance(t, EdgeRegistry)), None)
-    tiers = admit(tiers, settings.admission)
-    metrics = Metrics()
+    obs = settings.observability
+    disable_created_metrics()  # no *_created series: they double /metrics for nothing Prometheus uses
+    metrics = Metrics(enabled=obs.metrics)
+    tracing = tracing or Tracing(obs.otlp_endpoint, obs.service_name)
+    tiers = admit(tiers, settings.admission, metrics)
     store = cache.open_store(settings.cache, settings.data_path) if settings.cache.enabled else None
 
     def breaker_changed(tier: str, modality: object, state: router.BreakerState) -> None:
@@ -70,8 +78,15 @@ def create_app(
         answers=AnswerCache(settings.cache, store, settings.routing, metrics),
         breakers=router.BreakerBoard(settings.breakers, on_transition=breaker_changed),
         fail_instead_of_degrade=settings.degradation.fail_instead,
+        tracing=tracing,
     )
     accounts = Accounts(settings, chat)
+    observer = Observer(
+        obs, metrics, tracing, priority_tenants=settings.admission.priority_tenants, models=chat.model_names
+    )
+    metrics.on_scrape(live_gauges(tiers, chat.breaker_states))
+    metrics.on_scrape(accounts.scrape)
+    signal_task: asyncio.Task[None] | None = None
 
     def reload_pool() -> None:
         assert reload_settings is not None and pool is not None
@@ -93,14 +108,21 @@ def create_app(
         await asyncio.gather(*(tier.start() for tier in tiers.values()))
         if reload_settings is not None and pool is not None:
             asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reload_pool)
+        nonlocal signal_task
+        if settings.scaling.enabled and "cloud" in tiers:
+            scaler = ReplicaSignal(settings.scaling)
+            signal_task = asyncio.create_task(run_signal(scaler, tiers["cloud"], metrics), name="scaling")
         log.info("tiergate ready to accept requests; tiers: %s", chat.tier_states())
         try:
             yield
         finally:
             log.info("tiergate stopping its tiers")
+            if signal_task is not None:
+                signal_task.cancel()
             await asyncio.gather(*(tier.aclose() for tier in tiers.values()), return_exceptions=True)
             await chat.aclose()
             await accounts.aclose()
+            tracing.shutdown()
 
     return Litestar(
         route_handlers=[*ROUTES, *ADMIN_ROUTES],
@@ -110,14 +132,17 @@ def create_app(
                 "chat": chat,
                 "accounts": accounts,
                 "metrics": metrics,
+                "observer": observer,
                 "settings": settings,
                 "pool": pool,
                 "edge_models": edge_models,
             }
         ),
         exception_handlers={Exception: error_response},
-        before_send=[before_send(metrics)],
+        middleware=[observer.middleware] if observer.needs_middleware else [],
+        before_send=[observer.before_send()],
         request_max_body_size=settings.server.max_body_bytes,
+        logging_config=None,  # logging is set up once, by gateway.logs (JSON or text, with request ids)
         openapi_config=None,
         debug=False,
     )

@@ -59,6 +59,8 @@ class MeteredChat:
         self._limiter = limiter
         self._ledger = ledger
         self._prices = prices
+        self._metrics = chat.metrics
+        self._tracing = chat.tracing
 
     def _begin(self, caller: Caller, request: ChatCompletionRequest, request_id: str) -> _Call:
         if caller.tenant is None:
@@ -76,7 +78,8 @@ class MeteredChat:
     ) -> tuple[Routed, ChatCompletion]:
         call = self._begin(caller, request, request_id)
         try:
-            await self._limiter.admit(call.tenant, call.demand)
+            with self._tracing.span("rate_limit"):
+                await self._limiter.admit(call.tenant, call.demand)
             routed, completion = await self._chat.complete(request, request_id, ctx)
         except Exception as exc:
             self._failed(call, exc)
@@ -85,8 +88,16 @@ class MeteredChat:
         await self._limiter.charge_tokens(call.tenant, usage.total_tokens)
         if self._ledger is not None:
             row = self._row(call, routed, completion.model, usage.prompt_tokens, usage.completion_tokens)
-            await self._ledger.record(row)
+            await self._record(row)
         return routed, completion
+
+    async def _record(self, row: LedgerRow) -> None:
+        """Write a 200's row durably, timed."""
+        assert self._ledger is not None
+        started = time.perf_counter()
+        with self._tracing.span("ledger.write"):
+            await self._ledger.record(row)
+        self._metrics.ledger_written(time.perf_counter() - started)
 
     async def stream(
         self,
@@ -97,7 +108,8 @@ class MeteredChat:
     ) -> StreamStart:
         call = self._begin(caller, request, request_id)
         try:
-            await self._limiter.admit(call.tenant, call.demand)
+            with self._tracing.span("rate_limit"):
+                await self._limiter.admit(call.tenant, call.demand)
             start = await self._chat.stream(request, request_id, ctx)
         except Exception as exc:
             self._failed(call, exc)
@@ -118,7 +130,7 @@ class MeteredChat:
                     await self._limiter.charge_tokens(call.tenant, prompt + completion)
                     if self._ledger is not None:
                         row = self._row(call, start.routed, outcome.model, prompt, completion, ttft_ms)
-                        await self._ledger.record(row)
+                        await self._record(row)
                     recorded = True
                 elif event.startswith(_ERROR_EVENT):
                     error = "the tier failed mid-stream: " + event.decode(errors="replace")[6:].strip()

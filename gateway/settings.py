@@ -21,6 +21,8 @@ import msgspec
 
 from cache import CacheConfig
 from gateway.admission import AdmissionSettings
+from gateway.observe import ObservabilitySettings
+from gateway.scaling import ScalingSettings
 from router import AutoRule, BreakerConfig
 from tiers.cloud import DEFAULT_MODEL_DIR, DEFAULT_VLLM_PYTHON, CloudConfig, LocalServer
 from tiers.edge import DEFAULT_ONNX_MODEL_DIR, EdgeConfig
@@ -140,6 +142,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     storage: StorageSettings = msgspec.field(default_factory=StorageSettings)
     ledger: LedgerSettings = msgspec.field(default_factory=LedgerSettings)
     pricing: PricingSettings = msgspec.field(default_factory=PricingSettings)
+    observability: ObservabilitySettings = msgspec.field(default_factory=ObservabilitySettings)
+    scaling: ScalingSettings = msgspec.field(default_factory=ScalingSettings)
 
     @property
     def data_path(self) -> Path:

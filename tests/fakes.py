@@ -45,6 +45,7 @@ class FakeVLLM:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.requests: list[dict[str, Any]] = []
+        self.request_ids: list[str | None] = []  # each request's X-Request-ID header
         self._loop = asyncio.new_event_loop()
         self._started = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -79,6 +80,7 @@ class FakeVLLM:
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.requests.append(body)
+        self.request_ids.append(request.headers.get("X-Request-ID"))
         if self.mode == "slow":
             await asyncio.sleep(self.delay_s)
         if self.mode == "reset":

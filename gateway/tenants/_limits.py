@@ -53,6 +53,7 @@ def _refuse(tenant: Tenant, counter: str, limit: int, now: float) -> RateLimited
         f"tenant {tenant.name!r} is over its limit of {limit} {unit} per minute; retry after the "
         "Retry-After seconds",
         retry_after_s=WINDOW_S - (now % WINDOW_S),
+        reason=f"tenant_{counter}",
     )
 
 
