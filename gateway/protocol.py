@@ -112,6 +112,8 @@ def parse_chat_request(body: bytes) -> ChatCompletionRequest:
         raise InvalidRequest(f"invalid request: {exc}", param=param) from exc
     except msgspec.DecodeError as exc:
         raise InvalidRequest(f"the request body is not valid JSON: {exc}") from exc
+    except RecursionError as exc:  # msgspec stops at the interpreter's recursion limit
+        raise InvalidRequest("the request body's JSON is nested too deeply") from exc
     if request.n != 1:
         raise InvalidRequest("only n=1 is supported", param="n")
     for i, message in enumerate(request.messages):

@@ -8,6 +8,7 @@ from collections.abc import Callable
 import uvicorn
 
 from gateway.app import create_app
+from gateway.httpguard import guarded_protocol
 from gateway.settings import Settings
 
 
@@ -20,7 +21,9 @@ def uvicorn_config(
         host=server.host,
         port=server.port,
         loop="uvloop",
-        http="httptools",
+        # httptools, with deadlines and bounds on request headers (slow-loris, header floods)
+        http=guarded_protocol(settings.http),
+        timeout_keep_alive=settings.http.keep_alive_s,
         lifespan="on",
         log_level=server.log_level,
         access_log=server.access_log,
