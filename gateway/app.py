@@ -22,6 +22,7 @@ from gateway.chat import ChatService
 from gateway.controllers import ROUTES
 from gateway.errors import error_response
 from gateway.metrics import Metrics
+from gateway.openapi import OPENAPI_ROUTES
 from gateway.request_id import before_send
 from gateway.settings import Settings, SettingsError
 from tiers import Pool, Tier
@@ -103,7 +104,7 @@ def create_app(
             await accounts.aclose()
 
     return Litestar(
-        route_handlers=[*ROUTES, *ADMIN_ROUTES],
+        route_handlers=[*ROUTES, *ADMIN_ROUTES, *OPENAPI_ROUTES],
         lifespan=[lifespan],
         state=State(
             {"chat": chat, "accounts": accounts, "metrics": metrics, "settings": settings, "pool": pool}

@@ -11,6 +11,8 @@ protocol, a subclass of uvicorn's, adds three limits:
 - at most ``max_header_bytes`` of request line and headers: else ``431``, closed;
 - at most ``max_headers`` header lines: else ``431``, closed.
 
+Requests the HTTP parser refuses get their ``400`` in OpenAI's error shape too.
+
 The rest of the request (the body, the app) is uvicorn's as before.
 """
 
@@ -35,7 +37,7 @@ class HttpSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     keep_alive_s: int = 5
 
 
-_REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
+_REASONS = {400: b"Bad Request", 408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
 
 
 def _error(status: int, message: str) -> bytes:
@@ -117,11 +119,8 @@ def guarded_protocol(settings: HttpSettings) -> type[HttpToolsProtocol]:
                 self._reject(431, f"the request headers are larger than {limit} bytes")
 
         def send_400_response(self, msg: str) -> None:
-            if self._rejection is not None:  # our own callback stopped the parser
-                self._reject(*self._rejection)
-            else:
-                self._end_headers()
-                super().send_400_response(msg)
+            """The parser refused the request (or our callback stopped it): answer in OpenAI's shape."""
+            self._reject(*(self._rejection or (400, "malformed HTTP request: " + msg)))
 
         def on_message_begin(self) -> None:
             super().on_message_begin()

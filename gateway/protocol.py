@@ -74,7 +74,7 @@ class ChatCompletionRequest(msgspec.Struct, kw_only=True):
     top_p: Probability | None = None
     n: Annotated[int, msgspec.Meta(ge=1)] = 1
     stop: str | Annotated[list[str], msgspec.Meta(max_length=4)] | None = None
-    seed: int | None = None
+    seed: Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)] | None = None  # OpenAI's: int64
     presence_penalty: Penalty | None = None
     frequency_penalty: Penalty | None = None
     user: str | None = None
