@@ -137,8 +137,7 @@ class FakeVLLM:
         kind = "text/event-stream" if body.get("stream") else "application/json"
         resp = web.StreamResponse(headers={"Content-Type": kind})
         await resp.prepare(request)
-        while not _gone(request):  # noqa: ASYNC110 (nothing to wait on: aiohttp has no close event)
-            await asyncio.sleep(0.05)
+        await _sleep_unless_gone(request, 3600)  # aiohttp has no event for a closed connection
         self.disconnects += 1
         return resp
 
@@ -150,12 +149,18 @@ class FakeVLLM:
                 if _gone(request):
                     raise ConnectionResetError
                 await resp.write(_chunk(f"piece {i} "))
-                await asyncio.sleep(self.delay_s)
+                await _sleep_unless_gone(request, self.delay_s)
             await resp.write(_chunk(None, "stop"))
             await resp.write(b"data: [DONE]\n\n")
         except (ConnectionResetError, asyncio.CancelledError):
             self.disconnects += 1
         return resp
+
+
+async def _sleep_unless_gone(request: web.Request, seconds: float) -> None:
+    deadline = asyncio.get_running_loop().time() + seconds
+    while not _gone(request) and asyncio.get_running_loop().time() < deadline:  # noqa: ASYNC110
+        await asyncio.sleep(min(0.05, seconds))
 
 
 def _gone(request: web.Request) -> bool:
