@@ -34,6 +34,14 @@ class ErrorBody(msgspec.Struct):
 
 _REF = "#/components/schemas/{name}"
 _ERROR = {"$ref": _REF.format(name="ErrorBody")}
+_EVENT = {
+    "type": "object",
+    "properties": {
+        "data": {"type": "string", "contentMediaType": "application/json"},
+        "event": {"type": "string"},
+    },
+    "required": ["data"],
+}
 
 
 def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
@@ -85,7 +93,8 @@ def openapi_document(models: tuple[str, ...]) -> dict[str, Any]:
                             "description": "the completion, or with stream=true its server-sent events",
                             "content": {
                                 "application/json": {"schema": completion},
-                                "text/event-stream": {"schema": {"type": "string"}},
+                                # each event: a chunk (ChatCompletionChunk) as JSON, an error, or [DONE]
+                                "text/event-stream": {"schema": _EVENT},
                             },
                         },
                         **_errors(400, 401, 403, 404, 413, 429, 502, 503),
