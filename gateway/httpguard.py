@@ -88,16 +88,25 @@ def guarded_protocol(settings: HttpSettings) -> type[HttpToolsProtocol]:
                 self._header_timer.cancel()
                 self._header_timer = None
 
+        def _busy(self) -> bool:
+            """A response is still going out on this connection (the client pipelined the next)."""
+            return self.cycle is not None and not self.cycle.response_complete
+
         def _reject(self, status: int, message: str) -> None:
             self._end_headers()
             if not self.transport.is_closing():
                 log.info("closing a connection from %s: %d %s", self.client, status, message)
-                self.transport.write(_error(status, message))
+                if not self._busy():  # never write into the middle of another response
+                    self.transport.write(_error(status, message))
                 self.transport.close()
 
         def _headers_timed_out(self) -> None:
             self._header_timer = None
-            if self._in_headers:
+            if self._in_headers and self._busy():  # the deadline runs once the connection is free
+                self._header_timer = self.loop.call_later(
+                    self._limits.header_timeout_s, self._headers_timed_out
+                )
+            elif self._in_headers:
                 limit = self._limits.header_timeout_s
                 self._reject(408, f"the request headers did not arrive within {limit}s")
 
