@@ -74,7 +74,7 @@ def test_upstream_hanging_after_headers_is_answered_within_the_timeout(tmp_path:
 
 def test_a_hanging_upstream_does_not_hold_up_other_clients(tmp_path: Path) -> None:
     with FakeVLLM("hang_after_headers") as fake:
-        gw = start_cloud_gateway(tmp_path, fake.url, "[cloud.timeouts]\nfirst_byte_s = 8.0\n")
+        gw = start_cloud_gateway(tmp_path, fake.url, "[cloud.timeouts]\nfirst_byte_s = 12.0\n")
         try:
             finished: list[tuple[int, float]] = []
             hung = threading.Thread(target=lambda: finished.append((chat(gw).status_code, time.monotonic())))
