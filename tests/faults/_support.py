@@ -85,7 +85,16 @@ class Postgres:
             os.chown(self.root, user.pw_uid, user.pw_gid)
             self._as_user = ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--init-groups"]
         subprocess.run(
-            [*self._as_user, initdb, "-D", str(self.root / "data"), "-U", "tiergate", "--auth=trust"],
+            [
+                *self._as_user,
+                initdb,
+                "-D",
+                str(self.root / "data"),
+                "-U",
+                "tiergate",
+                "--auth=trust",
+                "--no-sync",
+            ],
             check=True,
             capture_output=True,
         )
