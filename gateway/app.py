@@ -24,6 +24,7 @@ from gateway.controllers import ROUTES
 from gateway.errors import error_response
 from gateway.metrics import Metrics
 from gateway.observe import Observer, live_gauges
+from gateway.openapi import OPENAPI_ROUTES
 from gateway.scaling import ReplicaSignal, run_signal
 from gateway.settings import Settings, SettingsError
 from gateway.tracing import Tracing
@@ -125,7 +126,7 @@ def create_app(
             tracing.shutdown()
 
     return Litestar(
-        route_handlers=[*ROUTES, *ADMIN_ROUTES],
+        route_handlers=[*ROUTES, *ADMIN_ROUTES, *OPENAPI_ROUTES],
         lifespan=[lifespan],
         state=State(
             {

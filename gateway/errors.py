@@ -10,8 +10,9 @@
     ├── PayloadTooLarge               413    invalid_request_error
     ├── RateLimited                   429    rate_limit_exceeded (with Retry-After)
     ├── UpstreamFailed                502    upstream_error
-    └── NoTierAvailable               503    service_unavailable
-        └── ModalityUnavailable       503    service_unavailable / modality_unavailable
+    ├── NoTierAvailable               503    service_unavailable
+    │   └── ModalityUnavailable       503    service_unavailable / modality_unavailable
+    └── StorageUnavailable            503    service_unavailable / storage_unavailable
 
 Lower layers raise their own errors (``tiers.TierError``, the router's
 ``NoTierAvailable``, Litestar's ``HTTPException``); :func:`to_gateway_error`
@@ -119,6 +120,17 @@ class ModalityUnavailable(NoTierAvailable):
     """A modality's path is broken on every tier that takes it, and the request may not be degraded."""
 
     code = "modality_unavailable"
+
+
+class StorageUnavailable(GatewayError):
+    """The database cannot be reached and the answer needs it (e.g. a key not seen before)."""
+
+    status = 503
+    type = "service_unavailable"
+    code = "storage_unavailable"
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": "1"}
 
 
 _HTTP_STATUS_ERRORS: dict[int, type[GatewayError]] = {

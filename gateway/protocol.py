@@ -74,7 +74,7 @@ class ChatCompletionRequest(msgspec.Struct, kw_only=True):
     top_p: Probability | None = None
     n: Annotated[int, msgspec.Meta(ge=1)] = 1
     stop: str | Annotated[list[str], msgspec.Meta(max_length=4)] | None = None
-    seed: int | None = None
+    seed: Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)] | None = None  # OpenAI's: int64
     presence_penalty: Penalty | None = None
     frequency_penalty: Penalty | None = None
     user: str | None = None
@@ -112,6 +112,10 @@ def parse_chat_request(body: bytes) -> ChatCompletionRequest:
         raise InvalidRequest(f"invalid request: {exc}", param=param) from exc
     except msgspec.DecodeError as exc:
         raise InvalidRequest(f"the request body is not valid JSON: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise InvalidRequest(f"the request body is not valid UTF-8 (byte {exc.start})") from exc
+    except RecursionError as exc:  # msgspec stops at the interpreter's recursion limit
+        raise InvalidRequest("the request body's JSON is nested too deeply") from exc
     if request.n != 1:
         raise InvalidRequest("only n=1 is supported", param="n")
     for i, message in enumerate(request.messages):

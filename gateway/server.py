@@ -9,6 +9,7 @@ import uvicorn
 
 from gateway import logs
 from gateway.app import create_app
+from gateway.httpguard import guarded_protocol
 from gateway.settings import Settings
 
 
@@ -21,7 +22,9 @@ def uvicorn_config(
         host=server.host,
         port=server.port,
         loop="uvloop",
-        http="httptools",
+        # httptools, with deadlines and bounds on request headers (slow-loris, header floods)
+        http=guarded_protocol(settings.http),
+        timeout_keep_alive=settings.http.keep_alive_s,
         lifespan="on",
         log_level=server.log_level,
         log_config=None,  # our handler on the root logger (gateway.logs) formats uvicorn's lines too

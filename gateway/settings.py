@@ -21,6 +21,7 @@ import msgspec
 
 from cache import CacheConfig
 from gateway.admission import AdmissionSettings
+from gateway.httpguard import HttpSettings
 from gateway.observe import ObservabilitySettings
 from gateway.scaling import ScalingSettings
 from router import AutoRule, BreakerConfig
@@ -129,6 +130,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     # Build outputs of scripts/setup.sh (vLLM's environment, converted models).
     build_cache_dir: str = "~/.cache/tiergate"
     server: ServerSettings = msgspec.field(default_factory=ServerSettings)
+    http: HttpSettings = msgspec.field(default_factory=HttpSettings)
     edge: EdgeConfig = msgspec.field(default_factory=EdgeConfig)
     cloud: CloudConfig = msgspec.field(default_factory=CloudConfig)
     routing: AutoRule = msgspec.field(default_factory=AutoRule)

@@ -27,7 +27,8 @@ def open_database(url: str) -> Engine:
         engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
         event.listen(engine, "connect", _sqlite_pragmas)
     else:
-        engine = create_engine(url, pool_pre_ping=True)
+        # A database that stops answering fails a new connection in seconds instead of hanging it.
+        engine = create_engine(url, pool_pre_ping=True, connect_args={"connect_timeout": 5})
     migrate(engine)
     return engine
 
