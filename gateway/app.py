@@ -21,10 +21,11 @@ from gateway.caching import AnswerCache
 from gateway.chat import ChatService
 from gateway.controllers import ROUTES
 from gateway.errors import error_response
+from gateway.media import MediaMetrics, MediaPipeline, MediaTargets
 from gateway.metrics import Metrics
 from gateway.request_id import before_send
 from gateway.settings import Settings, SettingsError
-from tiers import Pool, Tier
+from tiers import Modality, Pool, Tier
 from tiers.cloud import VLLMPool
 from tiers.edge import LlamaCppTier, OnnxTier
 
@@ -40,6 +41,16 @@ def build_tiers(settings: Settings) -> dict[str, Tier]:
         cloud = msgspec.structs.replace(settings.cloud, local=settings.local_vllm())
         tiers["cloud"] = VLLMPool(cloud, log_dir=str(settings.data_path / "logs"))
     return tiers
+
+
+def media_targets(tiers: dict[str, Tier]) -> MediaTargets:
+    """How media are normalised: for the most any tier takes (each tier's limits are checked later)."""
+    caps = [t.capabilities for t in tiers.values()]
+    pixels = [c.limits.max_image_pixels for c in caps if Modality.IMAGE in c.modalities]
+    return MediaTargets(
+        image_max_pixels=None if not pixels or None in pixels else max(p for p in pixels if p is not None),
+        audio=any(Modality.AUDIO in c.modalities for c in caps),
+    )
 
 
 def create_app(
@@ -71,7 +82,12 @@ def create_app(
         breakers=router.BreakerBoard(settings.breakers, on_transition=breaker_changed),
         fail_instead_of_degrade=settings.degradation.fail_instead,
     )
-    accounts = Accounts(settings, chat)
+    media = None
+    if settings.media.enabled:
+        media = MediaPipeline(
+            settings.media, settings.data_path, media_targets(tiers), metrics=MediaMetrics(metrics.registry)
+        )
+    accounts = Accounts(settings, chat, media)
 
     def reload_pool() -> None:
         assert reload_settings is not None and pool is not None
@@ -101,6 +117,8 @@ def create_app(
             await asyncio.gather(*(tier.aclose() for tier in tiers.values()), return_exceptions=True)
             await chat.aclose()
             await accounts.aclose()
+            if media is not None:
+                await media.aclose()
 
     return Litestar(
         route_handlers=[*ROUTES, *ADMIN_ROUTES],

@@ -1,0 +1,88 @@
+"""Decoding off the event loop: a pool of worker processes, each task bounded in time.
+
+A task runs under an interval timer inside its worker (a decoder that loops is stopped there and
+its medium refused as corrupt); if a worker still does not answer a little after the deadline,
+or dies (a decoder crash), the pool is replaced, so the gateway never waits on a broken worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import multiprocessing
+import signal
+from collections.abc import Callable
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any, TypeVar
+
+from gateway.media._failure import CORRUPT, MediaFailure
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+# Time a worker gets beyond its own timer before the pool is replaced.
+_GRACE_S = 2.0
+
+
+def _on_alarm(_signum: int, _frame: Any) -> None:
+    raise MediaFailure(CORRUPT, "decoding took longer than the configured time (media.timeout_s)")
+
+
+def _bounded(fn: Callable[..., T], timeout_s: float, *args: Any) -> T:
+    """Runs in the worker: ``fn(*args)`` under SIGALRM after ``timeout_s``."""
+    signal.signal(signal.SIGALRM, _on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, timeout_s)
+    try:
+        return fn(*args)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+def _warm() -> None:  # import the decoders once per worker, not on the first request
+    import av  # noqa: F401
+    import PIL.Image  # noqa: F401
+
+
+class DecodePool:
+    def __init__(self, workers: int) -> None:
+        self._workers = max(1, workers)
+        self._pool: concurrent.futures.ProcessPoolExecutor | None = None
+
+    def _executor(self) -> concurrent.futures.ProcessPoolExecutor:
+        if self._pool is None:
+            # spawn: the gateway has threads (llama.cpp, aiohttp's resolver); forking them is unsafe.
+            self._pool = concurrent.futures.ProcessPoolExecutor(
+                self._workers, mp_context=multiprocessing.get_context("spawn"), initializer=_warm
+            )
+        return self._pool
+
+    def _replace(self, why: str) -> None:
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        log.warning("media decode pool replaced: %s", why)
+        # The stuck or crashed workers are killed; private, but the only handle on them.
+        for process in list(getattr(pool, "_processes", {}).values()):
+            process.kill()
+        pool.shutdown(wait=False, cancel_futures=True)
+
+    async def run(self, fn: Callable[..., T], timeout_s: float, *args: Any) -> T:
+        pool = self._executor()
+        loop = asyncio.get_running_loop()
+        future = loop.run_in_executor(pool, _bounded, fn, timeout_s, *args)
+        try:
+            return await asyncio.wait_for(future, timeout_s + _GRACE_S)
+        except TimeoutError as exc:
+            if self._pool is pool:
+                self._replace(f"a worker did not answer within {timeout_s + _GRACE_S:.0f} s")
+            raise MediaFailure(CORRUPT, "decoding took longer than the configured time") from exc
+        except BrokenProcessPool as exc:
+            if self._pool is pool:
+                self._replace("a worker died")
+            raise MediaFailure(CORRUPT, "the decoder failed on this medium (its worker crashed)") from exc
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
