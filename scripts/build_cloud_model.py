@@ -248,7 +248,6 @@ def build_vlm(text_dir: Path, dtype: str, dest: Path) -> dict[str, Any]:
         GenerationConfig,
         Idefics3Config,
         Idefics3ForConditionalGeneration,
-        Idefics3ImageProcessor,
         Idefics3Processor,
         LlamaForCausalLM,
     )
@@ -306,13 +305,14 @@ def build_vlm(text_dir: Path, dtype: str, dest: Path) -> dict[str, Any]:
         max_image_size={"longest_edge": VLM_IMAGE_SIZE},
         do_image_splitting=True,
     )
-    del Idefics3ImageProcessor  # the torchvision flavour is not loadable beside the CPU torch
     seq_len = (VLM_IMAGE_SIZE // VLM_PATCH) ** 2 // VLM_SCALE_FACTOR**2
     processor = Idefics3Processor(image_processor, tokenizer, image_seq_len=seq_len)
     processor.chat_template = tokenizer.chat_template
     processor.save_pretrained(dest)
     tokenizer.save_pretrained(dest)
+    same = check_vlm_text(text_dir, dest)
     return {
+        "text_check": same,
         "fixes": [
             "tie_word_embeddings=true (outer and text config)",
             f"pad_token_id={pad_id}",
@@ -323,6 +323,38 @@ def build_vlm(text_dir: Path, dtype: str, dest: Path) -> dict[str, Any]:
         "image_seq_len": seq_len,
         "vision": vision,
     }
+
+
+VLM_CHECK_PROMPTS = ("What is the capital of France?", "List three colors.")
+
+
+def check_vlm_text(text_dir: Path, vlm_dir: Path, new_tokens: int = 16) -> list[str]:
+    """The VLM must answer text exactly as the text model does (greedy); raise if it does not."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, Idefics3ForConditionalGeneration
+
+    tokenizer = AutoTokenizer.from_pretrained(vlm_dir)
+    text = AutoModelForCausalLM.from_pretrained(text_dir, dtype=torch.float32)
+    vlm = Idefics3ForConditionalGeneration.from_pretrained(vlm_dir, dtype=torch.float32)
+    text_vocab = text.config.vocab_size
+    answers = []
+    for prompt in VLM_CHECK_PROMPTS:
+        chat = [{"role": "user", "content": prompt}]
+        ids = tokenizer.apply_chat_template(
+            chat, add_generation_prompt=True, return_tensors="pt", return_dict=True
+        )
+        ids = ids["input_ids"]
+        if int(ids.max()) >= text_vocab:
+            raise ValueError(f"{prompt!r} encodes to a token the text model lacks")
+        want = text.generate(ids, max_new_tokens=new_tokens, do_sample=False)[0, ids.shape[1] :]
+        got = vlm.generate(input_ids=ids, max_new_tokens=new_tokens, do_sample=False)[0, ids.shape[1] :]
+        if want.tolist() != got.tolist():
+            raise ValueError(
+                f"the VLM answers {tokenizer.decode(got)!r} where the text model answers "
+                f"{tokenizer.decode(want)!r} ({prompt!r})"
+            )
+        answers.append(tokenizer.decode(got, skip_special_tokens=True))
+    return answers
 
 
 def main(argv: list[str] | None = None) -> int:
