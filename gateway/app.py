@@ -107,6 +107,8 @@ def create_app(
         settings.data_path.mkdir(parents=True, exist_ok=True)
         await accounts.start()
         await asyncio.gather(*(tier.start() for tier in tiers.values()))
+        if media is not None:
+            await media.start()
         if reload_settings is not None and pool is not None:
             asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reload_pool)
         log.info("tiergate ready to accept requests; tiers: %s", chat.tier_states())

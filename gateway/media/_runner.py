@@ -3,6 +3,9 @@
 A task runs under an interval timer inside its worker (a decoder that loops is stopped there and
 its medium refused as corrupt); if a worker still does not answer a little after the deadline,
 or dies (a decoder crash), the pool is replaced, so the gateway never waits on a broken worker.
+At most one task per worker is handed to the pool at a time (the rest wait here), so a task's
+deadline counts its own decoding, not the queue ahead of it; a new pool's first tasks also get
+the workers' start-up time.
 """
 
 from __future__ import annotations
@@ -21,8 +24,9 @@ from gateway.media._failure import CORRUPT, MediaFailure
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-# Time a worker gets beyond its own timer before the pool is replaced.
+# Time a worker gets beyond its own timer before the pool is replaced; more while a new pool starts.
 _GRACE_S = 2.0
+_STARTUP_GRACE_S = 60.0
 
 
 def _on_alarm(_signum: int, _frame: Any) -> None:
@@ -48,6 +52,13 @@ class DecodePool:
     def __init__(self, workers: int) -> None:
         self._workers = max(1, workers)
         self._pool: concurrent.futures.ProcessPoolExecutor | None = None
+        self._slots = asyncio.Semaphore(self._workers)
+        self._started = False  # the current pool has answered once (its workers are up)
+
+    async def start(self) -> None:
+        """Start the workers now rather than on the first medium."""
+        await asyncio.wrap_future(self._executor().submit(_warm))
+        self._started = True
 
     def _executor(self) -> concurrent.futures.ProcessPoolExecutor:
         if self._pool is None:
@@ -59,6 +70,7 @@ class DecodePool:
 
     def _replace(self, why: str) -> None:
         pool, self._pool = self._pool, None
+        self._started = False
         if pool is None:
             return
         log.warning("media decode pool replaced: %s", why)
@@ -68,14 +80,25 @@ class DecodePool:
         pool.shutdown(wait=False, cancel_futures=True)
 
     async def run(self, fn: Callable[..., T], timeout_s: float, *args: Any) -> T:
+        async with self._slots:
+            return await self._run(fn, timeout_s, *args)
+
+    async def _run(self, fn: Callable[..., T], timeout_s: float, *args: Any) -> T:
         pool = self._executor()
-        loop = asyncio.get_running_loop()
-        future = loop.run_in_executor(pool, _bounded, fn, timeout_s, *args)
+        deadline = timeout_s + (_GRACE_S if self._started else _STARTUP_GRACE_S)
+        future = asyncio.get_running_loop().run_in_executor(pool, _bounded, fn, timeout_s, *args)
         try:
-            return await asyncio.wait_for(future, timeout_s + _GRACE_S)
+            result = await asyncio.wait_for(future, deadline)
+            if self._pool is pool:
+                self._started = True
+            return result
+        except MediaFailure:
+            if self._pool is pool:
+                self._started = True
+            raise
         except TimeoutError as exc:
             if self._pool is pool:
-                self._replace(f"a worker did not answer within {timeout_s + _GRACE_S:.0f} s")
+                self._replace(f"a worker did not answer within {deadline:.0f} s")
             raise MediaFailure(CORRUPT, "decoding took longer than the configured time") from exc
         except BrokenProcessPool as exc:
             if self._pool is pool:

@@ -49,7 +49,9 @@ def _open(data: bytes) -> Any:
     try:
         return av.open(io.BytesIO(data), mode="r", metadata_errors="ignore")
     except av.error.InvalidDataError as exc:
-        raise MediaFailure(UNSUPPORTED, "not a container/codec this gateway can decode") from exc
+        raise MediaFailure(
+            CORRUPT, "not a readable audio/video file (corrupt, truncated, or a format FFmpeg does not know)"
+        ) from exc
     except av.error.FFmpegError as exc:
         raise MediaFailure(CORRUPT, f"the medium cannot be read: {exc}") from exc
 

@@ -122,6 +122,9 @@ class MediaPipeline:
             image_pixels = min(image_pixels, targets.image_max_pixels)
         self._image_pixels = image_pixels
 
+    async def start(self) -> None:
+        await self._pool.start()
+
     async def aclose(self) -> None:
         await self._fetcher.aclose()
         self._pool.close()

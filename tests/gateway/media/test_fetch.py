@@ -19,7 +19,7 @@ import pytest
 from aiohttp import web
 from aiohttp.abc import AbstractResolver, ResolveResult
 
-from gateway.media import FetchSettings, Fetcher
+from gateway.media import Fetcher, FetchSettings
 from gateway.media._failure import FORBIDDEN, INVALID, TOO_LARGE, MediaFailure
 from gateway.media.fetch import forbidden_address, resolve_results
 
