@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from gateway.chat import ChatService, RequestContext, Routed, StreamOutcome, StreamStart
 from gateway.errors import PermissionDenied, to_gateway_error
 from gateway.ledger import Ledger, LedgerRow, PriceBook
-from gateway.media import MediaPipeline
+from gateway.media import MediaPipeline, has_media
 from gateway.protocol import AudioPart, ChatCompletion, ChatCompletionRequest, ImagePart, VideoPart
 from gateway.sse import DONE
 from gateway.tenants import Caller, Demand, RateLimiter, Tenant
@@ -82,7 +82,7 @@ class MeteredChat:
     ) -> tuple[ChatCompletionRequest, RequestContext]:
         """Preprocess the request's media (before admission: the limits count their seconds)."""
         ctx = ctx or RequestContext()
-        if self._media is None:
+        if self._media is None or not has_media(call.request):
             return call.request, ctx
         prepared = await self._media.prepare(call.request)
         call.demand = demand_of(call.request, prepared.summary)
