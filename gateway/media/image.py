@@ -12,8 +12,12 @@ import math
 import time
 import warnings
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from gateway.media._failure import CORRUPT, TOO_LARGE, UNSUPPORTED, MediaFailure
+
+if TYPE_CHECKING:
+    from PIL.Image import Image as PILImage
 
 # What is accepted, by Pillow's format name, and the MIME type each is known by.
 FORMATS = {
@@ -62,7 +66,7 @@ def target_size(width: int, height: int, max_pixels: int) -> tuple[int, int]:
     return max(1, int(width * scale)), max(1, int(height * scale))
 
 
-def open_checked(data: bytes, max_source_pixels: int, declared_mime: str = "") -> object:
+def open_checked(data: bytes, max_source_pixels: int, declared_mime: str = "") -> PILImage:
     """Open (header only) and check format, declared type and size; the pixels are not read yet."""
     from PIL import Image, UnidentifiedImageError
 
@@ -98,7 +102,6 @@ def normalise(data: bytes, params: ImageParams) -> ImageResult:
 
     started = time.perf_counter()
     image = open_checked(data, params.max_source_pixels, params.declared_mime)
-    assert isinstance(image, Image.Image)
     fmt = image.format or ""
     width, height = image.size
     try:
@@ -146,11 +149,10 @@ def normalise(data: bytes, params: ImageParams) -> ImageResult:
     )
 
 
-def _to_rgb(image: object) -> object:
+def _to_rgb(image: PILImage) -> PILImage:
     """RGB, with any transparency flattened onto white."""
     from PIL import Image
 
-    assert isinstance(image, Image.Image)
     if image.mode in ("RGBA", "LA") or (image.mode == "P" and "transparency" in image.info):
         rgba = image.convert("RGBA")
         background = Image.new("RGB", rgba.size, (255, 255, 255))

@@ -55,6 +55,8 @@ _ERRORS: dict[str, type[GatewayError]] = {
 }
 _CODES = {FORBIDDEN: "forbidden_url", INVALID: "invalid_media", TOO_LARGE: "media_too_large"}
 _KIND = {ImagePart: "image_url", VideoPart: "video_url", AudioPart: "input_audio"}
+# Base64 decoding and hashing of larger media run in a thread, off the event loop.
+_OFF_LOOP_BYTES = 262_144
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,7 +192,7 @@ class MediaPipeline:
         started = time.perf_counter()
         if url.startswith("data:"):
             mime, payload = split_data_uri(url)
-            data = self._b64(payload)
+            data = await self._b64(payload)
         else:
             fetched = await self._fetcher.fetch(url)
             data, mime = fetched.data, fetched.content_type.lower()
@@ -199,13 +201,15 @@ class MediaPipeline:
             raise MediaFailure(UNSUPPORTED, f"declared as {mime}, not {family}/*")
         return data, mime
 
-    def _b64(self, payload: str) -> bytes:
+    async def _b64(self, payload: str) -> bytes:
         if len(payload) * 3 // 4 > self._settings.max_part_bytes:
             raise MediaFailure(
                 TOO_LARGE,
                 f"the medium is over {self._settings.max_part_bytes} bytes (setting media.max_part_bytes)",
             )
         try:
+            if len(payload) > _OFF_LOOP_BYTES:
+                return await asyncio.to_thread(base64.b64decode, payload, validate=True)
             return base64.b64decode(payload, validate=True)
         except (binascii.Error, ValueError) as exc:
             raise MediaFailure(INVALID, f"invalid base64: {exc}") from exc
@@ -213,7 +217,10 @@ class MediaPipeline:
     async def _decoded(
         self, kind: str, data: bytes, params: Any, fn: Callable[..., Any], prepared: Prepared
     ) -> Any:
-        key = content_key(kind, data, params)
+        if len(data) > _OFF_LOOP_BYTES:
+            key = await asyncio.to_thread(content_key, kind, data, params)
+        else:
+            key = content_key(kind, data, params)
         if self._cache is not None:
             started = time.perf_counter()
             hit = await self._cache.get(key)
@@ -258,7 +265,7 @@ class MediaPipeline:
         raw = part.input_audio.data
         if raw.startswith("data:"):
             _, raw = split_data_uri(raw)
-        data = self._b64(raw)
+        data = await self._b64(raw)
         s = self._settings.audio
         params = audio.AudioParams(s.sample_rate, s.max_seconds, part.input_audio.format)
         result: audio.AudioResult = await self._decoded("audio", data, params, audio.normalise, prepared)
