@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from gateway.media._metrics import MediaMetrics
     from gateway.media.fetch import Fetcher, PublicResolver
     from gateway.media.forward import engine_messages
-    from gateway.media.pipeline import MediaPipeline, MediaTargets, Prepared, has_media
+    from gateway.media.pipeline import MediaInfo, MediaPipeline, MediaTargets, Prepared, has_media
 
 __all__ = [
     "AudioSettings",
@@ -34,6 +34,7 @@ __all__ = [
     "ImageSettings",
     "MediaCacheSettings",
     "MediaFailure",
+    "MediaInfo",
     "MediaMetrics",
     "MediaPipeline",
     "MediaSettings",
@@ -57,6 +58,7 @@ _MODULE = {
     "Fetcher": "fetch",
     "PublicResolver": "fetch",
     "engine_messages": "forward",
+    "MediaInfo": "pipeline",
     "MediaPipeline": "pipeline",
     "MediaTargets": "pipeline",
     "Prepared": "pipeline",

@@ -67,10 +67,50 @@ class MediaTargets:
     audio: bool = False  # some tier takes audio (a video's audio track is then extracted too)
 
 
+@dataclass(frozen=True, slots=True)
+class MediaInfo:
+    """What was measured of one medium, for later stages (the bytes themselves are not kept here)."""
+
+    param: str  # messages[i].content[j]
+    kind: str  # image, video, audio
+    original: dict[str, Any]  # image: width, height, format; video: width, height, fps, seconds, codec;
+    # audio: seconds, sample_rate, channels, codec
+    sent: dict[str, Any]  # what the tiers get: size, frames, sample rate
+
+
+def info_of(param: str, result: Any) -> MediaInfo:
+    if isinstance(result, image.ImageResult):
+        original = {
+            "width": result.original_width,
+            "height": result.original_height,
+            "aspect_ratio": round(result.aspect_ratio, 4),
+            "format": result.original_format,
+        }
+        return MediaInfo(param, "image", original, {"width": result.width, "height": result.height})
+    if isinstance(result, video.VideoResult):
+        original = {
+            "width": result.source_width,
+            "height": result.source_height,
+            "fps": result.fps,
+            "seconds": result.seconds,
+            "codec": result.source_codec,
+        }
+        sent = {"frames": len(result.frames), "width": result.width, "height": result.height}
+        return MediaInfo(param, "video", original, sent)
+    original = {
+        "seconds": result.seconds,
+        "sample_rate": result.source_rate,
+        "channels": result.source_channels,
+        "codec": result.source_codec,
+    }
+    return MediaInfo(param, "audio", original, {"sample_rate": result.sample_rate, "channels": 1})
+
+
 @dataclass(slots=True)
 class Prepared:
     request: ChatCompletionRequest
     summary: MediaSummary = NO_MEDIA
+    media: list[MediaInfo] = field(default_factory=list)  # one per medium, in request order
     timings: dict[str, float] = field(default_factory=dict)  # stage -> seconds, over all parts
     cache_hits: int = 0
     cache_misses: int = 0
@@ -167,6 +207,9 @@ class MediaPipeline:
             messages.append(message)
         prepared.request = msgspec.structs.replace(request, messages=messages)
         prepared.summary = _summary([result for _, result in done])
+        prepared.media = [
+            info_of(f"messages[{i}].content[{j}]", r) for (i, j, _), (_, r) in zip(jobs, done, strict=True)
+        ]
         if self._metrics is not None:
             self._metrics.observe(prepared)
         return prepared

@@ -67,6 +67,12 @@ async def test_media_are_normalised_summarised_and_cached(pipeline: MediaPipelin
     assert isinstance(parts[3], FramesPart) and len(parts[3].frames) == 3
     assert isinstance(parts[4], AudioPart) and parts[4].input_audio.format == "wav"
     assert first.cache_misses == 4 and first.cache_hits == 0
+    info = {m.param: m for m in first.media}
+    photo = info["messages[2].content[1]"]
+    assert photo.original == {"width": 1600, "height": 1200, "aspect_ratio": 1.3333, "format": "JPEG"}
+    assert photo.sent["width"] * photo.sent["height"] <= 65_536
+    assert info["messages[2].content[3]"].original["fps"] == pytest.approx(25)
+    assert info["messages[2].content[4]"].original["channels"] == 2
     assert {"fetch_s", "image_decode_s", "video_decode_s", "audio_decode_s"} <= set(first.timings)
     again = await pipeline.prepare(parse_chat_request(body))
     assert again.cache_hits == 4 and again.cache_misses == 0  # the same media are decoded once
