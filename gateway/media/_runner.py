@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
+import ctypes
 import logging
 import multiprocessing
 import signal
@@ -27,6 +29,7 @@ T = TypeVar("T")
 # Time a worker gets beyond its own timer before the pool is replaced; more while a new pool starts.
 _GRACE_S = 2.0
 _STARTUP_GRACE_S = 60.0
+_PR_SET_PDEATHSIG = 1
 
 
 def _on_alarm(_signum: int, _frame: Any) -> None:
@@ -41,6 +44,13 @@ def _bounded(fn: Callable[..., T], timeout_s: float, *args: Any) -> T:
         return fn(*args)
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+def _worker_init() -> None:
+    # Die with the gateway, even if it is killed with SIGKILL (the kernel sends us SIGKILL then).
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    _warm()
 
 
 def _warm() -> None:  # import the decoders once per worker, not on the first request
@@ -64,7 +74,7 @@ class DecodePool:
         if self._pool is None:
             # spawn: the gateway has threads (llama.cpp, aiohttp's resolver); forking them is unsafe.
             self._pool = concurrent.futures.ProcessPoolExecutor(
-                self._workers, mp_context=multiprocessing.get_context("spawn"), initializer=_warm
+                self._workers, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_init
             )
         return self._pool
 
@@ -106,6 +116,13 @@ class DecodePool:
             raise MediaFailure(CORRUPT, "the decoder failed on this medium (its worker crashed)") from exc
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
-            self._pool = None
+        """Stop the workers (blocks up to a few seconds; call it from a thread on the event loop)."""
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        processes = list(getattr(pool, "_processes", {}).values())
+        pool.shutdown(wait=False, cancel_futures=True)
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            process.join(5)

@@ -169,7 +169,7 @@ class MediaPipeline:
 
     async def aclose(self) -> None:
         await self._fetcher.aclose()
-        self._pool.close()
+        await asyncio.to_thread(self._pool.close)
         if self._cache is not None:
             self._cache.close()
 
