@@ -22,13 +22,14 @@ from gateway.caching import AnswerCache
 from gateway.chat import ChatService
 from gateway.controllers import ROUTES
 from gateway.errors import error_response
+from gateway.media import MediaMetrics, MediaPipeline, MediaTargets
 from gateway.metrics import Metrics
 from gateway.observe import Observer, live_gauges
 from gateway.openapi import OPENAPI_ROUTES
 from gateway.scaling import ReplicaSignal, run_signal
 from gateway.settings import Settings, SettingsError
 from gateway.tracing import Tracing
-from tiers import Pool, Tier
+from tiers import Modality, Pool, Tier
 from tiers.cloud import VLLMPool
 from tiers.edge import EdgeRegistry
 
@@ -43,6 +44,16 @@ def build_tiers(settings: Settings) -> dict[str, Tier]:
         cloud = msgspec.structs.replace(settings.cloud, local=settings.local_vllm())
         tiers["cloud"] = VLLMPool(cloud, log_dir=str(settings.data_path / "logs"))
     return tiers
+
+
+def media_targets(tiers: dict[str, Tier]) -> MediaTargets:
+    """How media are normalised: for the most any tier takes (each tier's limits are checked later)."""
+    caps = [t.capabilities for t in tiers.values()]
+    pixels = [c.limits.max_image_pixels for c in caps if Modality.IMAGE in c.modalities]
+    return MediaTargets(
+        image_max_pixels=None if not pixels or None in pixels else max(p for p in pixels if p is not None),
+        audio=any(Modality.AUDIO in c.modalities for c in caps),
+    )
 
 
 def create_app(
@@ -81,7 +92,12 @@ def create_app(
         fail_instead_of_degrade=settings.degradation.fail_instead,
         tracing=tracing,
     )
-    accounts = Accounts(settings, chat)
+    media = None
+    if settings.media.enabled:
+        media = MediaPipeline(
+            settings.media, settings.data_path, media_targets(tiers), metrics=MediaMetrics(metrics)
+        )
+    accounts = Accounts(settings, chat, media)
     observer = Observer(
         obs, metrics, tracing, priority_tenants=settings.admission.priority_tenants, models=chat.model_names
     )
@@ -107,6 +123,8 @@ def create_app(
         settings.data_path.mkdir(parents=True, exist_ok=True)
         await accounts.start()
         await asyncio.gather(*(tier.start() for tier in tiers.values()))
+        if media is not None:
+            await media.start()
         if reload_settings is not None and pool is not None:
             asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reload_pool)
         nonlocal signal_task
@@ -124,6 +142,8 @@ def create_app(
             await chat.aclose()
             await accounts.aclose()
             tracing.shutdown()
+            if media is not None:
+                await media.aclose()
 
     return Litestar(
         route_handlers=[*ROUTES, *ADMIN_ROUTES, *OPENAPI_ROUTES],

@@ -25,12 +25,14 @@ import router
 from gateway import degrade
 from gateway.caching import AnswerCache, CacheStatus, Lookup, answer_of, completion_of, replay
 from gateway.errors import ModalityUnavailable, ModelNotFound, to_gateway_error
+from gateway.media import engine_messages
 from gateway.metrics import Metrics
 from gateway.protocol import (
     AudioPart,
     ChatCompletion,
     ChatCompletionRequest,
     Choice,
+    FramesPart,
     ImagePart,
     ModelCard,
     ModelList,
@@ -56,7 +58,12 @@ from tiers import (
 )
 
 AUTO_MODEL = "tiergate-auto"
-_PART_MODALITY = {ImagePart: Modality.IMAGE, AudioPart: Modality.AUDIO, VideoPart: Modality.VIDEO}
+_PART_MODALITY = {
+    ImagePart: Modality.IMAGE,
+    AudioPart: Modality.AUDIO,
+    VideoPart: Modality.VIDEO,
+    FramesPart: Modality.VIDEO,
+}
 # Tier errors a circuit breaker counts: the path is broken, not the request.
 _BREAKER_FAILURES = (TierUnavailable, TierFailed)
 
@@ -71,6 +78,7 @@ class RequestContext:
     # None: the gateway's setting (degradation.fail_instead); a tenant policy may say otherwise.
     fail_instead_of_degrade: bool | None = None
     session_id: str | None = None  # the client's X-Session-ID: its conversation, for replica affinity
+    media: router.MediaSummary = router.NO_MEDIA  # what media preprocessing measured
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +119,9 @@ class StreamStart:
     outcome: StreamOutcome = field(default_factory=StreamOutcome)
 
 
-def features_of(request: ChatCompletionRequest) -> router.Features:
+def features_of(
+    request: ChatCompletionRequest, media: router.MediaSummary = router.NO_MEDIA
+) -> router.Features:
     chars = 0
     modalities = {Modality.TEXT}
     for message in request.messages:
@@ -129,6 +139,7 @@ def features_of(request: ChatCompletionRequest) -> router.Features:
         max_tokens=request.output_limit,
         modalities=frozenset(modalities),
         stream=request.stream,
+        media=media,
     )
 
 
@@ -163,7 +174,7 @@ def reason_class(model: str, decision: router.Decision) -> tuple[str, str]:
 def generation_of(plan: _Plan, request_id: str, session_id: str | None, tenant: str) -> Generation:
     request, features = plan.request, plan.features
     return Generation(
-        messages=msgspec.to_builtins(request.messages),
+        messages=engine_messages(msgspec.to_builtins(request.messages)),
         max_tokens=request.output_limit,
         temperature=request.temperature,
         top_p=request.top_p,
@@ -247,7 +258,7 @@ class ChatService:
             router.TierView(n, t.capabilities, t.state(), self._breakers.open_modalities(n))
             for n, t in self._tiers.items()
         ]
-        features = features_of(request)
+        features = features_of(request, ctx.media)
         lost = router.to_degrade(request.model, views, features)
         degraded: tuple[str, ...] = ()
         if lost:
@@ -259,7 +270,7 @@ class ChatService:
                     "and this gateway is set to fail instead of serving the request text-only; retry later"
                 )
             request = degrade.without(request, lost)
-            features = features_of(request)
+            features = features_of(request, degrade.summary_without(ctx.media, lost))
             degraded = tuple(sorted(m.value for m in lost))
             for m in lost:
                 self._metrics.degraded.labels(m.value).inc()

@@ -8,6 +8,8 @@
     │   └── ModelNotFound             404    invalid_request_error / model_not_found
     ├── Conflict                      409    invalid_request_error / conflict
     ├── PayloadTooLarge               413    invalid_request_error
+    ├── UnsupportedMediaType          415    invalid_request_error / unsupported_media
+    ├── UnprocessableMedia            422    invalid_request_error / corrupt_media
     ├── RateLimited                   429    rate_limit_exceeded (with Retry-After)
     ├── UpstreamFailed                502    upstream_error
     ├── NoTierAvailable               503    service_unavailable
@@ -88,6 +90,18 @@ class PayloadTooLarge(GatewayError):
     status = 413
     type = "invalid_request_error"
     code = "payload_too_large"
+
+
+class UnsupportedMediaType(GatewayError):
+    status = 415
+    type = "invalid_request_error"
+    code = "unsupported_media"
+
+
+class UnprocessableMedia(GatewayError):
+    status = 422
+    type = "invalid_request_error"
+    code = "corrupt_media"
 
 
 class RateLimited(GatewayError):

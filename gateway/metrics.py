@@ -35,7 +35,24 @@ _FAST_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.0
 _RATE_BUCKETS = (1, 2, 5, 10, 20, 30, 50, 75, 100, 150, 250, 500, 1000)
 _ERROR_BUCKETS = (0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1, 2, 5)
 
-PREPROCESS_STAGES = frozenset({"fetch", "decode", "resize", "frame_sampling", "audio_resample"})
+# The stages gateway.media times: the fetch, the media-cache lookup, each kind's round trip through
+# the decode pool, and the worker's own steps per kind.
+PREPROCESS_STAGES = frozenset(
+    {
+        "fetch",
+        "cache",
+        *(f"{kind}_pool" for kind in ("image", "video", "audio")),
+        "image_decode",
+        "image_resize",
+        "image_encode",
+        "video_open",
+        "video_sample",
+        "video_encode",
+        "video_audio",
+        "audio_open",
+        "audio_decode",
+    }
+)
 OTHER = "other"
 MAX_VALUES_PER_LABEL = 32
 
@@ -182,12 +199,16 @@ class Metrics:
         self.preprocess = self._family(
             Histogram,
             "tiergate_preprocess_seconds",
-            "Media preprocessing time per stage (fetch, decode, resize, frame_sampling, audio_resample).",
+            "Media preprocessing time per request and stage (fetch, cache, <kind>_pool, image_decode, "
+            "image_resize, video_sample, audio_decode, ...), summed over the request's parts.",
             ["stage"],
             buckets=_FAST_BUCKETS,
         )
         self.media_cache = self._family(
             Counter, "tiergate_media_cache_requests", "Media cache lookups by result (hit, miss).", ["result"]
+        )
+        self.media_parts = self._family(
+            Counter, "tiergate_media_parts", "Media parts preprocessed, by kind.", ["kind"]
         )
         self.cache_requests = self._family(
             Counter,
@@ -348,6 +369,9 @@ class Metrics:
     def preprocess_observed(self, stage: str, seconds: float) -> None:
         """Time of one preprocessing stage of one medium."""
         self.child(self.preprocess, stage if stage in PREPROCESS_STAGES else OTHER).observe(seconds)
+
+    def media_parted(self, kind: str, count: int) -> None:
+        self.child(self.media_parts, kind).inc(count)
 
     def media_cache_lookup(self, hit: bool) -> None:
         self.child(self.media_cache, "hit" if hit else "miss").inc()

@@ -49,6 +49,20 @@ class VideoPart(msgspec.Struct, tag_field="type", tag="video_url"):
 ContentPart = TextPart | ImagePart | AudioPart | VideoPart
 
 
+class FramesPart(msgspec.Struct, tag_field="type", tag="video_frames"):
+    """A video after preprocessing: its sampled frames (``data:`` URIs) and what was measured.
+
+    The gateway's own part, never decoded from a client (it is not in :data:`ContentPart`); it
+    becomes image parts (and an audio part) in the form the engine accepts when sent to a tier.
+    """
+
+    frames: list[ImageURL]
+    times: list[float]  # seconds from the start of each frame
+    seconds: float
+    fps: float
+    audio: InputAudio | None = None  # the audio track, when a tier takes audio
+
+
 class Message(msgspec.Struct, omit_defaults=True):
     role: Role
     content: str | list[ContentPart] | None = None

@@ -22,10 +22,11 @@ import msgspec
 from cache import CacheConfig
 from gateway.admission import AdmissionSettings
 from gateway.httpguard import HttpSettings
+from gateway.media import MediaSettings
 from gateway.observe import ObservabilitySettings
 from gateway.scaling import ScalingSettings
 from router import AutoRule, BreakerConfig
-from tiers.cloud import DEFAULT_MODEL_DIR, DEFAULT_VLLM_PYTHON, CloudConfig, LocalServer
+from tiers.cloud import DEFAULT_VLLM_PYTHON, DEFAULT_VLM_DIR, CloudConfig, LocalServer
 from tiers.edge import DEFAULT_ONNX_MODEL_DIR, EdgeConfig
 
 ENV_PREFIX = "TIERGATE_"
@@ -66,10 +67,12 @@ class TenantLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
 
     requests_per_min: int = 0
     tokens_per_min: int = 0
-    # Media parts per minute for now; seconds of audio/video once media preprocessing lands.
+    # Media per minute: parts, and seconds of video and audio (as preprocessing measured them).
     images_per_min: int = 0
     audio_per_min: int = 0
     video_per_min: int = 0
+    video_seconds_per_min: int = 0
+    audio_seconds_per_min: int = 0
 
 
 class LimitSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -138,6 +141,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     cache: CacheConfig = msgspec.field(default_factory=CacheConfig)
     breakers: BreakerConfig = msgspec.field(default_factory=BreakerConfig)
     degradation: DegradationSettings = msgspec.field(default_factory=DegradationSettings)
+    media: MediaSettings = msgspec.field(default_factory=MediaSettings)
 
     auth: AuthSettings = msgspec.field(default_factory=AuthSettings)
     limits: LimitSettings = msgspec.field(default_factory=LimitSettings)
@@ -170,7 +174,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
         return msgspec.structs.replace(
             local,
             python=local.python or str(cache / DEFAULT_VLLM_PYTHON),
-            model_dir=local.model_dir or str(cache / DEFAULT_MODEL_DIR),
+            model_dir=local.model_dir or str(cache / DEFAULT_VLM_DIR),
         )
 
 

@@ -145,6 +145,11 @@ ROWS: list[tuple[str, list[Panel]]] = [
                 [(q(0.95, "tiergate_preprocess_seconds", "stage"), "{{stage}}")],
             ),
             (
+                "Media parts per second, by kind",
+                "reqps",
+                [("sum by (kind) (rate(tiergate_media_parts_total[5m]))", "{{kind}}")],
+            ),
+            (
                 "Media cache hit ratio",
                 "percentunit",
                 [

@@ -11,9 +11,14 @@ from sqlalchemy import Engine, create_engine, event, func, select
 from gateway.storage._schema import metadata, schema_version
 
 # Bump with a migration step in _MIGRATIONS when a table changes.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 # version -> statements that bring a database from version-1 to version.
-_MIGRATIONS: dict[int, list[str]] = {}
+_MIGRATIONS: dict[int, list[str]] = {
+    2: [
+        "ALTER TABLE tenants ADD COLUMN video_seconds_per_min INTEGER",
+        "ALTER TABLE tenants ADD COLUMN audio_seconds_per_min INTEGER",
+    ],
+}
 
 
 class SchemaTooNew(RuntimeError):
@@ -50,6 +55,7 @@ def migrate(engine: Engine) -> None:
         if current > SCHEMA_VERSION:
             raise SchemaTooNew(f"database schema v{current} is newer than this tiergate's v{SCHEMA_VERSION}")
         for version in range(current + 1, SCHEMA_VERSION + 1):
-            for statement in _MIGRATIONS.get(version, []):
+            # A fresh database (no version yet) was just created at the current schema by create_all.
+            for statement in _MIGRATIONS.get(version, []) if current else []:
                 conn.exec_driver_sql(statement)
             conn.execute(schema_version.insert().values(version=version, applied_at=time.time()))

@@ -22,9 +22,9 @@ def value(metrics: Metrics, name: str, **labels: str) -> float:
 
 def test_the_api_for_preprocessing_router_and_predictor_records_what_it_is_given() -> None:
     m = Metrics()
-    m.preprocess_observed("decode", 0.002)
-    m.preprocess_observed("decode", 0.004)
-    m.preprocess_observed("resize", 0.001)
+    m.preprocess_observed("image_decode", 0.002)
+    m.preprocess_observed("image_decode", 0.004)
+    m.preprocess_observed("image_resize", 0.001)
     m.preprocess_observed("not-a-stage", 0.5)
     m.media_cache_lookup(hit=True)
     m.media_cache_lookup(hit=False)
@@ -37,9 +37,9 @@ def test_the_api_for_preprocessing_router_and_predictor_records_what_it_is_given
     m.predictor_error("edge", predicted=3.0, actual=0.0)  # no actual: nothing to compare with
     m.generated("edge", 40, 2.0)
 
-    assert value(m, "tiergate_preprocess_seconds_count", stage="decode") == 2
-    assert abs(value(m, "tiergate_preprocess_seconds_sum", stage="decode") - 0.006) < 1e-9
-    assert value(m, "tiergate_preprocess_seconds_count", stage="resize") == 1
+    assert value(m, "tiergate_preprocess_seconds_count", stage="image_decode") == 2
+    assert abs(value(m, "tiergate_preprocess_seconds_sum", stage="image_decode") - 0.006) < 1e-9
+    assert value(m, "tiergate_preprocess_seconds_count", stage="image_resize") == 1
     assert value(m, "tiergate_preprocess_seconds_count", stage="other") == 1
     assert value(m, "tiergate_media_cache_requests_total", result="hit") == 1
     assert value(m, "tiergate_media_cache_requests_total", result="miss") == 2
