@@ -52,7 +52,12 @@ def gw(fake: FakeVLLM, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gat
 
 
 def ask(gw: Gateway, model: str = "tiergate-auto", **body: Any) -> httpx.Response:
-    payload = {"model": model, "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 4, **body}
+    payload = {
+        "model": model,
+        "messages": [{"role": "user", "content": "Say hello."}],
+        "max_tokens": 4,
+        **body,
+    }
     headers = {**gw.auth, "Cache-Control": "no-store"}
     return httpx.post(f"{gw.url}/v1/chat/completions", json=payload, headers=headers, timeout=60)
 
