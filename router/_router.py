@@ -108,10 +108,14 @@ class Router:
         request = RouteRequest(features, able, views, policy, predictions, difficulty, spend)
         decision = strategy.choose(request)
         detail = RouteDetail(features, vectors, predictions, difficulty, strategy.name)
+        reason = decision.reason
         if features.modalities & policy.modality_rules.keys():
             rules = ", ".join(f"{m.value} to {t}" for m, t in sorted(policy.modality_rules.items()))
-            decision = dataclasses.replace(decision, reason=f"{decision.reason} (policy sends {rules})")
-        return dataclasses.replace(decision, detail=detail)
+            reason += f" (policy sends {rules})"
+        left_out = [why for v in views if v not in able and (why := why_not(v, features))]
+        if left_out and strategy.name != "rule":  # why a tier was not a candidate (down, breaker, size)
+            reason += "; " + "; ".join(left_out)
+        return dataclasses.replace(decision, reason=reason, detail=detail)
 
     def observe(
         self,
