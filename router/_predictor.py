@@ -58,7 +58,7 @@ def z_of(percentile: float) -> float:
 class PredictorConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     high_quantile: float = 0.95
     window: int = 1500  # observations kept per tier for refits
-    min_samples: int = 24  # below this a tier is predicted by the prior
+    min_samples: int = 16  # below this a tier is predicted by the prior
     refit_every: int = 40  # observations between background refits
     correction_rate: float = 0.1  # weight of each observation in the online correction
     alpha: float = 0.0005  # L1 penalty of the quantile regressions (on scaled features)
