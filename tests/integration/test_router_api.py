@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import TIERGATE, Gateway, start_gateway
+from tests.conftest import TIERGATE, Gateway, alive, children, start_gateway
 from tests.fakes import FakeVLLM
 from tests.integration.test_tenants_api import admin
 
@@ -128,8 +128,14 @@ def test_it_learns_refits_and_keeps_what_it_learned_across_a_restart(fake: FakeV
         assert cloud["fitted"] and cloud["live_mape"]["total"] is not None
         version = refit.json()["version"]
         assert admin(gw, "GET", "/router", key=gw.api_key).status_code == 403
+        workers = children(gw.process.pid)  # the refit worker process among them
+        assert workers
     finally:
         gw.stop()
+    deadline = time.monotonic() + 10
+    while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(alive(pid) for pid in workers), "a refit worker outlived the gateway"
     saved = json.loads((tmp_path / "data" / "router" / "predictor.json").read_text())
     assert saved["version"] == version and len(saved["tiers"]["cloud"]["window"]) == 8
     again = start_gateway(tmp_path, (tmp_path / "tiergate.toml").read_text().split("\n", 1)[1])
@@ -194,3 +200,20 @@ def test_train_difficulty_from_a_file_reaches_the_running_gateway(gw: Gateway, t
         text=True,
     )
     assert done.returncode == 2 and "line 1" in done.stderr
+
+
+def test_the_refit_worker_exits_when_the_gateway_is_killed(fake: FakeVLLM, tmp_path: Path) -> None:
+    gw = start(tmp_path, fake)
+    try:
+        for _ in range(6):
+            assert ask(gw, model="cloud").status_code == 200
+        assert admin(gw, "POST", "/router/refit").status_code == 200
+        workers = children(gw.process.pid)
+        assert workers
+    finally:
+        gw.process.kill()
+        gw.process.wait(30)
+    deadline = time.monotonic() + 15
+    while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(alive(pid) for pid in workers), "the refit worker outlived a killed gateway"
