@@ -339,6 +339,39 @@ def table(rows: list[dict[str, Any]], cloud_cost: float | None) -> str:
     return "\n".join(lines)
 
 
+def decision_time(samples: int = 5000) -> dict[str, float]:
+    """In-process cost of one learned-strategy decision (features → predictions for both tiers,
+    difficulty, policy, reason), the router's share of the request path."""
+    import router
+    from tiers import Capabilities, Health, Modality, TierState
+
+    text = frozenset({Modality.TEXT})
+    views = [
+        router.TierView(n, Capabilities(text, 2048, n, quality=q), TierState(n, Health.READY, 1, 2))
+        for n, q in (("edge", 0.4), ("cloud", 0.7))
+    ]
+    prices = {"edge": router.TierPrice(0.00002, 0.00004), "cloud": router.TierPrice(0.0005, 0.0015)}
+    r = router.Router(router.AutoRule(), prices, difficulty=router.builtin_model())
+    policy = router.TenantPolicy(latency=router.LatencyObjective(total_ms=30000))
+    f = router.Features.estimate(
+        text_chars=90,
+        turns=1,
+        max_tokens=48,
+        modalities=text,
+        stream=True,
+        text="Write a detailed travel guide to Norway: history, food, places to visit.",
+    )
+    for _ in range(500):
+        r.decide("tiergate-auto", views, f, policy)
+    times = []
+    for _ in range(samples):
+        started = time.perf_counter()
+        r.decide("tiergate-auto", views, f, policy)
+        times.append(time.perf_counter() - started)
+    times.sort()
+    return {"p50_us": times[samples // 2] * 1e6, "p99_us": times[int(samples * 0.99)] * 1e6}
+
+
 async def calibrate(url: str, keys: dict[str, str], per_tier: int) -> dict[str, Any]:
     from gateway.calibration import calibrate as run
 
@@ -428,7 +461,11 @@ def main() -> None:
             }
         )
     cloud = next((r["cost_usd"] for r in rows if r["strategy"] == "always-cloud"), None)
+    decision = decision_time()
     print(table(rows, cloud))
+    print(
+        f"one learned decision in-process: p50 {decision['p50_us']:.0f} us, p99 {decision['p99_us']:.0f} us"
+    )
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(
         json.dumps(
@@ -439,6 +476,7 @@ def main() -> None:
                     k: sum(1 for e in trace if e["kind"] == k) for k in sorted({e["kind"] for e in trace})
                 },
                 "calibration": calibration,
+                "decision": decision,
                 "summary": rows,
                 "runs": runs,
                 "router": router_state,
