@@ -1,8 +1,8 @@
 """Everything about who calls and what it costs, opened and closed with the app.
 
 Holds the database, the tenant store, the authenticator, the rate limiter, the price
-book and the ledger; on a fresh database it creates the admin key and a ``default``
-tenant's key and writes them to a 0600 file in the data folder.
+book, the ledger and the tenants' routing policies; on a fresh database it creates the
+admin key and a ``default`` tenant's key and writes them to a 0600 file in the data folder.
 """
 
 from __future__ import annotations
@@ -15,11 +15,12 @@ from pathlib import Path
 
 from sqlalchemy import Engine
 
-from gateway.chat import ChatService
+from gateway.chat import AUTO_MODEL, ChatService
 from gateway.ledger import Ledger, PriceBook
 from gateway.media import MediaPipeline
 from gateway.metering import MeteredChat
 from gateway.metrics import Metrics
+from gateway.policies import PolicyBook, PolicyStore
 from gateway.settings import Settings
 from gateway.storage import open_database
 from gateway.tenants import Authenticator, NewKey, RateLimiter, TenantStore, make_limiter
@@ -54,6 +55,7 @@ class Accounts:
     prices: PriceBook
     ledger: Ledger | None
     metered: MeteredChat
+    policies: PolicyBook
 
     def __init__(self, settings: Settings, chat: ChatService, media: MediaPipeline | None = None) -> None:
         self._settings = settings
@@ -80,6 +82,10 @@ class Accounts:
         )
         await self.auth.start()
         self.limiter = make_limiter(settings.limits.redis_url)
+        tier_names = [n for n in self._chat.model_names if n != AUTO_MODEL]
+        policy_store = PolicyStore(self.engine, settings.policies.default, tier_names)
+        self.policies = PolicyBook(policy_store, refresh_s=settings.policies.refresh_s)
+        await self.policies.start()
         pricing = settings.pricing
         self.prices = await asyncio.to_thread(
             PriceBook.sync, self.engine, pricing.prices, pricing.counterfactual_tier
@@ -103,6 +109,8 @@ class Accounts:
             metrics.ledger_backlog.set(ledger.backlog)
 
     async def aclose(self) -> None:
+        if getattr(self, "policies", None) is not None:
+            await self.policies.aclose()
         if getattr(self, "ledger", None) is not None:
             assert self.ledger is not None
             await self.ledger.aclose()

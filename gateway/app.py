@@ -18,6 +18,7 @@ import router
 from gateway.accounts import Accounts
 from gateway.admin import ADMIN_ROUTES
 from gateway.admission import admit
+from gateway.budgets import BudgetBook
 from gateway.caching import AnswerCache
 from gateway.chat import ChatService
 from gateway.controllers import ROUTES
@@ -26,6 +27,7 @@ from gateway.media import MediaMetrics, MediaPipeline, MediaTargets
 from gateway.metrics import Metrics
 from gateway.observe import Observer, live_gauges
 from gateway.openapi import OPENAPI_ROUTES
+from gateway.routing import RoutingService, tier_prices
 from gateway.scaling import ReplicaSignal, run_signal
 from gateway.settings import Settings, SettingsError
 from gateway.tracing import Tracing
@@ -83,6 +85,9 @@ def create_app(
         log.warning("circuit breaker %s/%s is now %s", tier, modality, state.value)
         metrics.breaker_transitions.labels(tier, str(modality), state.value).inc()
 
+    routing = RoutingService(
+        settings.router, settings.routing, tier_prices(settings.pricing.prices, tiers), settings.data_path
+    )
     chat = ChatService(
         tiers,
         settings.routing,
@@ -91,6 +96,7 @@ def create_app(
         breakers=router.BreakerBoard(settings.breakers, on_transition=breaker_changed),
         fail_instead_of_degrade=settings.degradation.fail_instead,
         tracing=tracing,
+        routing=routing,
     )
     media = None
     if settings.media.enabled:
@@ -122,6 +128,10 @@ def create_app(
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         settings.data_path.mkdir(parents=True, exist_ok=True)
         await accounts.start()
+        budgets = BudgetBook(accounts.engine, accounts.policies.policy, settings.router.budget_refresh_s)
+        routing.bind(accounts.policies.policy, budgets)
+        await budgets.start()
+        await routing.start()
         await asyncio.gather(*(tier.start() for tier in tiers.values()))
         if media is not None:
             await media.start()
@@ -140,6 +150,8 @@ def create_app(
                 signal_task.cancel()
             await asyncio.gather(*(tier.aclose() for tier in tiers.values()), return_exceptions=True)
             await chat.aclose()
+            await routing.aclose()
+            await budgets.aclose()
             await accounts.aclose()
             tracing.shutdown()
             if media is not None:
@@ -157,6 +169,7 @@ def create_app(
                 "settings": settings,
                 "pool": pool,
                 "edge_models": edge_models,
+                "routing": routing,
             }
         ),
         exception_handlers={Exception: error_response},

@@ -15,9 +15,9 @@ import contextlib
 import dataclasses
 import hashlib
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -52,10 +52,14 @@ from tiers import (
     Modality,
     Tier,
     TierFailed,
+    TierOverloaded,
     TierTimeout,
     TierUnavailable,
     Usage,
 )
+
+if TYPE_CHECKING:
+    from gateway.routing import RoutingService
 
 AUTO_MODEL = "tiergate-auto"
 _PART_MODALITY = {
@@ -64,6 +68,8 @@ _PART_MODALITY = {
     VideoPart: Modality.VIDEO,
     FramesPart: Modality.VIDEO,
 }
+# Called when a stream ends: (when its first delta came, its usage); the router learns from it.
+Learn = Callable[[float, Usage | None], None]
 # Tier errors a circuit breaker counts: the path is broken, not the request.
 _BREAKER_FAILURES = (TierUnavailable, TierFailed)
 
@@ -91,6 +97,9 @@ class Routed:
     server_s: float = 0.0
     cache_s: float = 0.0
     instance: str = ""  # the replica or engine instance that served it
+    predicted: str = (
+        ""  # the router's median predictions for the tier that served, e.g. "ttft=80ms, total=900ms"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,19 +129,27 @@ class StreamStart:
 
 
 def features_of(
-    request: ChatCompletionRequest, media: router.MediaSummary = router.NO_MEDIA
+    request: ChatCompletionRequest, media: router.MediaSummary = router.NO_MEDIA, tenant: str = ""
 ) -> router.Features:
     chars = 0
     modalities = {Modality.TEXT}
+    last_user = ""
     for message in request.messages:
         if isinstance(message.content, str):
             chars += len(message.content)
+            text = message.content
         elif message.content:
+            text = ""
             for part in message.content:
                 if isinstance(part, TextPart):
                     chars += len(part.text)
+                    text += part.text
                 else:
                     modalities.add(_PART_MODALITY[type(part)])
+        else:
+            text = ""
+        if message.role == "user":
+            last_user = text
     return router.Features.estimate(
         text_chars=chars,
         turns=len(request.messages),
@@ -140,6 +157,9 @@ def features_of(
         modalities=frozenset(modalities),
         stream=request.stream,
         media=media,
+        tenant=tenant,
+        hour=time.gmtime().tm_hour,
+        text=last_user,
     )
 
 
@@ -163,12 +183,30 @@ def reason_class(model: str, decision: router.Decision) -> tuple[str, str]:
     """(strategy, reason class) of a decision, bounded labels for metrics."""
     if model != AUTO_MODEL:
         return "pinned", "pinned"
+    detail = decision.detail
+    strategy = detail.strategy if detail is not None and detail.strategy else "rule"
     reason = decision.reason
-    if "breaker is open" in reason:
-        return "rule", "breaker_open"
-    if any(w in reason for w in (" is starting", " is down", " is disabled", "not configured", "context is")):
-        return "rule", "tier_unavailable"
-    return "rule", "size"
+    for marker, klass in _REASON_CLASSES:
+        if marker in reason:
+            return strategy, klass
+    return strategy, "size" if strategy == "rule" else "policy"
+
+
+# The first marker found in a decision's reason names its class (see router/_strategies.py).
+_REASON_CLASSES = (
+    ("breaker is open", "breaker_open"),
+    (" is starting", "tier_unavailable"),
+    (" is down", "tier_unavailable"),
+    (" is disabled", "tier_unavailable"),
+    ("not configured", "tier_unavailable"),
+    ("context is", "tier_unavailable"),
+    ("cannot take it", "tier_unavailable"),
+    ("exploring", "exploration"),
+    ("budget spent", "budget"),
+    ("round-robin", "round_robin"),
+    ("most likely to meet", "slo_unmet"),
+    ("slo", "slo"),
+)
 
 
 def generation_of(plan: _Plan, request_id: str, session_id: str | None, tenant: str) -> Generation:
@@ -200,8 +238,10 @@ class ChatService:
         breakers: router.BreakerBoard | None = None,
         fail_instead_of_degrade: bool = False,
         tracing: Tracing | None = None,
+        routing: RoutingService | None = None,
     ) -> None:
         self._tiers = dict(tiers)
+        self._routing = routing
         self._rule = rule
         self._metrics = metrics
         self._tracing = tracing or Tracing()
@@ -258,7 +298,7 @@ class ChatService:
             router.TierView(n, t.capabilities, t.state(), self._breakers.open_modalities(n))
             for n, t in self._tiers.items()
         ]
-        features = features_of(request, ctx.media)
+        features = features_of(request, ctx.media, ctx.tenant)
         lost = router.to_degrade(request.model, views, features)
         degraded: tuple[str, ...] = ()
         if lost:
@@ -270,14 +310,17 @@ class ChatService:
                     "and this gateway is set to fail instead of serving the request text-only; retry later"
                 )
             request = degrade.without(request, lost)
-            features = features_of(request, degrade.summary_without(ctx.media, lost))
+            features = features_of(request, degrade.summary_without(ctx.media, lost), ctx.tenant)
             degraded = tuple(sorted(m.value for m in lost))
             for m in lost:
                 self._metrics.degraded.labels(m.value).inc()
         try:
             with self._tracing.span("route"):
-                decision = router.decide(request.model, self._rule, views, features)
-        except router.NoTierAvailable as exc:
+                if self._routing is not None:
+                    decision = self._routing.decide(request.model, views, features)
+                else:
+                    decision = router.decide(request.model, self._rule, views, features)
+        except (router.NoTierAvailable, router.BudgetExhausted) as exc:
             raise to_gateway_error(exc) from exc
         strategy, klass = reason_class(request.model, decision)
         self._metrics.route_decided(strategy, decision.tier, klass)
@@ -317,6 +360,10 @@ class ChatService:
                 self._metrics.failovers.labels(name).inc()
                 last = exc
                 continue
+            except TierOverloaded as exc:  # its queue is full: the next tier in the fallback order
+                self._breakers.release(name, plan.modalities)
+                last = exc
+                continue
             except BaseException:
                 self._breakers.release(name, plan.modalities)
                 raise
@@ -324,10 +371,11 @@ class ChatService:
             took = time.perf_counter() - dispatched
             self._metrics.tier(name).latency.observe(took)
             self._metrics.generated(name, result.usage.completion_tokens, took)
+            self._learn(plan, name, None, took, result.usage.completion_tokens)
             if lookup.key is not None and self._answers is not None and not plan.degraded:
                 await self._answers.store(lookup.key, answer_of(result, [result.text], name))
             reason = plan.decision.reason if name == plan.decision.tier else f"{name}: {last}, failed over"
-            routed = self._routed(name, reason, lookup, started, plan.degraded, result.instance)
+            routed = self._routed(name, reason, lookup, started, plan.degraded, result.instance, plan, name)
             return routed, self._body(request_id, result, plan.degraded)
         assert last is not None
         raise to_gateway_error(last) from last
@@ -361,13 +409,18 @@ class ChatService:
                 last = TierUnavailable(name, "its circuit breaker is open")
                 continue
             dispatched = time.perf_counter()
-            deltas = self._observed(name, plan.modalities, tier.stream(gen), key, dispatched)
+            learn = self._learner(plan, name, dispatched)
+            deltas = self._observed(name, plan.modalities, tier.stream(gen), key, dispatched, learn)
             try:
                 with self._tracing.span(f"tier.{name}"):
                     first = await anext(deltas)
             except TierUnavailable as exc:
                 await deltas.aclose()
                 self._metrics.failovers.labels(name).inc()
+                last = exc
+                continue
+            except TierOverloaded as exc:  # its queue is full: the next tier in the fallback order
+                await deltas.aclose()
                 last = exc
                 continue
             except BaseException:
@@ -383,12 +436,39 @@ class ChatService:
                 info=TiergateInfo(degraded=list(plan.degraded)) if plan.degraded else msgspec.UNSET,
             )
             reason = plan.decision.reason if name == plan.decision.tier else f"{name}: {last}, failed over"
-            routed = self._routed(name, reason, lookup, started, plan.degraded, first.instance)
+            routed = self._routed(name, reason, lookup, started, plan.degraded, first.instance, plan, name)
             outcome = StreamOutcome(model, first.usage)
             events = writer.events(first, _usage_into(outcome, deltas))
             return StreamStart(routed, _closing(events, deltas), outcome)
         assert last is not None
         raise to_gateway_error(last) from last
+
+    def _learn(
+        self, plan: _Plan, name: str, ttft_s: float | None, total_s: float, tokens: int | None
+    ) -> None:
+        """The router learns what ``name`` took; its prediction's error goes to /metrics."""
+        if self._routing is None:
+            return
+        self._routing.observe(plan.decision, name, ttft_s, total_s, tokens)
+        detail = plan.decision.detail
+        predicted = detail.predictions.get(name) if detail is not None else None
+        if predicted is not None:
+            self._metrics.predictor_error(name, predicted.total_p50, total_s, "total")
+            if ttft_s is not None:
+                self._metrics.predictor_error(name, predicted.ttft_p50, ttft_s, "ttft")
+
+    def _learner(self, plan: _Plan, name: str, dispatched: float) -> Learn | None:
+        """What to call when a stream from ``name`` finishes (with when its first delta came and
+        its usage): the router learns its TTFT and total time."""
+        if self._routing is None:
+            return None
+
+        def finished(first_at: float, usage: Usage | None) -> None:
+            total = time.perf_counter() - dispatched
+            tokens = usage.completion_tokens if usage else None
+            self._learn(plan, name, first_at - dispatched, total, tokens)
+
+        return finished
 
     async def _observed(
         self,
@@ -397,13 +477,17 @@ class ChatService:
         deltas: AsyncIterator[Delta],
         key: str | None,
         dispatched: float,
+        learn: Learn | None = None,
     ) -> AsyncGenerator[Delta, None]:
         """Pass a tier's deltas through, charging the outcome to its breakers and storing the
         finished answer (before its last delta goes out, so a repeat right after finds it)."""
         pieces: list[str] = []
         settled = False
+        first_at = 0.0
         try:
             async for delta in deltas:
+                if not first_at:
+                    first_at = time.perf_counter()
                 if delta.text:
                     pieces.append(delta.text)
                 if delta.finish_reason is not None:
@@ -411,6 +495,8 @@ class ChatService:
                     self._breakers.record(name, modalities, ok=True)
                     tokens = delta.usage.completion_tokens if delta.usage else 0
                     self._metrics.generated(name, tokens, time.perf_counter() - dispatched)
+                    if learn is not None:
+                        learn(first_at, delta.usage)
                     if key is not None and self._answers is not None:
                         model = self._tiers[name].capabilities.model
                         usage = delta.usage or Usage(0, 0)
@@ -437,9 +523,16 @@ class ChatService:
         started: float,
         degraded: tuple[str, ...] = (),
         instance: str = "",
+        plan: _Plan | None = None,
+        served: str = "",
     ) -> Routed:
         elapsed = time.perf_counter() - started
-        return Routed(tier, reason, lookup.status, degraded, elapsed, lookup.seconds, instance)
+        predicted = ""
+        detail = plan.decision.detail if plan is not None else None
+        if detail is not None and served in detail.predictions:
+            p = detail.predictions[served]
+            predicted = f"ttft={p.ttft_p50 * 1000:.0f}ms, total={p.total_p50 * 1000:.0f}ms"
+        return Routed(tier, reason, lookup.status, degraded, elapsed, lookup.seconds, instance, predicted)
 
     @staticmethod
     def _body(request_id: str, result: Completion, degraded: tuple[str, ...]) -> ChatCompletion:

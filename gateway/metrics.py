@@ -7,7 +7,7 @@ the edge registry) is these methods, each safe to call on every request:
     metrics.preprocess_observed(stage, seconds)     # stage: one of PREPROCESS_STAGES
     metrics.media_cache_lookup(hit)                  # media cache hit or miss
     metrics.route_decided(strategy, tier, reason_class)
-    metrics.predictor_error(tier, predicted, actual, target="latency")   # |p - a| / a
+    metrics.predictor_error(tier, predicted, actual, target="total")     # |p - a| / a; or "ttft"
     metrics.generated(tier, tokens, seconds)         # tokens and tokens/s of one generation
     metrics.timed_out(tier)                           # a tier call that ran past its deadline
     metrics.rate_limited(reason)                      # a 429, by why
@@ -238,7 +238,7 @@ class Metrics:
         self.predictor_ape = self._family(
             Histogram,
             "tiergate_predictor_absolute_percentage_error",
-            "The predictor's |predicted - actual| / actual per request, by tier and target (latency, cost).",
+            "The predictor's |predicted - actual| / actual per request, by tier and target (total, ttft).",
             ["tier", "target"],
             buckets=_ERROR_BUCKETS,
         )

@@ -25,7 +25,7 @@ from gateway.httpguard import HttpSettings
 from gateway.media import MediaSettings
 from gateway.observe import ObservabilitySettings
 from gateway.scaling import ScalingSettings
-from router import AutoRule, BreakerConfig
+from router import AutoRule, BreakerConfig, PredictorConfig, TenantPolicy
 from tiers.cloud import DEFAULT_VLLM_PYTHON, DEFAULT_VLM_DIR, CloudConfig, LocalServer
 from tiers.edge import DEFAULT_ONNX_MODEL_DIR, EdgeConfig
 
@@ -127,6 +127,26 @@ class PricingSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     counterfactual_tier: str = "cloud"
 
 
+class PolicySettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Tenant routing policies (edited through /admin/api/.../policy; stored in the database)."""
+
+    # Another gateway's policy edits are seen within this long (this gateway's own: at once).
+    refresh_s: float = 1.0
+    # The policy of tenants without one of their own, until an admin edits it (/admin/api/policies/default).
+    default: TenantPolicy = msgspec.field(default_factory=TenantPolicy)
+
+
+class RouterSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The learned router (policies choose the strategy; this tunes how it learns)."""
+
+    # Share of learned-strategy requests sent to another able tier, so every tier stays measured.
+    exploration: float = 0.02
+    directory: str = ""  # empty: <data_dir>/router
+    save_interval_s: float = 30.0
+    budget_refresh_s: float = 2.0
+    predictor: PredictorConfig = msgspec.field(default_factory=PredictorConfig)
+
+
 class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     # Everything the gateway writes (logs, and later caches, ledger, predictor).
     data_dir: str = "~/.local/share/tiergate"
@@ -150,6 +170,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     pricing: PricingSettings = msgspec.field(default_factory=PricingSettings)
     observability: ObservabilitySettings = msgspec.field(default_factory=ObservabilitySettings)
     scaling: ScalingSettings = msgspec.field(default_factory=ScalingSettings)
+    policies: PolicySettings = msgspec.field(default_factory=PolicySettings)
+    router: RouterSettings = msgspec.field(default_factory=RouterSettings)
 
     @property
     def data_path(self) -> Path:

@@ -73,6 +73,8 @@ class CloudConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
         default_factory=lambda: [Modality.TEXT, Modality.IMAGE, Modality.VIDEO]
     )
     limits: CloudMediaLimits = msgspec.field(default_factory=CloudMediaLimits)
+    # Declared quality level of the served model (0..1), compared with requests' difficulty.
+    quality: float = 0.7
     max_connections: int = 256
     health_interval_s: float = 2.0
     # vLLM's /metrics (requests waiting/running, KV-cache use) is read this often for balancing.

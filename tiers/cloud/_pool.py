@@ -83,6 +83,7 @@ class VLLMPool:
             max_context_tokens=self._config.max_context_tokens,
             model=self._model or "unknown",
             limits=self._config.limits.as_limits(),
+            quality=self._config.quality,
         )
 
     def state(self) -> TierState:

@@ -58,7 +58,8 @@ class EdgeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     onnx_quantized: bool = False
     model_name: ModelName = "edge-smollm2-135m"
     context_tokens: ContextTokens = 2048
-    quality: Quality = 0.5  # the model above's declared quality level in [0, 1]
+    # The model above's declared quality level in [0, 1]; the router sends it requests no harder than this.
+    quality: Quality = 0.4
     # Engine instances of the active model, each with its own thread(s) and queue; 0: from the cores.
     instances: Annotated[int, msgspec.Meta(ge=0)] = 0
     threads: Annotated[int, msgspec.Meta(ge=0)] = 0  # per instance; 0: the cores less one, shared out
