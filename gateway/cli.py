@@ -130,6 +130,16 @@ def _add_account_commands() -> None:
 _add_account_commands()
 
 
+def _add_appliance_commands() -> None:
+    from gateway.cli_appliance import bundle, doctor, install
+
+    for command in (bundle, install, doctor):
+        cli.command()(command)
+
+
+_add_appliance_commands()
+
+
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     cli()
