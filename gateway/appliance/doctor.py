@@ -118,8 +118,14 @@ class Doctor:
         findings = []
         home = next((line.split("=")[1].strip() for line in cfg.splitlines() if line.startswith("home")), "")
         if home and not (Path(home) / "python3").exists():
-            findings.append(Finding("python", "fail", f"the environment's Python ({home}/python3) is gone",
-                                    "install python3 " + python + " again, then " + REINSTALL))  # fmt: skip
+            findings.append(
+                Finding(
+                    "python",
+                    "fail",
+                    f"the environment's Python ({home}/python3) is gone",
+                    "install python3 " + python + " again, then " + REINSTALL,
+                )
+            )
         if wrong:
             findings.append(Finding("versions", "fail", "; ".join(wrong[:5]), REINSTALL))
         else:
@@ -141,9 +147,10 @@ class Doctor:
         cloud = models.get("cloud")
         if isinstance(cloud, dict) and self.release is not None:
             bad = [
-                f for f, digest in dict(cloud["files"]).items()
+                f
+                for f, digest in dict(cloud["files"]).items()
                 if _hash_finding("", self.release / f, str(digest)).status != "ok"
-            ]  # fmt: skip
+            ]
             out.append(
                 Finding(
                     "model:cloud",
@@ -160,8 +167,14 @@ class Doctor:
 
     def check_config(self) -> list[Finding]:
         if not self.config.is_file():
-            return [Finding("config", "fail", f"{self.config} is missing",
-                            f"copy {self.config}.dist (or the bundle's config/tiergate.toml) to {self.config}")]  # fmt: skip
+            return [
+                Finding(
+                    "config",
+                    "fail",
+                    f"{self.config} is missing",
+                    f"copy {self.config}.dist (or the bundle's config/tiergate.toml) to {self.config}",
+                )
+            ]
         try:
             environ = os.environ if self.root == Path("/") else {}
             self.settings = load_settings(self.config, environ=environ)
@@ -176,8 +189,14 @@ class Doctor:
             ]
         mode = self.config.stat().st_mode & 0o777
         if mode & 0o004:
-            return [Finding("config", "warn", f"{self.config} is readable by everyone (mode {mode:o})",
-                            f"chmod 640 {self.config} (it may hold database passwords)")]  # fmt: skip
+            return [
+                Finding(
+                    "config",
+                    "warn",
+                    f"{self.config} is readable by everyone (mode {mode:o})",
+                    f"chmod 640 {self.config} (it may hold database passwords)",
+                )
+            ]
         return [Finding("config", "ok", f"{self.config} is valid")]
 
     def check_user(self) -> list[Finding]:
@@ -195,8 +214,14 @@ class Doctor:
             return [Finding("unit", "fail", f"{unit} is missing", REINSTALL)]
         out = []
         if unit.read_text() != inst.UNIT_TEXT:
-            out.append(Finding("unit", "warn", f"{unit} was edited; an upgrade rewrites it",
-                               "put local changes in a drop-in: systemctl edit tiergate"))  # fmt: skip
+            out.append(
+                Finding(
+                    "unit",
+                    "warn",
+                    f"{unit} was edited; an upgrade rewrites it",
+                    "put local changes in a drop-in: systemctl edit tiergate",
+                )
+            )
         if not (self.root / inst.WANTS).is_symlink():
             out.append(
                 Finding("unit", "warn", "the service does not start at boot", "systemctl enable tiergate")
@@ -206,8 +231,14 @@ class Doctor:
                 ["systemctl", "is-active", "tiergate"], capture_output=True, text=True
             ).stdout
             if active.strip() != "active":
-                out.append(Finding("service", "fail", f"tiergate.service is {active.strip()}",
-                                   "journalctl -u tiergate -n 50 says why; then systemctl restart tiergate"))  # fmt: skip
+                out.append(
+                    Finding(
+                        "service",
+                        "fail",
+                        f"tiergate.service is {active.strip()}",
+                        "journalctl -u tiergate -n 50 says why; then systemctl restart tiergate",
+                    )
+                )
         return out or [Finding("unit", "ok", f"{inst.UNIT.name} installed and enabled")]
 
     def check_data(self) -> list[Finding]:
@@ -221,8 +252,14 @@ class Doctor:
         out = []
         owner = _owner(self.root, data.stat().st_uid)
         if owner not in (inst.USER, None) and os.geteuid() == 0:
-            out.append(Finding("data", "fail", f"{data} belongs to {owner}, the service runs as {inst.USER}",
-                               f"chown -R {inst.USER}: {data}"))  # fmt: skip
+            out.append(
+                Finding(
+                    "data",
+                    "fail",
+                    f"{data} belongs to {owner}, the service runs as {inst.USER}",
+                    f"chown -R {inst.USER}: {data}",
+                )
+            )
         free = shutil.disk_usage(data).free
         gib = free / (1 << 30)
         if free < LOW_FREE_BYTES:
@@ -249,12 +286,24 @@ class Doctor:
         except (httpx.HTTPError, ValueError, AttributeError):
             tiers = None
         if tiers is None:
-            return [Finding("port", "fail", f"port {port} is taken by another program",
-                            f"stop it (ss -ltnp 'sport = :{port}') or change server.port")]  # fmt: skip
+            return [
+                Finding(
+                    "port",
+                    "fail",
+                    f"port {port} is taken by another program",
+                    f"stop it (ss -ltnp 'sport = :{port}') or change server.port",
+                )
+            ]
         states = ", ".join(f"{t['name']} {t['health']}" for t in tiers)
         status: Status = "ok" if resp.status_code == 200 else "warn"
-        return [Finding("port", status, f"tiergate answers on port {port}: {states}",
-                        "" if status == "ok" else "journalctl -u tiergate says why no tier is ready")]  # fmt: skip
+        return [
+            Finding(
+                "port",
+                status,
+                f"tiergate answers on port {port}: {states}",
+                "" if status == "ok" else "journalctl -u tiergate says why no tier is ready",
+            )
+        ]
 
     def check_shared(self) -> list[Finding]:
         s = self.settings
@@ -269,14 +318,24 @@ class Doctor:
         if s.storage.database_url.startswith("postgresql"):
             out.append(_reach("postgresql", s.storage.database_url))
         if s.shared.redis_url:
-            alone = [name for name, local in (
-                ("cache.backend", s.cache.enabled and s.cache.backend != "redis"),
-                ("limits.redis_url", not s.limits.redis_url),
-                ("storage.database_url", not s.storage.database_url.startswith("postgresql")),
-            ) if local]  # fmt: skip
+            alone = [
+                name
+                for name, local in (
+                    ("cache.backend", s.cache.enabled and s.cache.backend != "redis"),
+                    ("limits.redis_url", not s.limits.redis_url),
+                    ("storage.database_url", not s.storage.database_url.startswith("postgresql")),
+                )
+                if local
+            ]
             if alone:
-                out.append(Finding("shared", "warn", f"shared.redis_url is set but {', '.join(alone)} keep state "
-                                   "in this instance only", "README 'Scaling out' shows the settings for several gateways"))  # fmt: skip
+                out.append(
+                    Finding(
+                        "shared",
+                        "warn",
+                        f"shared.redis_url is set but {', '.join(alone)} keep state in this instance only",
+                        "README 'Scaling out' shows the settings for several gateways",
+                    )
+                )
         return out
 
     def check_gpu(self) -> list[Finding]:
@@ -291,8 +350,14 @@ class Doctor:
             ]
         done = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=20, check=False)
         if done.returncode != 0:
-            return [Finding("gpu", "warn", f"nvidia-smi failed: {(done.stderr or done.stdout).strip()[:200]}",
-                            "check the NVIDIA driver (nvidia-smi); the edge model still runs on the CPU")]  # fmt: skip
+            return [
+                Finding(
+                    "gpu",
+                    "warn",
+                    f"nvidia-smi failed: {(done.stderr or done.stdout).strip()[:200]}",
+                    "check the NVIDIA driver (nvidia-smi); the edge model still runs on the CPU",
+                )
+            ]
         gpus = [line for line in done.stdout.splitlines() if line.startswith("GPU")]
         return [Finding("gpu", "ok", f"{len(gpus)} GPU(s): {'; '.join(gpus)[:300]}")]
 
@@ -337,8 +402,12 @@ def _reach(kind: str, url: str) -> Finding:
             finally:
                 engine.dispose()
     except Exception as exc:
-        return Finding(kind, "fail", f"{where} cannot be reached: {str(exc).splitlines()[0][:200]}",
-                       f"start {kind} or correct its URL; every gateway needs it")  # fmt: skip
+        return Finding(
+            kind,
+            "fail",
+            f"{where} cannot be reached: {str(exc).splitlines()[0][:200]}",
+            f"start {kind} or correct its URL; every gateway needs it",
+        )
     return Finding(kind, "ok", f"{where} answers")
 
 

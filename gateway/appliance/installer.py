@@ -316,8 +316,16 @@ class Installer:
             if self.root != Path("/"):
                 cmd.insert(1, f"--root={self.root}")
         else:
-            cmd = ["useradd", "--system", "--user-group", "--home-dir", "/" + str(STATE),
-                   "--shell", "/usr/sbin/nologin", USER]  # fmt: skip
+            cmd = [
+                "useradd",
+                "--system",
+                "--user-group",
+                "--home-dir",
+                "/" + str(STATE),
+                "--shell",
+                "/usr/sbin/nologin",
+                USER,
+            ]
             if self.root != Path("/"):
                 cmd[1:1] = ["--root", str(self.root)]
         self._run(cmd, f"creating the system user {USER}")
@@ -341,8 +349,17 @@ class Installer:
         target.mkdir(parents=True)
         venv = target / "venv"
         self._run([sys.executable, "-m", "venv", str(venv)], "creating the environment")
-        pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--no-index", "--quiet",
-               "--disable-pip-version-check", "--find-links", str(bundle.wheels)]  # fmt: skip
+        pip = [
+            str(venv / "bin" / "python"),
+            "-m",
+            "pip",
+            "install",
+            "--no-index",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--find-links",
+            str(bundle.wheels),
+        ]
         self._run(
             [*pip, f"tiergate=={bundle.version}"],
             f"installing {len(list(bundle.wheels.glob('*.whl')))} wheels",

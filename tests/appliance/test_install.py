@@ -137,8 +137,16 @@ def test_unit_passes_systemd_analyze_verify(root: Path, tmp_path: Path) -> None:
     if analyze is None:
         pytest.skip("systemd-analyze is not installed (scripts/setup.sh installs systemd)")
     unit = (root / "etc/systemd/system/tiergate.service").read_text()
-    for directive in ("Restart=on-failure", "NoNewPrivileges=yes", "ProtectSystem=strict", "PrivateTmp=yes",
-                      "StandardOutput=journal", "LimitNOFILE=", "MemoryMax=", "User=tiergate"):  # fmt: skip
+    for directive in (
+        "Restart=on-failure",
+        "NoNewPrivileges=yes",
+        "ProtectSystem=strict",
+        "PrivateTmp=yes",
+        "StandardOutput=journal",
+        "LimitNOFILE=",
+        "MemoryMax=",
+        "User=tiergate",
+    ):
         assert directive in unit
     # verify checks that ExecStart exists: point it at the install under the temporary root.
     copy = tmp_path / "tiergate.service"
@@ -180,7 +188,7 @@ def test_doctor_reports_what_is_broken_and_how_to_fix_it(root: Path, listener: i
         config.write_text(
             re.sub(r"port = \d+", f"port = {listener}", original_config)
         )  # a port that is taken
-        code, findings, text = doctor(root)
+        code, findings, _ = doctor(root)
         assert code == 1
         s = statuses(findings)
         assert (
@@ -214,10 +222,12 @@ def test_upgrade_and_rollback_keep_config_and_data(bundle: Path, root: Path, tmp
     info["created"] = "later"
     (newer / "bundle.json").write_text(json.dumps(info))
     manifest = newer / "MANIFEST.sha256"
-    manifest.write_text("".join(
-        f"{installer.sha256_file(newer / name)}  {name}\n"
-        for name in (line.split("  ", 1)[1] for line in manifest.read_text().splitlines())
-    ))  # fmt: skip
+    manifest.write_text(
+        "".join(
+            f"{installer.sha256_file(newer / name)}  {name}\n"
+            for name in (line.split("  ", 1)[1] for line in manifest.read_text().splitlines())
+        )
+    )
     run(TIERGATE, "install", "--from", str(newer), "--root", str(root), prefix=NO_NETWORK)
     second = (root / "opt/tiergate/current").resolve().name
     assert second != first and (root / "opt/tiergate/previous").resolve().name == first
