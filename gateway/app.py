@@ -24,7 +24,8 @@ from gateway.errors import error_response
 from gateway.metrics import Metrics
 from gateway.request_id import before_send
 from gateway.settings import Settings, SettingsError
-from tiers import Pool, Tier
+from gateway.shared import SharedPool, open_shared
+from tiers import Modality, Pool, Tier
 from tiers.cloud import VLLMPool
 from tiers.edge import LlamaCppTier, OnnxTier
 
@@ -59,22 +60,34 @@ def create_app(
     metrics = Metrics()
     store = cache.open_store(settings.cache, settings.data_path) if settings.cache.enabled else None
 
-    def breaker_changed(tier: str, modality: object, state: router.BreakerState) -> None:
+    shared = open_shared(settings)
+
+    def breaker_changed(tier: str, modality: Modality, state: router.BreakerState) -> None:
         log.warning("circuit breaker %s/%s is now %s", tier, modality, state.value)
         metrics.breaker_transitions.labels(tier, str(modality), state.value).inc()
+        if shared is not None:
+            shared.breaker_changed(tier, modality, state)
+
+    breakers = router.BreakerBoard(settings.breakers, on_transition=breaker_changed)
 
     chat = ChatService(
         tiers,
         settings.routing,
         metrics,
         answers=AnswerCache(settings.cache, store, settings.routing, metrics),
-        breakers=router.BreakerBoard(settings.breakers, on_transition=breaker_changed),
+        breakers=breakers,
         fail_instead_of_degrade=settings.degradation.fail_instead,
     )
     accounts = Accounts(settings, chat)
 
     def reload_pool() -> None:
-        assert reload_settings is not None and pool is not None
+        apply_reload()
+        if shared is not None:
+            shared.reloaded()
+
+    def apply_reload() -> None:
+        if reload_settings is None or pool is None:
+            return
         try:
             urls = reload_settings().cloud.urls
         except SettingsError as exc:
@@ -91,6 +104,9 @@ def create_app(
         settings.data_path.mkdir(parents=True, exist_ok=True)
         await accounts.start()
         await asyncio.gather(*(tier.start() for tier in tiers.values()))
+        if shared is not None:
+            shared.attach(breakers, pool, apply_reload)
+            await shared.start()
         if reload_settings is not None and pool is not None:
             asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reload_pool)
         log.info("tiergate ready to accept requests; tiers: %s", chat.tier_states())
@@ -101,12 +117,20 @@ def create_app(
             await asyncio.gather(*(tier.aclose() for tier in tiers.values()), return_exceptions=True)
             await chat.aclose()
             await accounts.aclose()
+            if shared is not None:
+                await shared.aclose()
 
     return Litestar(
         route_handlers=[*ROUTES, *ADMIN_ROUTES],
         lifespan=[lifespan],
         state=State(
-            {"chat": chat, "accounts": accounts, "metrics": metrics, "settings": settings, "pool": pool}
+            {
+                "chat": chat,
+                "accounts": accounts,
+                "metrics": metrics,
+                "settings": settings,
+                "pool": SharedPool(pool, shared) if shared is not None and pool is not None else pool,
+            }
         ),
         exception_handlers={Exception: error_response},
         before_send=[before_send(metrics)],
