@@ -131,9 +131,9 @@ _add_account_commands()
 
 
 def _add_appliance_commands() -> None:
-    from gateway.cli_appliance import bundle, doctor, install
+    from gateway.cli_appliance import bundle, doctor, install, reload
 
-    for command in (bundle, install, doctor):
+    for command in (bundle, install, doctor, reload):
         cli.command()(command)
 
 

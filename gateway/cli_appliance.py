@@ -73,3 +73,34 @@ def doctor(
     typer.echo(as_json(findings) if json else render(findings, root))
     if any(f.status == "fail" for f in findings):
         raise typer.Exit(1)
+
+
+def reload(
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config", "-c", envvar="TIERGATE_CONFIG", exists=True, dir_okay=False, help="TOML settings."
+        ),
+    ] = None,
+) -> None:
+    """Make every gateway sharing shared.redis_url re-read its settings (as SIGHUP does to one)."""
+    from gateway.settings import SettingsError, load_settings
+    from gateway.shared import RELOAD, publish_now
+
+    try:
+        settings = load_settings(config)
+    except SettingsError as exc:
+        typer.echo(f"tiergate: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    shared = settings.shared
+    if not shared.redis_url:
+        typer.echo(
+            "tiergate reload: shared.redis_url is not set; send SIGHUP to the gateway instead", err=True
+        )
+        raise typer.Exit(2)
+    try:
+        heard = publish_now(shared.redis_url, shared.prefix, RELOAD, "tiergate reload")
+    except Exception as exc:
+        typer.echo(f"tiergate reload: Redis at {shared.redis_url.split('@')[-1]}: {exc}", err=True)
+        raise typer.Exit(1) from exc
+    typer.echo(f"reload sent; {heard} gateway(s) listening")

@@ -256,6 +256,10 @@ class BreakerBoard:
             breaker.force_close()
         self._notice(tier, modality)
 
+    def last_failure(self, tier: str, modality: Modality) -> str:
+        breaker = self._breakers.get((tier, modality))
+        return breaker.last_failure if breaker is not None else ""
+
     def snapshot(self) -> list[BreakerSnapshot]:
         out = []
         for (tier, m), breaker in sorted(self._breakers.items()):

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gateway.shared._bus import Bus, instance_name
-from gateway.shared._state import SharedPool, SharedState
+from gateway.shared._bus import Bus, instance_name, publish_now
+from gateway.shared._state import RELOAD, SharedPool, SharedState
 
 if TYPE_CHECKING:
     from gateway.settings import Settings
 
-__all__ = ["Bus", "SharedPool", "SharedState", "open_shared"]
+__all__ = ["RELOAD", "Bus", "SharedPool", "SharedState", "open_shared", "publish_now"]
 
 
 def open_shared(settings: Settings) -> SharedState | None:

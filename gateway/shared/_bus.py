@@ -36,12 +36,26 @@ def instance_name(configured: str) -> str:
     return configured or f"{socket.gethostname()}-{os.getpid()}"
 
 
+def publish_now(url: str, prefix: str, kind: str, by: str) -> int:
+    """Publish one message from outside a gateway (``tiergate reload``); how many gateways heard it."""
+    import redis
+
+    client = redis.Redis.from_url(url, socket_connect_timeout=2.0, socket_timeout=2.0)
+    try:
+        return int(client.publish(prefix + "events", msgspec.json.encode({"kind": kind, "by": by})))
+    finally:
+        client.close()
+
+
 class Bus:
     def __init__(self, url: str, *, prefix: str, instance: str) -> None:
         self._url = url
         self._prefix = prefix
         self.instance = instance
-        self._redis = aioredis.from_url(url, socket_connect_timeout=2.0, socket_timeout=None)
+        # Commands time out; the subscription waits for news as long as it takes, pinging the
+        # server now and then so a connection that died silently is noticed.
+        self._redis = aioredis.from_url(url, socket_connect_timeout=2.0, socket_timeout=2.0)
+        self._listener = aioredis.from_url(url, socket_connect_timeout=2.0, health_check_interval=15)
         self._handlers: dict[str, Handler] = {}
         self._stored_kinds: list[str] = []
         self._resync: list[Resync] = []
@@ -90,6 +104,7 @@ class Bus:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await self._redis.aclose()
+        await self._listener.aclose()
 
     async def _drained(self) -> None:
         if self.connected.is_set():
@@ -115,7 +130,7 @@ class Bus:
     async def _listen(self) -> None:
         while True:
             try:
-                async with self._redis.pubsub(ignore_subscribe_messages=True) as pubsub:
+                async with self._listener.pubsub(ignore_subscribe_messages=True) as pubsub:
                     await pubsub.subscribe(self.channel)
                     await self._catch_up()
                     self.connected.set()

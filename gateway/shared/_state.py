@@ -69,12 +69,9 @@ class SharedState:
         """The board's transition callback: tell the others of an opening or a closing made here."""
         if self._applying or state is router.BreakerState.HALF_OPEN:
             return
-        why = next((b.last_failure for b in self._snapshot() if (b.tier, b.modality) == (tier, modality)), "")
+        why = self._board.last_failure(tier, modality) if self._board is not None else ""
         body = {"tier": tier, "modality": modality.value, "state": state.value, "at": time.time(), "why": why}
         self.bus.publish(BREAKER, body, field=f"{tier}|{modality.value}")
-
-    def _snapshot(self) -> list[router.BreakerSnapshot]:
-        return self._board.snapshot() if self._board is not None else []
 
     def _on_breaker(self, msg: dict[str, Any]) -> None:
         if self._board is None:

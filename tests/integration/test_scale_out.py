@@ -5,7 +5,10 @@ starts later takes it), a replica ejected by one is out in the other, a reload r
 
 from __future__ import annotations
 
-import time
+import json
+import re
+import signal
+import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +18,7 @@ import httpx
 import psycopg
 import pytest
 
-from tests.conftest import Gateway, start_gateway
+from tests.conftest import TIERGATE, Gateway, start_gateway
 from tests.fakes import FakeVLLM
 from tests.integration.test_breakers import IMAGE_MESSAGES, breakers
 from tests.integration.test_tenants_api import admin, chat, fresh_minute
@@ -186,30 +189,53 @@ def admin_replicas(gw: Gateway, key: str) -> list[dict[str, Any]]:
     return list(resp.json())
 
 
-def test_pool_membership_set_through_one_gateway_is_set_in_both(
+def test_membership_and_reloads_made_through_one_gateway_reach_both(
     tmp_path: Path, redis_url: str, database: str
 ) -> None:
     with FakeVLLM() as one, FakeVLLM() as two:
         text = config(redis_url, database, one.url)
         first = start(tmp_path / "one", text, one)
         second = start(tmp_path / "two", text, one)
+
+        def members(gw: Gateway) -> set[str]:
+            return {r["url"] for r in admin_replicas(gw, first.admin_key) if not r["draining"]}
+
+        def set_urls(urls: list[str]) -> None:  # each gateway has its own file; an operator edits both
+            for gw in (first, second):
+                path = gw.data_dir.parent / "tiergate.toml"
+                path.write_text(re.sub(r"urls = \[.*\]", f"urls = {json.dumps(urls)}", path.read_text()))
+
         try:
+            # The admin API of the first sets the pool of both.
             urls = [one.url, two.url]
             resp = httpx.put(
                 f"{first.url}/admin/api/cloud/replicas", json={"urls": urls}, headers=first.admin, timeout=10
             )
             assert resp.status_code == 200
-
-            def members(gw: Gateway) -> set[str]:
-                return {r["url"] for r in admin_replicas(gw, first.admin_key) if not r["draining"]}
-
             second.wait(lambda: members(second) == set(urls), 10, "the membership to reach the second")
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline and not all(
-                r["healthy"] for r in admin_replicas(second, first.admin_key)
-            ):
-                time.sleep(0.2)
-            assert all(r["healthy"] for r in admin_replicas(second, first.admin_key))
+            second.wait(
+                lambda: all(r["healthy"] for r in admin_replicas(second, first.admin_key)),
+                10,
+                "health checks",
+            )
+
+            # SIGHUP to the first: both re-read their files.
+            set_urls([two.url])
+            first.process.send_signal(signal.SIGHUP)
+            second.wait(lambda: members(second) == {two.url}, 10, "the reload to reach the second")
+            assert members(first) == {two.url}
+
+            # `tiergate reload` reaches every gateway.
+            set_urls([one.url])
+            done = subprocess.run(
+                [TIERGATE, "reload", "--config", str(first.data_dir.parent / "tiergate.toml")],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            assert "2 gateway(s) listening" in done.stdout
+            for gw in (first, second):
+                gw.wait(lambda gw=gw: members(gw) == {one.url}, 10, "the reload")
         finally:
             first.stop()
             second.stop()
