@@ -201,6 +201,13 @@ def test_doctor_reports_what_is_broken_and_how_to_fix_it(root: Path, listener: i
         config.write_text(original_config + "\n[server]\nport = 1\n")  # a config that does not load
         code, findings, _ = doctor(root)
         assert code == 1 and statuses(findings)["config"] == "fail"
+
+        # Shared state pointed at a Redis that is not there, with the cache and limits still local.
+        config.write_text(original_config + f'\n[shared]\nredis_url = "redis://127.0.0.1:{free_port()}/0"\n')
+        code, findings, _ = doctor(root)
+        s = statuses(findings)
+        assert code == 1 and s["redis"] == "fail" and s["shared"] == "warn"
+        assert "cache.backend" in findings["shared"][0]["detail"]
     finally:
         gguf.write_bytes(original_model)
         config.write_text(original_config)
