@@ -56,6 +56,7 @@ class Doctor:
             self.check_release,
             self.check_versions,
             self.check_models,
+            self.check_engines,
             self.check_config,
             self.check_user,
             self.check_unit,
@@ -164,6 +165,27 @@ class Doctor:
                 )
             )
         return out
+
+    def check_engines(self) -> list[Finding]:
+        """The release's own Python loads the edge engines (native libraries: libgomp and the like)."""
+        if self.release is None:
+            return []
+        python = self.release / "venv" / "bin" / "python"
+        done = subprocess.run(
+            [str(python), "-c", "import llama_cpp, onnxruntime; print(llama_cpp.__version__)"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            cwd="/",
+        )
+        if done.returncode == 0:
+            return [Finding("engines", "ok", f"llama.cpp {done.stdout.strip()} and ONNX Runtime load")]
+        error = (done.stderr.strip().splitlines() or ["no output"])[-1][:300]
+        fix = REINSTALL
+        if "libgomp" in error:
+            fix = "install the OpenMP runtime: apt-get install libgomp1 (RHEL: dnf install libgomp)"
+        return [Finding("engines", "fail", f"the edge engines do not load: {error}", fix)]
 
     def check_config(self) -> list[Finding]:
         if not self.config.is_file():

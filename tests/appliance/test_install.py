@@ -166,7 +166,18 @@ def test_doctor_reports_a_healthy_install(root: Path) -> None:
     code, findings, text = doctor(root)
     assert code == 0, text
     s = statuses(findings)
-    for check in ("release", "versions", "model:edge", "config", "user", "unit", "disk", "port", "gpu"):
+    for check in (
+        "release",
+        "versions",
+        "model:edge",
+        "engines",
+        "config",
+        "user",
+        "unit",
+        "disk",
+        "port",
+        "gpu",
+    ):
         assert s[check] == "ok", (check, findings[check])
 
 
