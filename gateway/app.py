@@ -30,6 +30,7 @@ from gateway.openapi import OPENAPI_ROUTES
 from gateway.routing import RoutingService, tier_prices
 from gateway.scaling import ReplicaSignal, run_signal
 from gateway.settings import Settings, SettingsError
+from gateway.shared import SharedPool, open_shared
 from gateway.tracing import Tracing
 from tiers import Modality, Pool, Tier
 from tiers.cloud import VLLMPool
@@ -81,9 +82,15 @@ def create_app(
     tiers = admit(tiers, settings.admission, metrics)
     store = cache.open_store(settings.cache, settings.data_path) if settings.cache.enabled else None
 
-    def breaker_changed(tier: str, modality: object, state: router.BreakerState) -> None:
+    shared = open_shared(settings)
+
+    def breaker_changed(tier: str, modality: Modality, state: router.BreakerState) -> None:
         log.warning("circuit breaker %s/%s is now %s", tier, modality, state.value)
         metrics.breaker_transitions.labels(tier, str(modality), state.value).inc()
+        if shared is not None:
+            shared.breaker_changed(tier, modality, state)
+
+    breakers = router.BreakerBoard(settings.breakers, on_transition=breaker_changed)
 
     routing = RoutingService(
         settings.router, settings.routing, tier_prices(settings.pricing.prices, tiers), settings.data_path
@@ -93,7 +100,7 @@ def create_app(
         settings.routing,
         metrics,
         answers=AnswerCache(settings.cache, store, settings.routing, metrics),
-        breakers=router.BreakerBoard(settings.breakers, on_transition=breaker_changed),
+        breakers=breakers,
         fail_instead_of_degrade=settings.degradation.fail_instead,
         tracing=tracing,
         routing=routing,
@@ -112,7 +119,13 @@ def create_app(
     signal_task: asyncio.Task[None] | None = None
 
     def reload_pool() -> None:
-        assert reload_settings is not None and pool is not None
+        apply_reload()
+        if shared is not None:
+            shared.reloaded()
+
+    def apply_reload() -> None:
+        if reload_settings is None or pool is None:
+            return
         try:
             urls = reload_settings().cloud.urls
         except SettingsError as exc:
@@ -135,6 +148,9 @@ def create_app(
         await asyncio.gather(*(tier.start() for tier in tiers.values()))
         if media is not None:
             await media.start()
+        if shared is not None:
+            shared.attach(breakers, pool, apply_reload)
+            await shared.start()
         if reload_settings is not None and pool is not None:
             asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reload_pool)
         nonlocal signal_task
@@ -156,6 +172,8 @@ def create_app(
             tracing.shutdown()
             if media is not None:
                 await media.aclose()
+            if shared is not None:
+                await shared.aclose()
 
     return Litestar(
         route_handlers=[*ROUTES, *ADMIN_ROUTES, *OPENAPI_ROUTES],
@@ -167,7 +185,7 @@ def create_app(
                 "metrics": metrics,
                 "observer": observer,
                 "settings": settings,
-                "pool": pool,
+                "pool": SharedPool(pool, shared) if shared is not None and pool is not None else pool,
                 "edge_models": edge_models,
                 "routing": routing,
             }

@@ -142,6 +142,16 @@ def _add_router_commands() -> None:
 _add_router_commands()
 
 
+def _add_appliance_commands() -> None:
+    from gateway.cli_appliance import bundle, doctor, install, reload
+
+    for command in (bundle, install, doctor, reload):
+        cli.command()(command)
+
+
+_add_appliance_commands()
+
+
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     cli()

@@ -88,6 +88,17 @@ class StorageSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     database_url: str = ""
 
 
+class SharedSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """State several gateway instances share (the cache, limits and database have their own URLs)."""
+
+    # Empty: breaker states, replica health and config changes stay in this process. A redis:// URL:
+    # every gateway on it sees them (a breaker one opens is open in all; a reload reaches all).
+    redis_url: str = ""
+    prefix: str = "tiergate:shared:"
+    # This gateway's name in what it shares; empty: <hostname>-<pid>.
+    instance: str = ""
+
+
 class LedgerSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     enabled: bool = True
     # Rows are made durable in a local write-ahead file before the response ends, then
@@ -166,6 +177,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     auth: AuthSettings = msgspec.field(default_factory=AuthSettings)
     limits: LimitSettings = msgspec.field(default_factory=LimitSettings)
     storage: StorageSettings = msgspec.field(default_factory=StorageSettings)
+    shared: SharedSettings = msgspec.field(default_factory=SharedSettings)
     ledger: LedgerSettings = msgspec.field(default_factory=LedgerSettings)
     pricing: PricingSettings = msgspec.field(default_factory=PricingSettings)
     observability: ObservabilitySettings = msgspec.field(default_factory=ObservabilitySettings)

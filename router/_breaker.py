@@ -111,6 +111,21 @@ class CircuitBreaker:
         ):
             self._open()
 
+    def force_open(self, opened_ago_s: float = 0.0, why: str = "") -> None:
+        """Open because another gateway saw the path fail ``opened_ago_s`` ago (its cool-down runs
+        from then); an open breaker keeps the later of the two openings."""
+        opened_at = self._clock() - max(0.0, opened_ago_s)
+        if self._state is BreakerState.OPEN and self._opened_at >= opened_at:
+            return
+        self._open()
+        self._opened_at = opened_at
+        self.last_failure = why or self.last_failure
+
+    def force_close(self) -> None:
+        """Close because another gateway's probe succeeded."""
+        if self._state is not BreakerState.CLOSED:
+            self._close()
+
     def _remember(self, *, ok: bool) -> None:
         now = self._clock()
         self._outcomes.append((now, ok))
@@ -227,6 +242,23 @@ class BreakerBoard:
             else:
                 breaker.record_failure(why)
             self._notice(tier, m)
+
+    def apply(
+        self, tier: str, modality: Modality, state: BreakerState, *, opened_ago_s: float = 0.0, why: str = ""
+    ) -> None:
+        """Take a state another gateway reported (open or closed); tells of the change like any other."""
+        if not self._config.enabled:
+            return
+        breaker = self._get(tier, modality)
+        if state is BreakerState.OPEN:
+            breaker.force_open(opened_ago_s, why)
+        elif state is BreakerState.CLOSED:
+            breaker.force_close()
+        self._notice(tier, modality)
+
+    def last_failure(self, tier: str, modality: Modality) -> str:
+        breaker = self._breakers.get((tier, modality))
+        return breaker.last_failure if breaker is not None else ""
 
     def snapshot(self) -> list[BreakerSnapshot]:
         out = []

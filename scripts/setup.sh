@@ -38,6 +38,8 @@ mkdir -p "$CACHE/wheels" "$CACHE/models"
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v initdb >/dev/null 2>&1 || compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || missing+=(postgresql)
+# systemd-analyze (the appliance tests verify the unit file) and systemd-sysusers (the installer).
+command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
 if (( ${#missing[@]} )); then
   if command -v apt-get >/dev/null 2>&1; then
     say "installing ${missing[*]} (apt)"

@@ -131,3 +131,29 @@ def test_disabled_board_lets_everything_through() -> None:
 def test_attributed_charges_media_else_text() -> None:
     assert router.attributed(IMAGE) == {Modality.IMAGE}
     assert router.attributed(TEXT) == {Modality.TEXT}
+
+
+def test_a_state_reported_by_another_gateway_is_taken_and_told() -> None:
+    clock, changes = Clock(), []
+    board = BreakerBoard(CONFIG, clock, on_transition=lambda *c: changes.append(c))
+    # Opened elsewhere 2 s ago: open here, and half-open when the cool-down (5 s) runs out there.
+    board.apply("cloud", Modality.IMAGE, BreakerState.OPEN, opened_ago_s=2.0, why="HTTP 500 at a peer")
+    assert Modality.IMAGE in board.open_modalities("cloud")
+    assert changes == [("cloud", Modality.IMAGE, BreakerState.OPEN)]
+    assert board.snapshot()[0].last_failure == "HTTP 500 at a peer"
+    clock.now += 3.0
+    assert board.snapshot()[0].state is BreakerState.HALF_OPEN
+    # A peer's probe succeeded: closed here too.
+    board.apply("cloud", Modality.IMAGE, BreakerState.CLOSED)
+    assert board.open_modalities("cloud") == frozenset()
+    assert changes[-1] == ("cloud", Modality.IMAGE, BreakerState.CLOSED)
+
+
+def test_an_older_opening_does_not_shorten_a_newer_one() -> None:
+    clock = Clock()
+    breaker = CircuitBreaker(CONFIG, clock)
+    for _ in range(3):
+        breaker.record_failure()
+    breaker.force_open(opened_ago_s=4.0)  # a peer opened it 4 s ago; ours is newer
+    clock.now += 4.0
+    assert breaker.state() is BreakerState.OPEN

@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import aiohttp
@@ -38,6 +38,9 @@ _encode = msgspec.json.Encoder().encode
 _CHAT_PATH = "/v1/chat/completions"
 _JSON_HEADERS = {"Content-Type": "application/json"}
 _PROBE_TIMEOUT = aiohttp.ClientTimeout(total=2.0)
+
+# Told when a replica's health flips or it is ejected: (url, healthy, ejected for seconds, why).
+ReplicaListener = Callable[[str, bool, float, str], None]
 
 
 class _Retry(Exception):
@@ -73,6 +76,7 @@ class VLLMPool:
         t = config.timeouts
         self._timeout = aiohttp.ClientTimeout(total=t.total_s, connect=t.connect_s, sock_read=t.first_byte_s)
         self._pending_urls = config.urls or ([self._local.url] if self._local else [])
+        self._listener: ReplicaListener | None = None
 
     # -- Tier -----------------------------------------------------------------
 
@@ -161,6 +165,33 @@ class VLLMPool:
             self._remove(replica)
         log.info("cloud replica %s (%s) is draining", replica.name, replica.url)
         return True
+
+    # -- replica state shared with other gateways -------------------------------
+
+    def watch_replicas(self, listener: ReplicaListener) -> None:
+        """Call ``listener`` when a replica's health flips or it is ejected (what peers should know)."""
+        self._listener = listener
+
+    def apply_replica_state(self, url: str, *, healthy: bool, ejected_for_s: float, why: str) -> None:
+        """Take what another gateway saw of a replica: an ejection (for the time it has left) or a
+        failed health check (until this gateway's next check of its own). A recovery is not taken:
+        each gateway sees it with its own check."""
+        replica = next((r for r in self._replicas if r.url == url.rstrip("/")), None)
+        if replica is None:
+            return
+        if ejected_for_s > 0:
+            replica.ejected_until = max(replica.ejected_until, time.monotonic() + ejected_for_s)
+        elif not healthy and replica.healthy:
+            replica.health_checked(False, why)
+        else:
+            return
+        replica.last_error = why or replica.last_error
+        log.info("cloud replica %s: peer reports %s", url, why or ("healthy" if healthy else "unhealthy"))
+
+    def _tell(self, replica: Replica) -> None:
+        if self._listener is not None:
+            ejected = max(0.0, replica.ejected_until - time.monotonic())
+            self._listener(replica.url, replica.healthy, ejected, replica.last_error)
 
     # -- requests ---------------------------------------------------------------
 
@@ -291,7 +322,10 @@ class VLLMPool:
         error = retry.error
         c = self._config
         if retry.eject:
+            ejections = replica.ejections
             replica.failed(error.message, eject_after=c.eject_after_failures, base_ejection_s=c.eject_s)
+            if replica.ejections != ejections:
+                self._tell(replica)
         else:
             replica.last_error = error.message
         tried.add(replica.name)
@@ -366,6 +400,7 @@ class VLLMPool:
             replica.health_checked(False, str(exc) or type(exc).__name__)
         if replica.healthy != was:
             log.info("cloud replica %s is %s", replica.url, "healthy" if replica.healthy else "unhealthy")
+            self._tell(replica)
 
     async def _scrape(self, replica: Replica) -> None:
         assert self._session is not None
