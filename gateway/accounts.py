@@ -15,6 +15,7 @@ from pathlib import Path
 
 from sqlalchemy import Engine
 
+from gateway.activity import Activity
 from gateway.chat import ChatService
 from gateway.ledger import Ledger, PriceBook
 from gateway.metering import MeteredChat
@@ -53,9 +54,10 @@ class Accounts:
     ledger: Ledger | None
     metered: MeteredChat
 
-    def __init__(self, settings: Settings, chat: ChatService) -> None:
+    def __init__(self, settings: Settings, chat: ChatService, activity: Activity | None = None) -> None:
         self._settings = settings
         self._chat = chat
+        self._activity = activity
 
     async def start(self) -> None:
         settings = self._settings
@@ -91,7 +93,9 @@ class Accounts:
                 sync=settings.ledger.sync,
             )
             await self.ledger.start()
-        self.metered = MeteredChat(self._chat, self.limiter, self.ledger, self.prices)
+        self.metered = MeteredChat(
+            self._chat, self.limiter, self.ledger, self.prices, activity=self._activity
+        )
 
     async def aclose(self) -> None:
         if getattr(self, "ledger", None) is not None:

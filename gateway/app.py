@@ -14,7 +14,9 @@ from litestar.datastructures import State
 
 import cache
 import router
+from admin_ui import create_admin_ui, template_config
 from gateway.accounts import Accounts
+from gateway.activity import Activity
 from gateway.admin import ADMIN_ROUTES
 from gateway.admission import admit
 from gateway.caching import AnswerCache
@@ -71,7 +73,8 @@ def create_app(
         breakers=router.BreakerBoard(settings.breakers, on_transition=breaker_changed),
         fail_instead_of_degrade=settings.degradation.fail_instead,
     )
-    accounts = Accounts(settings, chat)
+    activity = Activity(settings.admin_ui.recent_decisions)
+    accounts = Accounts(settings, chat, activity)
 
     def reload_pool() -> None:
         assert reload_settings is not None and pool is not None
@@ -102,11 +105,20 @@ def create_app(
             await chat.aclose()
             await accounts.aclose()
 
+    admin_ui = [create_admin_ui(settings.admin_ui)] if settings.admin_ui.enabled else []
     return Litestar(
-        route_handlers=[*ROUTES, *ADMIN_ROUTES],
+        route_handlers=[*ROUTES, *ADMIN_ROUTES, *admin_ui],
+        template_config=template_config() if admin_ui else None,
         lifespan=[lifespan],
         state=State(
-            {"chat": chat, "accounts": accounts, "metrics": metrics, "settings": settings, "pool": pool}
+            {
+                "chat": chat,
+                "accounts": accounts,
+                "metrics": metrics,
+                "settings": settings,
+                "pool": pool,
+                "activity": activity,
+            }
         ),
         exception_handlers={Exception: error_response},
         before_send=[before_send(metrics)],

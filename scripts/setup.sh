@@ -36,6 +36,9 @@ mkdir -p "$CACHE/wheels" "$CACHE/models"
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v initdb >/dev/null 2>&1 || compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || missing+=(postgresql)
+# Chromium for the admin UI's browser tests (driven by Playwright through executable_path; Playwright's
+# own browser download is never used).
+command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || missing+=(chromium)
 if (( ${#missing[@]} )); then
   if command -v apt-get >/dev/null 2>&1; then
     say "installing ${missing[*]} (apt)"
