@@ -54,6 +54,7 @@ class Summary:
     cache_hit_rate: float | None  # hits among answered requests that looked in the cache
     share: dict[str, float]  # tier → fraction of answered requests
     errors: int  # requests not answered 200
+    p95_ms_by_tier: dict[str, float]
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -64,6 +65,7 @@ class Summary:
             "cache_hit_rate": self.cache_hit_rate,
             "share": self.share,
             "errors": self.errors,
+            "p95_ms_by_tier": {t: round(v, 1) for t, v in self.p95_ms_by_tier.items()},
         }
 
 
@@ -96,9 +98,9 @@ class Activity:
         window = [d for d in self._ring if d.ts >= since]
         answered = [d for d in window if d.status == 200]
         looked = [d for d in answered if d.cache in ("hit", "miss")]
-        tiers: dict[str, int] = {}
+        latencies: dict[str, list[float]] = {}
         for d in answered:
-            tiers[d.tier] = tiers.get(d.tier, 0) + 1
+            latencies.setdefault(d.tier, []).append(d.latency_ms)
         # Over the time the window really covers: a young process has not run for window_s yet.
         span = min(window_s, max(1.0, now - window[0].ts)) if window else window_s
         return Summary(
@@ -107,6 +109,7 @@ class Activity:
             requests_per_s=len(window) / span,
             p95_ms=percentile([d.latency_ms for d in answered], 95) if answered else None,
             cache_hit_rate=(sum(d.cache == "hit" for d in looked) / len(looked)) if looked else None,
-            share={t: n / len(answered) for t, n in sorted(tiers.items())},
+            share={t: len(v) / len(answered) for t, v in sorted(latencies.items())},
             errors=len(window) - len(answered),
+            p95_ms_by_tier={t: percentile(v, 95) for t, v in sorted(latencies.items())},
         )

@@ -34,6 +34,7 @@ def test_summary_counts_only_the_window_and_answered_requests() -> None:
     assert summary.share == {"cloud": 1 / 7, "edge": 6 / 7}
     assert summary.cache_hit_rate == 2 / 6  # bypassed requests did not look
     assert summary.p95_ms == 500.0
+    assert summary.p95_ms_by_tier == {"cloud": 500.0, "edge": 60.0}
     assert 8 / 60 <= summary.requests_per_s <= 8 / 30
 
 
