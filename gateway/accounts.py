@@ -1,8 +1,8 @@
 """Everything about who calls and what it costs, opened and closed with the app.
 
 Holds the database, the tenant store, the authenticator, the rate limiter, the price
-book and the ledger; on a fresh database it creates the admin key and a ``default``
-tenant's key and writes them to a 0600 file in the data folder.
+book, the ledger and the tenants' routing policies; on a fresh database it creates the
+admin key and a ``default`` tenant's key and writes them to a 0600 file in the data folder.
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ from pathlib import Path
 from sqlalchemy import Engine
 
 from gateway.activity import Activity
-from gateway.chat import ChatService
+from gateway.chat import AUTO_MODEL, ChatService
 from gateway.ledger import Ledger, PriceBook
 from gateway.metering import MeteredChat
+from gateway.policies import PolicyBook, PolicyStore
 from gateway.settings import Settings
 from gateway.storage import open_database
 from gateway.tenants import Authenticator, NewKey, RateLimiter, TenantStore, make_limiter
@@ -53,6 +54,7 @@ class Accounts:
     prices: PriceBook
     ledger: Ledger | None
     metered: MeteredChat
+    policies: PolicyBook
 
     def __init__(self, settings: Settings, chat: ChatService, activity: Activity | None = None) -> None:
         self._settings = settings
@@ -79,6 +81,10 @@ class Accounts:
         )
         await self.auth.start()
         self.limiter = make_limiter(settings.limits.redis_url)
+        tier_names = [n for n in self._chat.model_names if n != AUTO_MODEL]
+        policy_store = PolicyStore(self.engine, settings.policies.default, tier_names)
+        self.policies = PolicyBook(policy_store, refresh_s=settings.policies.refresh_s)
+        await self.policies.start()
         pricing = settings.pricing
         self.prices = await asyncio.to_thread(
             PriceBook.sync, self.engine, pricing.prices, pricing.counterfactual_tier
@@ -98,6 +104,8 @@ class Accounts:
         )
 
     async def aclose(self) -> None:
+        if getattr(self, "policies", None) is not None:
+            await self.policies.aclose()
         if getattr(self, "ledger", None) is not None:
             assert self.ledger is not None
             await self.ledger.aclose()

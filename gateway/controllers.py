@@ -55,11 +55,14 @@ def _chat_headers(request: Request[object, object, State]) -> dict[str, str]:
     }
 
 
-def _context(headers: dict[str, str], tenant: str) -> RequestContext:
+def _context(headers: dict[str, str], tenant: str, accounts: Accounts) -> RequestContext:
+    policy = accounts.policies.policy(tenant)  # in memory; edits take effect on the next request
     return RequestContext(
         tenant=tenant,
         cache_control=headers.get("cache-control", ""),
         session_id=headers.get("x-session-id") or None,
+        use_cache=policy.cache,
+        fail_instead_of_degrade=policy.fail_instead_of_degrade,
     )
 
 
@@ -71,7 +74,7 @@ async def chat_completions(request: Request[object, object, State]) -> Response[
     caller = await accounts.auth.caller(headers)
     body = parse_chat_request(await request.body())
     rid = request_id(request.scope)
-    ctx = _context(headers, caller.tenant.name if caller.tenant else DEFAULT_TENANT)
+    ctx = _context(headers, caller.tenant.name if caller.tenant else DEFAULT_TENANT, accounts)
     if body.stream:
         start = await accounts.metered.stream(caller, body, rid, ctx)
         return Stream(

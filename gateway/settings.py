@@ -21,7 +21,7 @@ import msgspec
 
 from cache import CacheConfig
 from gateway.admission import AdmissionSettings
-from router import AutoRule, BreakerConfig
+from router import AutoRule, BreakerConfig, TenantPolicy
 from tiers.cloud import DEFAULT_MODEL_DIR, DEFAULT_VLLM_PYTHON, CloudConfig, LocalServer
 from tiers.edge import DEFAULT_ONNX_MODEL_DIR, EdgeConfig
 
@@ -121,6 +121,15 @@ class PricingSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     counterfactual_tier: str = "cloud"
 
 
+class PolicySettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Tenant routing policies (edited through /admin/api/.../policy; stored in the database)."""
+
+    # Another gateway's policy edits are seen within this long (this gateway's own: at once).
+    refresh_s: float = 1.0
+    # The policy of tenants without one of their own, until an admin edits it (/admin/api/policies/default).
+    default: TenantPolicy = msgspec.field(default_factory=TenantPolicy)
+
+
 class AdminUISettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """The operator's web page at /admin/ (sign in with an admin key)."""
 
@@ -154,6 +163,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     ledger: LedgerSettings = msgspec.field(default_factory=LedgerSettings)
     pricing: PricingSettings = msgspec.field(default_factory=PricingSettings)
     admin_ui: AdminUISettings = msgspec.field(default_factory=AdminUISettings)
+    policies: PolicySettings = msgspec.field(default_factory=PolicySettings)
 
     @property
     def data_path(self) -> Path:

@@ -6,6 +6,24 @@ here is blocking: callers on the event loop run them in a thread.
 """
 
 from gateway.storage._engine import SCHEMA_VERSION, open_database
-from gateway.storage._schema import api_keys, ledger, metadata, prices, tenants
+from gateway.storage._schema import (
+    api_keys,
+    ledger,
+    metadata,
+    policy_versions,
+    prices,
+    tenant_policies,
+    tenants,
+)
 
-__all__ = ["SCHEMA_VERSION", "api_keys", "ledger", "metadata", "open_database", "prices", "tenants"]
+__all__ = [
+    "SCHEMA_VERSION",
+    "api_keys",
+    "ledger",
+    "metadata",
+    "open_database",
+    "policy_versions",
+    "prices",
+    "tenant_policies",
+    "tenants",
+]

@@ -96,3 +96,29 @@ ledger = Table(
     Column("counterfactual_nusd", BigInteger, nullable=False),  # the same on the counterfactual tier
     Index("ix_ledger_tenant_ts", "tenant_id", "ts"),
 )
+
+# Tenant routing policies (router.TenantPolicy as JSON): the current one per tenant ("*": the
+# default for tenants without one), and every version ever set, for history and rollback.
+tenant_policies = Table(
+    "tenant_policies",
+    metadata,
+    Column("tenant", String(64), primary_key=True),
+    Column("version", Integer, nullable=False),
+    Column("policy", Text, nullable=False),
+    Column("updated_at", Float, nullable=False),
+    Column("updated_by", String(128), nullable=False),
+)
+
+policy_versions = Table(
+    "policy_versions",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),  # grows with every change anywhere
+    Column("tenant", String(64), nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("action", String(16), nullable=False),  # "set" | "rollback"
+    Column("before", Text),  # the policy replaced (JSON); NULL for a tenant's first
+    Column("after", Text, nullable=False),
+    Column("changed_by", String(128), nullable=False),
+    Column("changed_at", Float, nullable=False),
+    UniqueConstraint("tenant", "version"),
+)

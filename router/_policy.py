@@ -1,0 +1,120 @@
+"""Tenant policies: what a tenant's requests must meet, and how the router chooses for them.
+
+A :class:`TenantPolicy` is a plain value (msgspec, JSON on the wire and in the database):
+
+    strategy        which routing strategy serves the tenant (``learned``, ``always-edge``,
+                    ``always-cloud``, ``round-robin``, ``rule``)
+    latency         the objective: time to first token and/or total time, in ms, at a percentile
+    budget          spend allowed per period (day, week, month; UTC), and what to do once spent
+    preferred_tier  taken whenever it meets the objective and the quality floor, even if dearer
+    quality_floor   the least declared quality level (0..1) a tier's model must have
+    modality_rules  a modality → the tier that must serve requests carrying it (``video = cloud``)
+    cache           whether the result cache may answer this tenant
+    degrade         when a medium's path is broken everywhere: ``serve`` it text-only, ``fail``
+                    (503), or ``default`` (the gateway's setting)
+
+Validation happens twice: msgspec checks types and ranges while decoding (the error names
+the field), :func:`check_policy` checks what depends on the gateway (tier and strategy names).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Annotated, Literal
+
+import msgspec
+from msgspec import Meta
+
+from tiers import Modality
+
+STRATEGIES = ("learned", "always-edge", "always-cloud", "round-robin", "rule")
+PERIODS = ("day", "week", "month")
+
+Milliseconds = Annotated[float, Meta(gt=0, le=3_600_000)]
+Percentile = Annotated[float, Meta(ge=50, le=99.9)]
+Fraction = Annotated[float, Meta(ge=0, le=1)]
+
+
+class PolicyInvalid(ValueError):
+    """A policy that cannot be used; ``field`` names the offending field (dotted path)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+        self.message = message
+
+
+class LatencyObjective(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Met when the predicted latency at ``percentile`` is within every bound given (None: no bound)."""
+
+    ttft_ms: Milliseconds | None = None
+    total_ms: Milliseconds | None = 60_000.0
+    percentile: Percentile = 95.0
+
+
+class Budget(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    # USD per period; 0: no budget.
+    amount_usd: Annotated[float, Meta(ge=0)] = 0.0
+    period: Literal["day", "week", "month"] = "month"
+    # Once spent: route every request to the cheapest tier that can take it, or refuse (429).
+    on_exhausted: Literal["cheapest", "refuse"] = "cheapest"
+
+
+class TenantPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    strategy: str = "learned"
+    latency: LatencyObjective = msgspec.field(default_factory=LatencyObjective)
+    budget: Budget = msgspec.field(default_factory=Budget)
+    preferred_tier: str | None = None
+    quality_floor: Fraction = 0.0
+    modality_rules: dict[Modality, str] = msgspec.field(default_factory=dict)
+    cache: bool = True
+    degrade: Literal["default", "serve", "fail"] = "default"
+
+    @property
+    def fail_instead_of_degrade(self) -> bool | None:
+        return {"default": None, "serve": False, "fail": True}[self.degrade]
+
+
+DEFAULT_POLICY = TenantPolicy()
+
+_decoder = msgspec.json.Decoder(TenantPolicy)
+
+
+def _field_of(error: msgspec.ValidationError) -> str:
+    """``... - at `$.latency.total_ms``` → ``latency.total_ms`` (also ``at `key` in `$.x```)."""
+    text = str(error)
+    if "`$" in text:
+        path = text.rsplit("`$", 1)[1].split("`", 1)[0]
+        return path.lstrip(".").replace("[", ".").replace("]", "").replace("'", "").replace('"', "")
+    if "Object contains unknown field `" in text:
+        return text.split("`")[1]
+    return ""
+
+
+def decode_policy(body: bytes | str) -> TenantPolicy:
+    """A policy from JSON; missing fields take their defaults. Raises :class:`PolicyInvalid`."""
+    try:
+        return _decoder.decode(body)
+    except msgspec.ValidationError as exc:
+        raise PolicyInvalid(_field_of(exc), f"invalid policy: {exc}") from exc
+    except msgspec.DecodeError as exc:
+        raise PolicyInvalid("", f"invalid policy: malformed JSON: {exc}") from exc
+
+
+def check_policy(policy: TenantPolicy, tiers: Collection[str]) -> TenantPolicy:
+    """Check the names a policy uses against this gateway's tiers and strategies."""
+    if policy.strategy not in STRATEGIES:
+        raise PolicyInvalid(
+            "strategy", f"unknown strategy {policy.strategy!r}; use one of {', '.join(STRATEGIES)}"
+        )
+    if policy.preferred_tier is not None and policy.preferred_tier not in tiers:
+        raise PolicyInvalid(
+            "preferred_tier", f"no tier named {policy.preferred_tier!r}; tiers: {', '.join(sorted(tiers))}"
+        )
+    for modality, tier in policy.modality_rules.items():
+        if tier not in tiers:
+            raise PolicyInvalid(
+                f"modality_rules.{modality.value}",
+                f"no tier named {tier!r}; tiers: {', '.join(sorted(tiers))}",
+            )
+    return policy
