@@ -19,13 +19,15 @@ from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.static_files import create_static_files_router
 from litestar.template import TemplateConfig
 
-from admin_ui._context import UI, refused
+from admin_ui._context import UI, problem, refused
 from admin_ui._costs import COST_ROUTES
 from admin_ui._format import limit_label, usd, utc_time
 from admin_ui._guard import CsrfRefused, SignInRequired, to_sign_in
 from admin_ui._live import LIVE_ROUTES
+from admin_ui._policies import POLICY_ROUTES
 from admin_ui._signin import SIGN_IN_ROUTES
 from admin_ui._tenants import TENANT_ROUTES
+from gateway.errors import GatewayError
 from gateway.settings import AdminUISettings
 
 HERE = Path(__file__).resolve().parent
@@ -51,9 +53,9 @@ def create_admin_ui(settings: AdminUISettings) -> Router:
     )
     return Router(
         path="/admin",
-        route_handlers=[*SIGN_IN_ROUTES, *LIVE_ROUTES, *TENANT_ROUTES, *COST_ROUTES, static],
+        route_handlers=[*SIGN_IN_ROUTES, *LIVE_ROUTES, *TENANT_ROUTES, *POLICY_ROUTES, *COST_ROUTES, static],
         dependencies={"ui": Provide(lambda: ui, use_cache=True, sync_to_thread=False)},
-        exception_handlers={SignInRequired: to_sign_in, CsrfRefused: refused},
+        exception_handlers={SignInRequired: to_sign_in, CsrfRefused: refused, GatewayError: problem},
         include_in_schema=False,
     )
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from litestar import Response
 from litestar.datastructures import Cookie
 from litestar.response import Template
 
@@ -13,6 +14,7 @@ from admin_ui._sessions import SessionStore
 from gateway.accounts import Accounts
 from gateway.activity import Activity
 from gateway.chat import ChatService
+from gateway.errors import GatewayError, error_response
 from gateway.settings import AdminUISettings
 
 # Sent with every admin page and data answer: nothing cached, nothing framed, scripts and
@@ -62,6 +64,17 @@ def page(
         headers=SECURITY_HEADERS,
         cookies=cookies or [],
     )
+
+
+DATA_PATHS = ("/admin/data/", "/admin/live/panel", "/admin/costs.csv")
+
+
+def problem(request: AnyRequest, exc: GatewayError) -> Response[Any]:
+    """A page's error (an unknown tenant, a bad parameter) as a page; data endpoints keep
+    OpenAI's JSON error shape."""
+    if request.url.path.startswith(DATA_PATHS):
+        return error_response(request, exc)
+    return page(None, "problem.html", title="Not possible", status=exc.status, message=exc.message)
 
 
 def refused(request: AnyRequest, exc: Exception) -> Template:

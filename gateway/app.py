@@ -14,7 +14,6 @@ from litestar.datastructures import State
 
 import cache
 import router
-from admin_ui import create_admin_ui, template_config
 from gateway.accounts import Accounts
 from gateway.activity import Activity
 from gateway.admin import ADMIN_ROUTES
@@ -104,6 +103,9 @@ def create_app(
             await asyncio.gather(*(tier.aclose() for tier in tiers.values()), return_exceptions=True)
             await chat.aclose()
             await accounts.aclose()
+
+    # Imported here: the admin UI is built on the gateway's packages (admin_ui → gateway), not the other way.
+    from admin_ui import create_admin_ui, template_config
 
     admin_ui = [create_admin_ui(settings.admin_ui)] if settings.admin_ui.enabled else []
     return Litestar(
