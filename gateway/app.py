@@ -18,12 +18,14 @@ from gateway.accounts import Accounts
 from gateway.activity import Activity
 from gateway.admin import ADMIN_ROUTES
 from gateway.admission import admit
+from gateway.budgets import BudgetBook
 from gateway.caching import AnswerCache
 from gateway.chat import ChatService
 from gateway.controllers import ROUTES
 from gateway.errors import error_response
 from gateway.metrics import Metrics
 from gateway.request_id import before_send
+from gateway.routing import RoutingService, tier_prices
 from gateway.settings import Settings, SettingsError
 from tiers import Pool, Tier
 from tiers.cloud import VLLMPool
@@ -64,6 +66,9 @@ def create_app(
         log.warning("circuit breaker %s/%s is now %s", tier, modality, state.value)
         metrics.breaker_transitions.labels(tier, str(modality), state.value).inc()
 
+    routing = RoutingService(
+        settings.router, settings.routing, tier_prices(settings.pricing.prices, tiers), settings.data_path
+    )
     chat = ChatService(
         tiers,
         settings.routing,
@@ -71,6 +76,7 @@ def create_app(
         answers=AnswerCache(settings.cache, store, settings.routing, metrics),
         breakers=router.BreakerBoard(settings.breakers, on_transition=breaker_changed),
         fail_instead_of_degrade=settings.degradation.fail_instead,
+        routing=routing,
     )
     activity = Activity(settings.admin_ui.recent_decisions)
     accounts = Accounts(settings, chat, activity)
@@ -92,6 +98,10 @@ def create_app(
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         settings.data_path.mkdir(parents=True, exist_ok=True)
         await accounts.start()
+        budgets = BudgetBook(accounts.engine, accounts.policies.policy, settings.router.budget_refresh_s)
+        routing.bind(accounts.policies.policy, budgets)
+        await budgets.start()
+        await routing.start()
         await asyncio.gather(*(tier.start() for tier in tiers.values()))
         if reload_settings is not None and pool is not None:
             asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reload_pool)
@@ -102,6 +112,8 @@ def create_app(
             log.info("tiergate stopping its tiers")
             await asyncio.gather(*(tier.aclose() for tier in tiers.values()), return_exceptions=True)
             await chat.aclose()
+            await routing.aclose()
+            await budgets.aclose()
             await accounts.aclose()
 
     # Imported here: the admin UI is built on the gateway's packages (admin_ui → gateway), not the other way.
@@ -120,6 +132,7 @@ def create_app(
                 "settings": settings,
                 "pool": pool,
                 "activity": activity,
+                "routing": routing,
             }
         ),
         exception_handlers={Exception: error_response},

@@ -15,9 +15,9 @@ import contextlib
 import dataclasses
 import hashlib
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -44,8 +44,13 @@ from gateway.sse import ChunkWriter
 from gateway.tenants._models import DEFAULT_TENANT
 from tiers import Completion, Delta, Generation, Modality, Tier, TierFailed, TierUnavailable, Usage
 
+if TYPE_CHECKING:
+    from gateway.routing import RoutingService
+
 AUTO_MODEL = "tiergate-auto"
 _PART_MODALITY = {ImagePart: Modality.IMAGE, AudioPart: Modality.AUDIO, VideoPart: Modality.VIDEO}
+# Called when a stream ends: (when its first delta came, its usage); the router learns from it.
+Learn = Callable[[float, Usage | None], None]
 # Tier errors a circuit breaker counts: the path is broken, not the request.
 _BREAKER_FAILURES = (TierUnavailable, TierFailed)
 
@@ -72,6 +77,9 @@ class Routed:
     server_s: float = 0.0
     cache_s: float = 0.0
     instance: str = ""  # the replica or engine instance that served it
+    predicted: str = (
+        ""  # the router's median predictions for the tier that served, e.g. "ttft=80ms, total=900ms"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,24 +108,35 @@ class StreamStart:
     outcome: StreamOutcome = field(default_factory=StreamOutcome)
 
 
-def features_of(request: ChatCompletionRequest) -> router.Features:
+def features_of(request: ChatCompletionRequest, tenant: str = "") -> router.Features:
     chars = 0
     modalities = {Modality.TEXT}
+    last_user = ""
     for message in request.messages:
         if isinstance(message.content, str):
             chars += len(message.content)
+            text = message.content
         elif message.content:
+            text = ""
             for part in message.content:
                 if isinstance(part, TextPart):
                     chars += len(part.text)
+                    text += part.text
                 else:
                     modalities.add(_PART_MODALITY[type(part)])
+        else:
+            text = ""
+        if message.role == "user":
+            last_user = text
     return router.Features.estimate(
         text_chars=chars,
         turns=len(request.messages),
         max_tokens=request.output_limit,
         modalities=frozenset(modalities),
         stream=request.stream,
+        tenant=tenant,
+        hour=time.gmtime().tm_hour,
+        text=last_user,
     )
 
 
@@ -165,8 +184,10 @@ class ChatService:
         answers: AnswerCache | None = None,
         breakers: router.BreakerBoard | None = None,
         fail_instead_of_degrade: bool = False,
+        routing: RoutingService | None = None,
     ) -> None:
         self._tiers = dict(tiers)
+        self._routing = routing
         self._rule = rule
         self._metrics = metrics
         self._answers = answers
@@ -210,7 +231,7 @@ class ChatService:
             router.TierView(n, t.capabilities, t.state(), self._breakers.open_modalities(n))
             for n, t in self._tiers.items()
         ]
-        features = features_of(request)
+        features = features_of(request, ctx.tenant)
         lost = router.to_degrade(request.model, views, features)
         degraded: tuple[str, ...] = ()
         if lost:
@@ -222,13 +243,16 @@ class ChatService:
                     "and this gateway is set to fail instead of serving the request text-only; retry later"
                 )
             request = degrade.without(request, lost)
-            features = features_of(request)
+            features = features_of(request, ctx.tenant)
             degraded = tuple(sorted(m.value for m in lost))
             for m in lost:
                 self._metrics.degraded.labels(m.value).inc()
         try:
-            decision = router.decide(request.model, self._rule, views, features)
-        except router.NoTierAvailable as exc:
+            if self._routing is not None:
+                decision = self._routing.decide(request.model, views, features)
+            else:
+                decision = router.decide(request.model, self._rule, views, features)
+        except (router.NoTierAvailable, router.BudgetExhausted) as exc:
             raise to_gateway_error(exc) from exc
         if degraded:
             reason = f"{decision.reason}; {', '.join(degraded)} removed: breaker open"
@@ -267,11 +291,14 @@ class ChatService:
                 self._breakers.release(name, plan.modalities)
                 raise
             self._breakers.record(name, plan.modalities, ok=True)
-            self._metrics.tier(name).latency.observe(time.perf_counter() - dispatched)
+            took = time.perf_counter() - dispatched
+            self._metrics.tier(name).latency.observe(took)
+            if self._routing is not None:
+                self._routing.observe(plan.decision, name, None, took, result.usage.completion_tokens)
             if lookup.key is not None and self._answers is not None and not plan.degraded:
                 await self._answers.store(lookup.key, answer_of(result, [result.text], name))
             reason = plan.decision.reason if name == plan.decision.tier else f"{name}: {last}, failed over"
-            routed = self._routed(name, reason, lookup, started, plan.degraded, result.instance)
+            routed = self._routed(name, reason, lookup, started, plan.degraded, result.instance, plan, name)
             return routed, self._body(request_id, result, plan.degraded)
         assert last is not None
         raise to_gateway_error(last) from last
@@ -305,7 +332,9 @@ class ChatService:
                 last = TierUnavailable(name, "its circuit breaker is open")
                 continue
             dispatched = time.perf_counter()
-            deltas = self._observed(name, plan.modalities, tier.stream(gen), key)
+            deltas = self._observed(
+                name, plan.modalities, tier.stream(gen), key, self._learner(plan, name, dispatched)
+            )
             try:
                 first = await anext(deltas)
             except TierUnavailable as exc:
@@ -325,27 +354,51 @@ class ChatService:
                 info=TiergateInfo(degraded=list(plan.degraded)) if plan.degraded else msgspec.UNSET,
             )
             reason = plan.decision.reason if name == plan.decision.tier else f"{name}: {last}, failed over"
-            routed = self._routed(name, reason, lookup, started, plan.degraded, first.instance)
+            routed = self._routed(name, reason, lookup, started, plan.degraded, first.instance, plan, name)
             outcome = StreamOutcome(tier.capabilities.model, first.usage)
             events = writer.events(first, _usage_into(outcome, deltas))
             return StreamStart(routed, _closing(events, deltas), outcome)
         assert last is not None
         raise to_gateway_error(last) from last
 
+    def _learner(self, plan: _Plan, name: str, dispatched: float) -> Learn | None:
+        """What to call when a stream from ``name`` finishes (with when its first delta came and
+        its usage): the router learns its TTFT and total time."""
+        routing = self._routing
+        if routing is None:
+            return None
+
+        def finished(first_at: float, usage: Usage | None) -> None:
+            total = time.perf_counter() - dispatched
+            tokens = usage.completion_tokens if usage else None
+            routing.observe(plan.decision, name, first_at - dispatched, total, tokens)
+
+        return finished
+
     async def _observed(
-        self, name: str, modalities: frozenset[Modality], deltas: AsyncIterator[Delta], key: str | None
+        self,
+        name: str,
+        modalities: frozenset[Modality],
+        deltas: AsyncIterator[Delta],
+        key: str | None,
+        learn: Learn | None = None,
     ) -> AsyncGenerator[Delta, None]:
         """Pass a tier's deltas through, charging the outcome to its breakers and storing the
         finished answer (before its last delta goes out, so a repeat right after finds it)."""
         pieces: list[str] = []
         settled = False
+        first_at = 0.0
         try:
             async for delta in deltas:
+                if not first_at:
+                    first_at = time.perf_counter()
                 if delta.text:
                     pieces.append(delta.text)
                 if delta.finish_reason is not None:
                     settled = True
                     self._breakers.record(name, modalities, ok=True)
+                    if learn is not None:
+                        learn(first_at, delta.usage)
                     if key is not None and self._answers is not None:
                         model = self._tiers[name].capabilities.model
                         usage = delta.usage or Usage(0, 0)
@@ -370,9 +423,16 @@ class ChatService:
         started: float,
         degraded: tuple[str, ...] = (),
         instance: str = "",
+        plan: _Plan | None = None,
+        served: str = "",
     ) -> Routed:
         elapsed = time.perf_counter() - started
-        return Routed(tier, reason, lookup.status, degraded, elapsed, lookup.seconds, instance)
+        predicted = ""
+        detail = plan.decision.detail if plan is not None else None
+        if detail is not None and served in detail.predictions:
+            p = detail.predictions[served]
+            predicted = f"ttft={p.ttft_p50 * 1000:.0f}ms, total={p.total_p50 * 1000:.0f}ms"
+        return Routed(tier, reason, lookup.status, degraded, elapsed, lookup.seconds, instance, predicted)
 
     @staticmethod
     def _body(request_id: str, result: Completion, degraded: tuple[str, ...]) -> ChatCompletion:

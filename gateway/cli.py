@@ -130,6 +130,16 @@ def _add_account_commands() -> None:
 _add_account_commands()
 
 
+def _add_router_commands() -> None:
+    from gateway.cli_router import calibrate, router_cli
+
+    cli.command("calibrate")(calibrate)
+    cli.add_typer(router_cli, name="router")
+
+
+_add_router_commands()
+
+
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     cli()

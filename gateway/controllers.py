@@ -37,6 +37,8 @@ def _route_headers(routed: Routed) -> dict[str, str]:
     }
     if routed.instance:
         headers["X-Tiergate-Instance"] = routed.instance
+    if routed.predicted:
+        headers["X-Tiergate-Predicted"] = routed.predicted
     if routed.degraded:
         headers["X-Tiergate-Degraded"] = ",".join(routed.degraded)
     return headers

@@ -142,6 +142,8 @@ def to_gateway_error(exc: Exception) -> GatewayError:
         return NoTierAvailable(f"the {exc.tier} tier is unavailable: {exc.message}")
     if isinstance(exc, tiers.TierError):
         return UpstreamFailed(f"the {exc.tier} tier failed: {exc.message}")
+    if isinstance(exc, router.BudgetExhausted):
+        return RateLimited(f"over budget: {exc}", retry_after_s=exc.retry_after_s)
     if isinstance(exc, router.RequestDoesNotFit):
         return InvalidRequest(f"no tier can take this request: {exc}", code="request_does_not_fit")
     if isinstance(exc, router.NoTierAvailable):

@@ -21,7 +21,7 @@ import msgspec
 
 from cache import CacheConfig
 from gateway.admission import AdmissionSettings
-from router import AutoRule, BreakerConfig, TenantPolicy
+from router import AutoRule, BreakerConfig, PredictorConfig, TenantPolicy
 from tiers.cloud import DEFAULT_MODEL_DIR, DEFAULT_VLLM_PYTHON, CloudConfig, LocalServer
 from tiers.edge import DEFAULT_ONNX_MODEL_DIR, EdgeConfig
 
@@ -130,6 +130,17 @@ class PolicySettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     default: TenantPolicy = msgspec.field(default_factory=TenantPolicy)
 
 
+class RouterSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The learned router (policies choose the strategy; this tunes how it learns)."""
+
+    # Share of learned-strategy requests sent to another able tier, so every tier stays measured.
+    exploration: float = 0.02
+    directory: str = ""  # empty: <data_dir>/router
+    save_interval_s: float = 30.0
+    budget_refresh_s: float = 2.0
+    predictor: PredictorConfig = msgspec.field(default_factory=PredictorConfig)
+
+
 class AdminUISettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """The operator's web page at /admin/ (sign in with an admin key)."""
 
@@ -164,6 +175,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     pricing: PricingSettings = msgspec.field(default_factory=PricingSettings)
     admin_ui: AdminUISettings = msgspec.field(default_factory=AdminUISettings)
     policies: PolicySettings = msgspec.field(default_factory=PolicySettings)
+    router: RouterSettings = msgspec.field(default_factory=RouterSettings)
 
     @property
     def data_path(self) -> Path:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import msgspec
 
 from router._breaker import attributed
 from router._features import Features
+from router._predictor import Prediction
 from tiers import Capabilities, Health, Modality, TierState
 
 EDGE = "edge"
@@ -45,10 +46,23 @@ class TierView:
 
 
 @dataclass(frozen=True, slots=True)
+class RouteDetail:
+    """What the learned router saw when it decided: per tier, the feature vector and the
+    prediction (so the outcome can be learned from), and the request's difficulty."""
+
+    features: Features
+    vectors: Mapping[str, tuple[float, ...]]
+    predictions: Mapping[str, Prediction]
+    difficulty: float | None = None
+    strategy: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Decision:
     tier: str
     fallbacks: tuple[str, ...]
     reason: str
+    detail: RouteDetail | None = None
 
 
 class NoTierAvailable(Exception):
@@ -59,7 +73,7 @@ class RequestDoesNotFit(NoTierAvailable):
     """No configured tier could ever take this request (a modality none accepts, too long)."""
 
 
-def _cannot_take(view: TierView, features: Features) -> str | None:
+def cannot_take(view: TierView, features: Features) -> str | None:
     """Why ``view`` could never take the request, whatever its state, or None."""
     missing = features.modalities - view.capabilities.modalities
     if missing:
@@ -73,9 +87,9 @@ def _cannot_take(view: TierView, features: Features) -> str | None:
     return None
 
 
-def _why_not(view: TierView, features: Features) -> str | None:
+def why_not(view: TierView, features: Features) -> str | None:
     """Why ``view`` cannot take the request now, or None if it can."""
-    if why := _cannot_take(view, features):
+    if why := cannot_take(view, features):
         return why
     if not view.ready:
         return f"{view.name} is {view.state.health.value}"
@@ -84,9 +98,9 @@ def _why_not(view: TierView, features: Features) -> str | None:
     return None
 
 
-def _unavailable(views: Sequence[TierView], features: Features) -> NoTierAvailable:
-    why = "; ".join(w for v in views if (w := _why_not(v, features)))
-    if all(_cannot_take(v, features) for v in views):
+def unavailable(views: Sequence[TierView], features: Features) -> NoTierAvailable:
+    why = "; ".join(w for v in views if (w := why_not(v, features)))
+    if all(cannot_take(v, features) for v in views):
         return RequestDoesNotFit(why)
     return NoTierAvailable(why)
 
@@ -95,16 +109,16 @@ def pinned(name: str, views: Sequence[TierView], features: Features) -> Decision
     """The client named a tier: use it or say why not; never move the request elsewhere."""
     for view in views:
         if view.name == name:
-            if _why_not(view, features) is not None:
-                raise _unavailable([view], features)
+            if why_not(view, features) is not None:
+                raise unavailable([view], features)
             return Decision(name, (), f"{name}: pinned by model name")
     raise NoTierAvailable(f"{name} is not configured")
 
 
 def auto(rule: AutoRule, views: Sequence[TierView], features: Features) -> Decision:
-    able = {v.name: v for v in views if _why_not(v, features) is None}
+    able = {v.name: v for v in views if why_not(v, features) is None}
     if not able:
-        raise _unavailable(views, features)
+        raise unavailable(views, features)
     max_out = features.max_tokens
     small = features.prompt_tokens <= rule.edge_max_prompt_tokens and (
         max_out is not None and max_out <= rule.edge_max_output_tokens
@@ -128,7 +142,7 @@ def auto(rule: AutoRule, views: Sequence[TierView], features: Features) -> Decis
         return Decision(preferred, fallbacks, f"{preferred}: {size}")
     # The preferred tier cannot take it: say why, and use one that can.
     view = next((v for v in views if v.name == preferred), None)
-    why = _why_not(view, features) if view is not None else f"{preferred} is not configured"
+    why = why_not(view, features) if view is not None else f"{preferred} is not configured"
     chosen, *rest = able
     return Decision(chosen, tuple(rest), f"{chosen}: {why}")
 

@@ -36,6 +36,9 @@ class Features:
     modalities: frozenset[Modality]
     stream: bool
     media: MediaSummary = NO_MEDIA
+    tenant: str = ""
+    hour: int = 0  # UTC hour of day when the request arrived
+    text: str = ""  # the last user turn's text, for the difficulty estimate (not copied)
 
     @classmethod
     def estimate(
@@ -47,6 +50,9 @@ class Features:
         modalities: frozenset[Modality],
         stream: bool,
         media: MediaSummary = NO_MEDIA,
+        tenant: str = "",
+        hour: int = 0,
+        text: str = "",
     ) -> Features:
         prompt = int(text_chars / CHARS_PER_TOKEN) + TOKENS_PER_TURN * turns
-        return cls(prompt, max_tokens, turns, modalities, stream, media)
+        return cls(prompt, max_tokens, turns, modalities, stream, media, tenant, hour, text)

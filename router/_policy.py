@@ -27,6 +27,7 @@ from msgspec import Meta
 
 from tiers import Modality
 
+# The names router._strategies registers (kept here so a policy can be checked without building a router).
 STRATEGIES = ("learned", "always-edge", "always-cloud", "round-robin", "rule")
 PERIODS = ("day", "week", "month")
 

@@ -50,6 +50,8 @@ class CloudConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     max_context_tokens: int = 2048
     # What the served model accepts (text is always included), e.g. ["text", "image"] for a VLM.
     modalities: list[Modality] = msgspec.field(default_factory=lambda: [Modality.TEXT])
+    # Declared quality level of the served model (0..1), compared with requests' difficulty.
+    quality: float = 0.7
     max_connections: int = 256
     health_interval_s: float = 2.0
     # vLLM's /metrics (requests waiting/running, KV-cache use) is read this often for balancing.

@@ -82,6 +82,7 @@ class VLLMPool:
             modalities=frozenset({Modality.TEXT, *self._config.modalities}),
             max_context_tokens=self._config.max_context_tokens,
             model=self._model or "unknown",
+            quality=self._config.quality,
         )
 
     def state(self) -> TierState:

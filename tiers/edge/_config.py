@@ -22,6 +22,8 @@ class EdgeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     onnx_quantized: bool = False
     model_name: str = "edge-smollm2-135m"
     context_tokens: int = 2048
+    # Declared quality level of the model (0..1); the router sends it requests no harder than this.
+    quality: float = 0.4
     threads: int = 0  # 0: one fewer than the cores (llama.cpp's threads spin; see default_threads)
     batch_tokens: int = 512
     # Requests waiting for the model beyond this many are answered 429 at once.

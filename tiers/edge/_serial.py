@@ -62,6 +62,7 @@ class SerialEngineTier:
             modalities=frozenset({Modality.TEXT}),
             max_context_tokens=self._config.context_tokens,
             model=self._config.model_name,
+            quality=self._config.quality,
         )
 
     def state(self) -> TierState:

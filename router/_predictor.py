@@ -1,0 +1,261 @@
+"""Latency predictors: per tier, time to first token and total time, a median and a high quantile.
+
+Each target is a linear quantile regression (scikit-learn's ``QuantileRegressor``, weighted by
+1/observed so it minimises *relative* error) over a few engineered features of the request and
+the tier's live state (:func:`design`).  The request path only takes dot products of the
+fitted coefficients (microseconds); fitting happens in the background on a window of recent
+observations (:func:`fit_tier`, run in a worker process by the gateway).
+
+Between refits every observation updates an online correction: an exponentially weighted
+mean of log(observed / predicted median), applied to both quantiles, so a tier that slows
+down (a busier machine, a longer model) is seen within a few requests.  Before a tier has
+``min_samples`` observations a prior (a rough tokens/s guess) stands in.
+
+Error is measured on data the model did not train on: at each refit the newest 20% of the
+window is held out for a fit on the rest (``holdout_mape``), and every live prediction is
+scored against what then happened before the observation joins the window (``live_mape``).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from router._features import Features
+from tiers import TierState
+
+# Expected output when a request sets no max_tokens.
+DEFAULT_OUTPUT_TOKENS = 256
+TARGETS = ("ttft", "total")
+FEATURE_NAMES = (
+    "one",
+    "prompt_k",  # prompt tokens / 1000
+    "out_k",  # max_tokens / 1000
+    "load",  # requests in flight or queued at the tier
+    "out_k_x_load",  # decoding slows with the batch a request shares
+    "ahead_s",  # queued work ahead: waiting requests × the tier's recent mean service time
+    "images",
+    "pixels_m",
+    "media_s",  # video + audio seconds
+    "frames",
+)
+WIDTH = len(FEATURE_NAMES)
+_NORMAL = statistics.NormalDist()
+
+
+def z_of(percentile: float) -> float:
+    """The standard normal quantile of ``percentile`` (0..100, exclusive)."""
+    return _NORMAL.inv_cdf(percentile / 100)
+
+
+class PredictorConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    high_quantile: float = 0.95
+    window: int = 1500  # observations kept per tier for refits
+    min_samples: int = 24  # below this a tier is predicted by the prior
+    refit_every: int = 40  # observations between background refits
+    correction_rate: float = 0.1  # weight of each observation in the online correction
+    alpha: float = 0.0005  # L1 penalty of the quantile regressions (on scaled features)
+
+
+def design(features: Features, state: TierState, mean_service_s: float) -> tuple[float, ...]:
+    """The feature vector of ``features`` at a tier now (order: :data:`FEATURE_NAMES`)."""
+    out = features.max_tokens or DEFAULT_OUTPUT_TOKENS
+    load = float(state.in_flight + state.queued)
+    media = features.media
+    return (
+        1.0,
+        features.prompt_tokens / 1000,
+        out / 1000,
+        load,
+        out / 1000 * load,
+        state.queued * mean_service_s,
+        float(media.images),
+        media.image_pixels / 1e6,
+        media.video_seconds + media.audio_seconds,
+        float(media.video_frames),
+    )
+
+
+def _dot(a: Sequence[float], b: Sequence[float]) -> float:
+    return sum(x * y for x, y in zip(a, b, strict=True))
+
+
+# A prior for a tier nobody has measured: ~0.3 s to the first token + 1 ms per prompt token,
+# ~25 generated tokens/s, and waiting work counted in full; the high quantile 1.5x.
+_PRIOR_TTFT = (0.3, 1.0, 0.0, 0.0, 0.0, 1.0, 0.2, 0.0, 0.05, 0.02)
+_PRIOR_TOTAL = (0.3, 1.0, 40.0, 0.0, 0.0, 1.0, 0.2, 0.0, 0.05, 0.02)
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    """Seconds at the median and the high quantile, and the predicted cost in USD."""
+
+    ttft_p50: float
+    ttft_hi: float
+    total_p50: float
+    total_hi: float
+    high_quantile: float
+    cost_usd: float = 0.0
+
+    def at(self, target: str, percentile: float) -> float:
+        """The latency at ``percentile``: between the median and the high quantile on a normal
+        scale (beyond the high quantile, extrapolated the same way)."""
+        p50, hi = (self.ttft_p50, self.ttft_hi) if target == "ttft" else (self.total_p50, self.total_hi)
+        if percentile <= 50:
+            return p50
+        return p50 + (hi - p50) * z_of(percentile) / z_of(self.high_quantile * 100)
+
+
+class Coefficients(msgspec.Struct, kw_only=True):
+    """Fitted coefficients of one tier: target → [median, high quantile] coefficient lists."""
+
+    ttft: list[list[float]]
+    total: list[list[float]]
+    fitted_at: float = 0.0
+    samples: int = 0
+    metrics: dict[str, float] = msgspec.field(default_factory=dict)
+
+
+class Observation(msgspec.Struct, array_like=True):
+    x: list[float]
+    ttft: float | None  # seconds; None when not streamed
+    total: float
+
+
+@dataclass(slots=True)
+class TierPredictor:
+    """What the router knows about one tier's latency."""
+
+    config: PredictorConfig
+    coefficients: Coefficients | None = None
+    window: deque[Observation] = field(default_factory=deque)
+    correction: dict[str, float] = field(default_factory=lambda: {"ttft": 0.0, "total": 0.0})
+    mean_service_s: float = 1.0  # EWMA of observed total latency
+    completion_ratio: float = 0.6  # EWMA of completion tokens / max_tokens
+    since_refit: int = 0
+    live_errors: dict[str, deque[float]] = field(
+        default_factory=lambda: {t: deque(maxlen=500) for t in TARGETS}
+    )
+
+    def predict(self, x: Sequence[float]) -> tuple[float, float, float, float]:
+        """(ttft p50, ttft high, total p50, total high) in seconds."""
+        c = self.coefficients
+        out = []
+        for target, prior in (("ttft", _PRIOR_TTFT), ("total", _PRIOR_TOTAL)):
+            if c is None:
+                mid = _dot(prior, x)
+                hi = mid * 1.5
+            else:
+                coefs = c.ttft if target == "ttft" else c.total
+                mid, hi = _dot(coefs[0], x), _dot(coefs[1], x)
+            scale = math.exp(self.correction[target])
+            mid = max(mid * scale, 0.01)
+            out += [mid, max(hi * scale, mid)]
+        return out[0], out[1], out[2], out[3]
+
+    def observe(self, x: Sequence[float], ttft: float | None, total: float) -> None:
+        """Learn from one served request (its features as they were when it was routed)."""
+        t50, _, tot50, _ = self.predict(x)
+        rate = self.config.correction_rate
+        for target, seen, predicted in (("ttft", ttft, t50), ("total", total, tot50)):
+            if seen is None or seen <= 0:
+                continue
+            self.live_errors[target].append(abs(predicted - seen) / seen)
+            self.correction[target] += rate * (math.log(seen / predicted))
+            self.correction[target] = max(-3.0, min(3.0, self.correction[target]))
+        self.mean_service_s += 0.1 * (total - self.mean_service_s)
+        self.window.append(Observation(list(x), ttft, total))
+        while len(self.window) > self.config.window:
+            self.window.popleft()
+        self.since_refit += 1
+
+    def observe_usage(self, max_tokens: int | None, completion_tokens: int) -> None:
+        wanted = max_tokens or DEFAULT_OUTPUT_TOKENS
+        self.completion_ratio += 0.05 * (min(1.0, completion_tokens / wanted) - self.completion_ratio)
+
+    def due(self) -> bool:
+        return len(self.window) >= self.config.min_samples and (
+            self.coefficients is None or self.since_refit >= self.config.refit_every
+        )
+
+    def adopt(self, coefficients: Coefficients) -> None:
+        """Take a refit's result; the online correction starts over from it."""
+        self.coefficients = coefficients
+        self.correction = {"ttft": 0.0, "total": 0.0}
+        self.since_refit = 0
+
+    def live_mape(self, target: str) -> float | None:
+        errors = self.live_errors[target]
+        return sum(errors) / len(errors) if errors else None
+
+    def snapshot(self) -> dict[str, Any]:
+        c = self.coefficients
+        return {
+            "samples": len(self.window),
+            "fitted": c is not None,
+            "fitted_at": c.fitted_at if c else None,
+            "metrics": dict(c.metrics) if c else {},
+            "live_mape": {t: self.live_mape(t) for t in TARGETS},
+            "correction": {t: math.exp(v) for t, v in self.correction.items()},
+            "mean_service_s": self.mean_service_s,
+            "completion_ratio": self.completion_ratio,
+        }
+
+
+# -- fitting (runs in a worker process) -----------------------------------------------------------
+
+
+def _fit_one(x: Any, y: Any, quantile: float, alpha: float) -> list[float]:
+    import numpy as np
+    from sklearn.linear_model import QuantileRegressor
+
+    scale = np.maximum(np.abs(x).max(axis=0), 1e-9)
+    scale[0] = 1.0
+    model = QuantileRegressor(quantile=quantile, alpha=alpha, fit_intercept=False, solver="highs")
+    model.fit(x / scale, y, sample_weight=1.0 / np.maximum(y, 0.01))
+    return [float(v) for v in model.coef_ / scale]
+
+
+def _mape(coefs: list[float], x: Any, y: Any) -> float:
+    import numpy as np
+
+    predicted = np.maximum(x @ np.asarray(coefs), 0.01)
+    return float(np.mean(np.abs(predicted - y) / y))
+
+
+def _coverage(coefs: list[float], x: Any, y: Any) -> float:
+    import numpy as np
+
+    return float(np.mean(y <= x @ np.asarray(coefs)))
+
+
+def fit_tier(observations: list[list[Any]], config_raw: dict[str, Any]) -> dict[str, Any]:
+    """Fit one tier's models on ``observations`` (``Observation`` as lists); plain data in and
+    out, so it can run in another process.  Returns ``Coefficients`` as builtins."""
+    import numpy as np
+
+    config = msgspec.convert(config_raw, PredictorConfig)
+    quantiles = (0.5, config.high_quantile)
+    result: dict[str, Any] = {"fitted_at": time.time(), "samples": len(observations), "metrics": {}}
+    for target in TARGETS:
+        rows = [o for o in observations if (o[1] if target == "ttft" else o[2]) is not None]
+        if target == "ttft" and len(rows) < config.min_samples:
+            rows = [[o[0], o[2], o[2]] for o in observations]  # no streamed requests yet: TTFT ≤ total
+        x = np.asarray([r[0] for r in rows], dtype=float)
+        y = np.asarray([r[1] if target == "ttft" else r[2] for r in rows], dtype=float)
+        y = np.maximum(y, 0.01)
+        split = int(len(rows) * 0.8)
+        if len(rows) - split >= 5 and split >= config.min_samples:
+            held = [_fit_one(x[:split], y[:split], q, config.alpha) for q in quantiles]
+            result["metrics"][f"{target}_holdout_mape"] = _mape(held[0], x[split:], y[split:])
+            result["metrics"][f"{target}_holdout_coverage"] = _coverage(held[1], x[split:], y[split:])
+            result["metrics"][f"{target}_holdout_n"] = float(len(rows) - split)
+        result[target] = [_fit_one(x, y, q, config.alpha) for q in quantiles]
+    return result

@@ -1,0 +1,195 @@
+"""The router: features × tier views × tenant policy → decision with a reason, and learning
+from what then happened.  Pure and synchronous: no HTTP, no storage, no threads; the gateway
+persists :meth:`Router.dump`, runs refits (:func:`router.fit_tier`) wherever it likes and hands
+the results to :meth:`Router.adopt`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import time
+from collections import deque
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import msgspec
+
+from router._cost import FREE, TierPrice
+from router._decision import (
+    AutoRule,
+    Decision,
+    NoTierAvailable,
+    RequestDoesNotFit,
+    RouteDetail,
+    TierView,
+    cannot_take,
+    pinned,
+    unavailable,
+    why_not,
+)
+from router._difficulty import DifficultyModel
+from router._features import Features
+from router._policy import TenantPolicy
+from router._predictor import Coefficients, Observation, Prediction, PredictorConfig, TierPredictor, design
+from router._strategies import RouteRequest, Spend, Strategy, strategies
+
+DUMP_FORMAT = 1
+
+
+class Router:
+    def __init__(
+        self,
+        rule: AutoRule,
+        prices: Mapping[str, TierPrice],
+        *,
+        exploration: float = 0.02,
+        predictor: PredictorConfig | None = None,
+        difficulty: DifficultyModel | None = None,
+        seed: int | None = None,
+    ) -> None:
+        self.prices = dict(prices)
+        self.config = predictor or PredictorConfig()
+        self.difficulty = difficulty
+        self.predictors: dict[str, TierPredictor] = {}
+        self.strategies: dict[str, Strategy] = strategies(rule, exploration, random.Random(seed))
+        self.version = 0  # grows with every refit adopted
+
+    def predictor(self, tier: str) -> TierPredictor:
+        found = self.predictors.get(tier)
+        if found is None:
+            found = self.predictors[tier] = TierPredictor(self.config)
+        return found
+
+    def _predict(self, view: TierView, features: Features) -> tuple[tuple[float, ...], Prediction]:
+        predictor = self.predictor(view.name)
+        x = design(features, view.state, predictor.mean_service_s)
+        t50, thi, tot50, tothi = predictor.predict(x)
+        price = self.prices.get(view.name, FREE)
+        cost = price.estimate(features, predictor.completion_ratio, tot50)
+        return x, Prediction(t50, thi, tot50, tothi, self.config.high_quantile, cost)
+
+    def decide(
+        self,
+        model: str,
+        views: Sequence[TierView],
+        features: Features,
+        policy: TenantPolicy,
+        spend: Spend | None = None,
+    ) -> Decision:
+        """Route a request for ``model`` (``tiergate-auto`` or a tier's name)."""
+        if any(v.name == model for v in views):
+            decision = pinned(model, views, features)
+            view = next(v for v in views if v.name == model)
+            x, p = self._predict(view, features)
+            return dataclasses.replace(decision, detail=RouteDetail(features, {model: x}, {model: p}))
+        able = [v for v in views if why_not(v, features) is None]
+        if not able:
+            raise unavailable(views, features)
+        for modality in sorted(features.modalities & policy.modality_rules.keys()):
+            tier = policy.modality_rules[modality]
+            kept = [v for v in able if v.name == tier]
+            if not kept:
+                view = next((v for v in views if v.name == tier), None)
+                said = f"the tenant's policy sends {modality.value} to {tier}"
+                if view is None:
+                    raise RequestDoesNotFit(f"{said}, which is not configured")
+                if never := cannot_take(view, features):
+                    raise RequestDoesNotFit(f"{said}, and {never}")
+                raise NoTierAvailable(f"{said}, and {why_not(view, features)}")
+            able = kept
+        vectors, predictions = {}, {}
+        for view in able:
+            vectors[view.name], predictions[view.name] = self._predict(view, features)
+        strategy = self.strategies[policy.strategy]
+        difficulty = None
+        if strategy.name == "learned" and self.difficulty is not None:
+            difficulty = self.difficulty.estimate(features.text, features)
+        request = RouteRequest(features, able, views, policy, predictions, difficulty, spend)
+        decision = strategy.choose(request)
+        detail = RouteDetail(features, vectors, predictions, difficulty, strategy.name)
+        if features.modalities & policy.modality_rules.keys():
+            rules = ", ".join(f"{m.value} to {t}" for m, t in sorted(policy.modality_rules.items()))
+            decision = dataclasses.replace(decision, reason=f"{decision.reason} (policy sends {rules})")
+        return dataclasses.replace(decision, detail=detail)
+
+    def observe(
+        self,
+        decision: Decision,
+        tier: str,
+        ttft_s: float | None,
+        total_s: float,
+        completion_tokens: int | None = None,
+    ) -> None:
+        """Learn from a request ``tier`` served (features as they were when it was routed)."""
+        detail = decision.detail
+        if detail is None or tier not in detail.vectors:
+            return
+        predictor = self.predictor(tier)
+        predictor.observe(detail.vectors[tier], ttft_s, total_s)
+        if completion_tokens is not None:
+            predictor.observe_usage(detail.features.max_tokens, completion_tokens)
+
+    # -- refits ------------------------------------------------------------------------------
+
+    def due(self) -> list[tuple[str, list[list[Any]]]]:
+        """Tiers whose models should be refit now, with their windows as plain data."""
+        out = []
+        for tier, predictor in self.predictors.items():
+            if predictor.due():
+                predictor.since_refit = 0  # one refit at a time per batch of observations
+                out.append((tier, msgspec.to_builtins(list(predictor.window))))
+        return out
+
+    def adopt(self, tier: str, fitted: Mapping[str, Any]) -> None:
+        self.predictor(tier).adopt(msgspec.convert(fitted, Coefficients))
+        self.version += 1
+
+    # -- persistence -------------------------------------------------------------------------
+
+    def dump(self) -> dict[str, Any]:
+        return {
+            "format": DUMP_FORMAT,
+            "version": self.version,
+            "saved_at": time.time(),
+            "tiers": {
+                tier: {
+                    "coefficients": msgspec.to_builtins(p.coefficients),
+                    "window": msgspec.to_builtins(list(p.window)),
+                    "correction": p.correction,
+                    "mean_service_s": p.mean_service_s,
+                    "completion_ratio": p.completion_ratio,
+                }
+                for tier, p in self.predictors.items()
+            },
+        }
+
+    def load(self, data: Mapping[str, Any]) -> None:
+        if data.get("format") != DUMP_FORMAT:
+            raise ValueError(f"unknown predictor file format {data.get('format')!r}")
+        self.version = int(data.get("version", 0))
+        for tier, saved in data.get("tiers", {}).items():
+            p = self.predictor(tier)
+            if saved.get("coefficients"):
+                p.coefficients = msgspec.convert(saved["coefficients"], Coefficients)
+            window = msgspec.convert(saved.get("window", []), list[Observation])
+            p.window = deque(window[-self.config.window :])
+            p.correction = {k: float(v) for k, v in saved.get("correction", p.correction).items()}
+            p.mean_service_s = float(saved.get("mean_service_s", p.mean_service_s))
+            p.completion_ratio = float(saved.get("completion_ratio", p.completion_ratio))
+
+    def snapshot(self) -> dict[str, Any]:
+        """For operators: per tier, samples, fit time, held-out and live error."""
+        out: dict[str, Any] = {
+            "version": self.version,
+            "tiers": {t: p.snapshot() for t, p in self.predictors.items()},
+        }
+        if self.difficulty is not None:
+            d = self.difficulty
+            out["difficulty"] = {
+                "source": d.source,
+                "examples": d.examples,
+                "trained_at": d.trained_at,
+                "metrics": d.metrics,
+            }
+        return out

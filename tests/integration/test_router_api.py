@@ -1,0 +1,139 @@
+"""The learned router in a real gateway (the real edge model, a fake cloud): the route reason and
+predictions in headers, strategies chosen per tenant policy, budgets from the ledger, learning
+from observed requests, refit and persistence across a restart."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import Gateway, start_gateway
+from tests.fakes import FakeVLLM
+from tests.integration.test_tenants_api import admin
+
+CONFIG = """
+[cloud]
+urls = ["{url}"]
+health_interval_s = 0.2
+[ledger]
+flush_interval_s = 0.1
+[router]
+budget_refresh_s = 0.2
+exploration = 0.0
+[router.predictor]
+min_samples = 6
+refit_every = 6
+"""
+
+
+@pytest.fixture(scope="module")
+def fake() -> Iterator[FakeVLLM]:
+    with FakeVLLM(delay_s=0.05) as server:
+        yield server
+
+
+def start(tmp: Path, fake: FakeVLLM) -> Gateway:
+    gw = start_gateway(tmp, CONFIG.format(url=fake.url))
+    gw.wait(lambda: gw.tier_health("cloud") == "ready", 30, "the fake cloud")
+    return gw
+
+
+@pytest.fixture(scope="module")
+def gw(fake: FakeVLLM, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    gateway = start(tmp_path_factory.mktemp("router"), fake)
+    yield gateway
+    gateway.stop()
+
+
+def ask(gw: Gateway, model: str = "tiergate-auto", **body: Any) -> httpx.Response:
+    payload = {
+        "model": model,
+        "messages": [{"role": "user", "content": "Say hello."}],
+        "max_tokens": 4,
+        **body,
+    }
+    headers = {**gw.auth, "Cache-Control": "no-store"}
+    return httpx.post(f"{gw.url}/v1/chat/completions", json=payload, headers=headers, timeout=60)
+
+
+def set_policy(gw: Gateway, policy: dict[str, Any]) -> None:
+    resp = admin(gw, "PUT", "/tenants/default/policy", json=policy)
+    assert resp.status_code == 200, resp.text
+
+
+def test_an_easy_short_request_goes_to_the_edge_and_says_why(gw: Gateway) -> None:
+    set_policy(gw, {"strategy": "learned", "latency": {"total_ms": 60000}})
+    resp = ask(gw)
+    assert resp.status_code == 200, resp.text
+    assert resp.headers["x-tiergate-tier"] == "edge"
+    reason = resp.headers["x-tiergate-route-reason"]
+    assert reason.startswith("edge: p95 predicted ") and "< slo 60000ms" in reason and "x cloud" in reason
+    assert "total=" in resp.headers["x-tiergate-predicted"]
+
+
+def test_the_strategy_follows_the_tenant_policy_on_the_next_request(gw: Gateway) -> None:
+    set_policy(gw, {"strategy": "always-cloud"})
+    resp = ask(gw)
+    assert resp.headers["x-tiergate-tier"] == "cloud"
+    assert resp.headers["x-tiergate-route-reason"] == "cloud: always-cloud strategy"
+    set_policy(gw, {"strategy": "always-edge"})
+    assert ask(gw).headers["x-tiergate-tier"] == "edge"
+    set_policy(gw, {"strategy": "rule"})
+    assert ask(gw, max_tokens=1000).headers["x-tiergate-route-reason"] == "cloud: max_tokens 1000 > 256"
+    set_policy(gw, {"strategy": "round-robin"})
+    assert {ask(gw).headers["x-tiergate-tier"] for _ in range(2)} == {"edge", "cloud"}
+
+
+def test_a_hard_request_goes_to_the_stronger_model(gw: Gateway) -> None:
+    set_policy(gw, {"strategy": "learned"})
+    hard = "Prove that there are infinitely many primes of the form 4k+3 and derive the bound step by step."
+    resp = ask(gw, messages=[{"role": "user", "content": hard}], max_tokens=16)
+    assert resp.headers["x-tiergate-tier"] == "cloud", resp.headers["x-tiergate-route-reason"]
+    assert "difficulty" in resp.headers["x-tiergate-route-reason"]
+
+
+def test_a_spent_budget_refuses_or_routes_to_the_cheapest(gw: Gateway) -> None:
+    assert ask(gw, model="cloud").status_code == 200  # something on this month's ledger
+    set_policy(gw, {"budget": {"amount_usd": 1e-9, "period": "month", "on_exhausted": "refuse"}})
+    deadline = time.monotonic() + 10
+    while (resp := ask(gw)).status_code == 200 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert resp.status_code == 429 and "budget" in resp.json()["error"]["message"]
+    assert int(resp.headers["retry-after"]) > 0
+    set_policy(gw, {"strategy": "learned", "budget": {"amount_usd": 1e-9, "on_exhausted": "cheapest"}})
+    resp = ask(gw, max_tokens=64)
+    assert resp.status_code == 200 and resp.headers["x-tiergate-tier"] == "edge"
+    assert "budget spent" in resp.headers["x-tiergate-route-reason"]
+    set_policy(gw, {})
+
+
+def test_it_learns_refits_and_keeps_what_it_learned_across_a_restart(fake: FakeVLLM, tmp_path: Path) -> None:
+    gw = start(tmp_path, fake)
+    try:
+        for i in range(8):
+            assert ask(gw, model="cloud", stream=bool(i % 2)).status_code == 200
+        state = admin(gw, "GET", "/router").json()
+        assert state["tiers"]["cloud"]["samples"] == 8
+        refit = admin(gw, "POST", "/router/refit")
+        assert refit.status_code == 200, refit.text
+        cloud = refit.json()["tiers"]["cloud"]
+        assert cloud["fitted"] and cloud["live_mape"]["total"] is not None
+        version = refit.json()["version"]
+        assert admin(gw, "GET", "/router", key=gw.api_key).status_code == 403
+    finally:
+        gw.stop()
+    saved = json.loads((tmp_path / "data" / "router" / "predictor.json").read_text())
+    assert saved["version"] == version and len(saved["tiers"]["cloud"]["window"]) == 8
+    again = start_gateway(tmp_path, (tmp_path / "tiergate.toml").read_text().split("\n", 1)[1])
+    try:
+        again.wait(lambda: again.tier_health("cloud") == "ready", 30, "the fake cloud")
+        state = admin(again, "GET", "/router").json()
+        assert state["version"] == version and state["tiers"]["cloud"]["fitted"]
+    finally:
+        again.stop()

@@ -1,0 +1,152 @@
+"""Latency predictors: features, fit on held-out data, online correction, persistence; and the
+difficulty classifier (built-in default, training from labelled examples)."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import msgspec
+import pytest
+
+import router
+from router._predictor import TierPredictor
+from tiers import Health, Modality, TierState
+
+TEXT = frozenset({Modality.TEXT})
+
+
+def test_the_feature_vector_carries_size_media_and_live_load() -> None:
+    media = router.MediaSummary(images=2, image_pixels=500_000, videos=1, video_seconds=3.0, video_frames=12)
+    f = router.Features(300, 128, 3, TEXT | {Modality.IMAGE, Modality.VIDEO}, True, media)
+    x = dict(
+        zip(router.FEATURE_NAMES, router.design(f, TierState("edge", Health.READY, 1, 2), 2.0), strict=True)
+    )
+    assert x["prompt_k"] == 0.3 and x["out_k"] == 0.128 and x["load"] == 3 and x["out_k_x_load"] == 0.128 * 3
+    assert (
+        x["ahead_s"] == 4.0
+        and x["images"] == 2
+        and x["pixels_m"] == 0.5
+        and x["media_s"] == 3
+        and x["frames"] == 12
+    )
+    unset = router.Features(10, None, 1, TEXT, False)
+    assert router.design(unset, TierState("e", Health.READY), 1.0)[2] == 0.256  # no max_tokens: 256 assumed
+
+
+def test_features_estimate_keeps_tenant_hour_and_text() -> None:
+    f = router.Features.estimate(
+        text_chars=400, turns=2, max_tokens=8, modalities=TEXT, stream=True, tenant="acme", hour=7, text="hi"
+    )
+    assert (f.prompt_tokens, f.tenant, f.hour, f.text) == (108, "acme", 7, "hi")
+
+
+def synthetic(n: int, seed: int = 0) -> list[list[object]]:
+    """A tier that takes 0.2 s + 1 ms per prompt token + 40 ms per output token, plus 1.5 s per
+    queued request, with ±10% noise."""
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n):
+        f = router.Features(rng.randint(10, 800), rng.choice((16, 64, 128, 256)), 1, TEXT, True)
+        queued = rng.choice((0, 0, 1, 2))
+        x = router.design(f, TierState("t", Health.READY, 1, queued), 1.5)
+        ttft = (0.2 + f.prompt_tokens * 0.001 + 1.5 * queued) * rng.uniform(0.9, 1.1)
+        total = ttft + f.max_tokens * 0.04 * rng.uniform(0.9, 1.1)
+        rows.append([list(x), ttft, total])
+    return rows
+
+
+def test_fit_predicts_held_out_requests_within_15_percent() -> None:
+    config = router.PredictorConfig(min_samples=20)
+    fitted = router.fit_tier(synthetic(400), {"min_samples": 20})
+    assert fitted["metrics"]["total_holdout_mape"] < 0.15
+    assert fitted["metrics"]["ttft_holdout_mape"] < 0.15
+    assert 0.85 <= fitted["metrics"]["total_holdout_coverage"] <= 1.0  # the 95% quantile covers ~95%
+    p = TierPredictor(config)
+    r = router.Router(router.AutoRule(), {})
+    r.predictors["t"] = p
+    r.adopt("t", fitted)
+    errors = []
+    for x, _ttft, total in synthetic(200, seed=9):  # requests it never saw
+        t50, thi, tot50, tothi = p.predict(x)
+        assert thi >= t50 and tothi >= tot50
+        errors.append(abs(tot50 - total) / total)
+    assert sum(errors) / len(errors) < 0.15
+
+
+def test_the_online_correction_follows_a_tier_that_slows_down() -> None:
+    p = TierPredictor(router.PredictorConfig())
+    p.adopt(router._predictor.Coefficients(**{k: v for k, v in router.fit_tier(synthetic(300), {}).items()}))
+    rows = synthetic(60, seed=5)
+    before = [abs(p.predict(x)[2] - 2 * total) / (2 * total) for x, _, total in rows[:10]]
+    for x, ttft, total in rows:
+        p.observe(x, 2 * ttft, 2 * total)  # the machine got twice as slow
+    after = [abs(p.predict(x)[2] - 2 * total) / (2 * total) for x, _, total in synthetic(20, seed=6)]
+    assert sum(before) / 10 > 0.3 and sum(after) / 20 < 0.15
+    assert math.exp(p.correction["total"]) == pytest.approx(2, rel=0.15)
+    assert p.live_mape("total") is not None and len(p.window) == 60
+
+
+def test_refits_are_due_after_enough_new_observations() -> None:
+    r = router.Router(router.AutoRule(), {}, predictor=router.PredictorConfig(min_samples=10, refit_every=5))
+    p = r.predictor("edge")
+    for x, ttft, total in synthetic(9):
+        p.observe(x, ttft, total)
+    assert r.due() == []
+    p.observe(*synthetic(1)[0])
+    ((tier, window),) = r.due()
+    assert tier == "edge" and len(window) == 10
+    r.adopt("edge", router.fit_tier(window, {"min_samples": 10}))
+    assert r.due() == [] and r.version == 1
+    for x, ttft, total in synthetic(5):
+        p.observe(x, ttft, total)
+    assert [t for t, _ in r.due()] == ["edge"]
+
+
+def test_what_was_learned_survives_a_dump_and_load() -> None:
+    r = router.Router(router.AutoRule(), {})
+    p = r.predictor("cloud")
+    for x, ttft, total in synthetic(50):
+        p.observe(x, ttft, total)
+    r.adopt("cloud", router.fit_tier(msgspec.to_builtins(list(p.window)), {}))
+    p.observe(*synthetic(1, seed=4)[0])
+    dumped = json.loads(json.dumps(r.dump()))
+    again = router.Router(router.AutoRule(), {})
+    again.load(dumped)
+    x = synthetic(1, seed=8)[0][0]
+    assert again.predictor("cloud").predict(x) == pytest.approx(p.predict(x))
+    assert again.version == 1 and len(again.predictor("cloud").window) == 51
+    with pytest.raises(ValueError):
+        again.load({"format": 99})
+
+
+def test_the_prediction_at_a_percentile_interpolates_between_median_and_high() -> None:
+    p = router.Prediction(0.1, 0.2, 1.0, 2.0, 0.95)
+    assert p.at("total", 50) == 1.0 and p.at("total", 95) == pytest.approx(2.0)
+    assert 1.0 < p.at("total", 90) < 2.0 < p.at("total", 99)
+    assert p.at("ttft", 95) == pytest.approx(0.2)
+
+
+def test_the_builtin_difficulty_model_tells_easy_from_hard() -> None:
+    model = router.builtin_model()
+    f = router.Features(20, 64, 1, TEXT, False)
+    assert model.estimate("Say hello to my friend.", f) < 0.3
+    assert model.estimate("Prove that the sum of the first n odd numbers is n^2, step by step.", f) > 0.5
+    assert model.metrics["holdout_accuracy"] > 0.9
+
+
+def test_training_difficulty_from_labelled_jsonl() -> None:
+    lines = []
+    for i in range(40):
+        lines.append(json.dumps({"prompt": f"tell me about cats number {i}", "label": "easy"}))
+        messages = [{"role": "user", "content": f"integrate the differential equation system {i}"}]
+        lines.append(json.dumps({"messages": messages, "label": 1, "max_tokens": 512}))
+    model = router.train(router.read_examples(lines), source="test.jsonl")
+    f = router.Features(20, 64, 1, TEXT, False)
+    assert model.estimate("integrate the differential equation", f) > 0.5 > model.estimate("about cats", f)
+    assert model.examples == 80 and model.metrics["holdout_accuracy"] >= 0.9
+    with pytest.raises(ValueError, match="line 1"):
+        router.read_examples(['{"prompt": "x", "label": "maybe"}'])
+    with pytest.raises(ValueError, match="both labels"):
+        router.train(router.read_examples(['{"prompt": "x", "label": 1}'] * 10), source="x")
