@@ -18,10 +18,10 @@ REPEATABLE = {
 }
 
 
-def ask(gateway: Gateway, key: str) -> httpx.Response:
+def ask(gateway: Gateway, key: str, body: dict[str, object] = REPEATABLE) -> httpx.Response:
     answer = httpx.post(
         f"{gateway.url}/v1/chat/completions",
-        json=REPEATABLE,
+        json=body,
         headers={"Authorization": f"Bearer {key}"},
         timeout=120,
     )
@@ -62,11 +62,20 @@ def test_edit_a_policy_and_the_next_request_follows_it_then_roll_it_back(
         == 0
     )
 
-    # Version 1: a latency objective. Version 2: no result cache.
+    fresh = REPEATABLE | {"temperature": 0.7}  # not cacheable: always routed
+    assert "always-edge" not in ask(ui_gateway, key, fresh).headers["x-tiergate-route-reason"]
+
+    # Version 1: another strategy and a latency objective. Version 2: no result cache.
+    page.select_option("#f-strategy", "always-edge")
     page.fill("#f-latency-percentile", "95")
     page.fill("#f-latency-total_ms", "800")
     page.click("text=Save policy")
     expect(page.locator("#saved")).to_be_visible()
+    routed = ask(ui_gateway, key, fresh).headers
+    assert (routed["x-tiergate-tier"], routed["x-tiergate-route-reason"]) == (
+        "edge",
+        "edge: always-edge strategy",
+    )
     page.locator("#f-cache").uncheck()
     page.click("text=Save policy")
     expect(page.locator("#saved")).to_be_visible()
