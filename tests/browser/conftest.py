@@ -33,7 +33,9 @@ def chromium_path() -> str | None:
     return None
 
 
-@pytest.fixture(scope="session")
+# Module scope, not session: while Playwright's sync API is started, its event loop counts as
+# running in this thread, and the asyncio tests of other modules could not run their own.
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     executable = chromium_path()
     if executable is None:
