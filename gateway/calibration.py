@@ -33,14 +33,18 @@ class Probe:
 
 
 def probe_workload(count: int, seed: int = 1) -> list[Probe]:
-    """Prompts of ~10 to ~600 tokens, outputs of 8 to 256 tokens, half streamed."""
+    """Prompts of ~10 to ~600 tokens asking for long or one-line answers, max_tokens 8 to 256,
+    half streamed."""
     rng = random.Random(seed)
     vocabulary = _TEXT.split()
     probes = []
     for i in range(count):
         words = rng.choice((8, 30, 120, 450))
         text = " ".join(rng.choice(vocabulary) for _ in range(words))
-        prompt = f"Probe {i}. Continue this text for as long as you are allowed: {text}"
+        if rng.random() < 0.5:  # answers that run to max_tokens, and answers that stop early
+            prompt = f"Probe {i}. Continue this text for as long as you are allowed: {text}"
+        else:
+            prompt = f"Probe {i}. In one short sentence, what is the main word of this text? {text}"
         probes.append(Probe(prompt, rng.choice((8, 32, 96, 192, 256)), rng.random() < 0.5))
     return probes
 

@@ -42,7 +42,17 @@ from gateway.protocol import (
 )
 from gateway.sse import ChunkWriter
 from gateway.tenants._models import DEFAULT_TENANT
-from tiers import Completion, Delta, Generation, Modality, Tier, TierFailed, TierUnavailable, Usage
+from tiers import (
+    Completion,
+    Delta,
+    Generation,
+    Modality,
+    Tier,
+    TierFailed,
+    TierOverloaded,
+    TierUnavailable,
+    Usage,
+)
 
 if TYPE_CHECKING:
     from gateway.routing import RoutingService
@@ -287,6 +297,10 @@ class ChatService:
                 self._metrics.failovers.labels(name).inc()
                 last = exc
                 continue
+            except TierOverloaded as exc:  # its queue is full: the next tier in the fallback order
+                self._breakers.release(name, plan.modalities)
+                last = exc
+                continue
             except BaseException:
                 self._breakers.release(name, plan.modalities)
                 raise
@@ -340,6 +354,10 @@ class ChatService:
             except TierUnavailable as exc:
                 await deltas.aclose()
                 self._metrics.failovers.labels(name).inc()
+                last = exc
+                continue
+            except TierOverloaded as exc:  # its queue is full: the next tier in the fallback order
+                await deltas.aclose()
                 last = exc
                 continue
             except BaseException:

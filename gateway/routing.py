@@ -16,6 +16,7 @@ import json
 import logging
 import multiprocessing
 import os
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -53,6 +54,17 @@ def tier_prices(prices: Sequence[Any], tiers: Mapping[str, Tier]) -> dict[str, r
                 row.per_gpu_second,
             )
     return out
+
+
+def exit_with_parent(parent: int) -> None:
+    """In the refit worker: exit as soon as the gateway is gone, even if it was killed."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 
 
 def write_json(path: Path, value: Any) -> None:
@@ -135,7 +147,12 @@ class RoutingService:
         loop = asyncio.get_running_loop()
         if self._pool is None:
             # A fresh interpreter (spawn), not a fork of this threaded process.
-            self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+            self._pool = ProcessPoolExecutor(
+                1,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=exit_with_parent,
+                initargs=(os.getpid(),),
+            )
         config = msgspec.to_builtins(self.settings.predictor)
         for tier, window in due:
             started = time.monotonic()
@@ -217,5 +234,5 @@ class RoutingService:
                 await self.save()
             except Exception:
                 log.exception("router: saving the predictors failed")
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._pool is not None:  # wait for the worker to exit: it must not outlive the gateway
+            await asyncio.to_thread(self._pool.shutdown, True, cancel_futures=True)

@@ -2,8 +2,8 @@
 
 Cloud tiers are priced per token and/or per GPU-second, edge tiers as amortised machine cost
 (per token, or per second of the machine); media per image and per media second.  The
-output is not known before it is generated: it is ``max_tokens`` × the share of it the tier's
-answers have used lately.
+output is not known before it is generated: it is ``max_tokens`` × the share of it answers to
+requests like this one have used (:mod:`router._output`).
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ class TierPrice:
     per_media_second: float = 0.0
     per_gpu_second: float = 0.0
 
-    def estimate(self, features: Features, completion_ratio: float, seconds: float) -> float:
-        out = (features.max_tokens or DEFAULT_OUTPUT_TOKENS) * completion_ratio
+    def estimate(self, features: Features, share: float, seconds: float) -> float:
+        """USD for ``features`` whose answer uses ``share`` of max_tokens and takes ``seconds``."""
+        out = (features.max_tokens or DEFAULT_OUTPUT_TOKENS) * share
         media = features.media
         return (
             features.prompt_tokens * self.prompt_per_1k / 1000

@@ -55,6 +55,8 @@ class RouteDetail:
     predictions: Mapping[str, Prediction]
     difficulty: float | None = None
     strategy: str = ""
+    output_keys: tuple[int, ...] = ()  # the request's features for the output-share model
+    output_share: float = 1.0  # the share of max_tokens its answer was expected to use
 
 
 @dataclass(frozen=True, slots=True)

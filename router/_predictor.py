@@ -37,7 +37,7 @@ TARGETS = ("ttft", "total")
 FEATURE_NAMES = (
     "one",
     "prompt_k",  # prompt tokens / 1000
-    "out_k",  # max_tokens / 1000
+    "out_k",  # expected output tokens / 1000: max_tokens × the share answers like it use
     "load",  # requests in flight or queued at the tier
     "out_k_x_load",  # decoding slows with the batch a request shares
     "ahead_s",  # queued work ahead: waiting requests × the tier's recent mean service time
@@ -58,15 +58,18 @@ def z_of(percentile: float) -> float:
 class PredictorConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     high_quantile: float = 0.95
     window: int = 1500  # observations kept per tier for refits
-    min_samples: int = 24  # below this a tier is predicted by the prior
+    min_samples: int = 16  # below this a tier is predicted by the prior
     refit_every: int = 40  # observations between background refits
     correction_rate: float = 0.1  # weight of each observation in the online correction
     alpha: float = 0.0005  # L1 penalty of the quantile regressions (on scaled features)
 
 
-def design(features: Features, state: TierState, mean_service_s: float) -> tuple[float, ...]:
-    """The feature vector of ``features`` at a tier now (order: :data:`FEATURE_NAMES`)."""
-    out = features.max_tokens or DEFAULT_OUTPUT_TOKENS
+def design(
+    features: Features, state: TierState, mean_service_s: float, share: float = 1.0
+) -> tuple[float, ...]:
+    """The feature vector of ``features`` at a tier now (order: :data:`FEATURE_NAMES`);
+    ``share``: the expected share of ``max_tokens`` the answer will use."""
+    out = (features.max_tokens or DEFAULT_OUTPUT_TOKENS) * share
     load = float(state.in_flight + state.queued)
     media = features.media
     return (

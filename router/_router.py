@@ -30,8 +30,17 @@ from router._decision import (
 )
 from router._difficulty import DifficultyModel
 from router._features import Features
+from router._output import OutputShare, output_keys
 from router._policy import TenantPolicy
-from router._predictor import Coefficients, Observation, Prediction, PredictorConfig, TierPredictor, design
+from router._predictor import (
+    DEFAULT_OUTPUT_TOKENS,
+    Coefficients,
+    Observation,
+    Prediction,
+    PredictorConfig,
+    TierPredictor,
+    design,
+)
 from router._strategies import RouteRequest, Spend, Strategy, strategies
 
 DUMP_FORMAT = 1
@@ -52,6 +61,7 @@ class Router:
         self.config = predictor or PredictorConfig()
         self.difficulty = difficulty
         self.predictors: dict[str, TierPredictor] = {}
+        self.output = OutputShare()
         self.strategies: dict[str, Strategy] = strategies(rule, exploration, random.Random(seed))
         self.version = 0  # grows with every refit adopted
 
@@ -61,12 +71,14 @@ class Router:
             found = self.predictors[tier] = TierPredictor(self.config)
         return found
 
-    def _predict(self, view: TierView, features: Features) -> tuple[tuple[float, ...], Prediction]:
+    def _predict(
+        self, view: TierView, features: Features, share: float
+    ) -> tuple[tuple[float, ...], Prediction]:
         predictor = self.predictor(view.name)
-        x = design(features, view.state, predictor.mean_service_s)
+        x = design(features, view.state, predictor.mean_service_s, share)
         t50, thi, tot50, tothi = predictor.predict(x)
         price = self.prices.get(view.name, FREE)
-        cost = price.estimate(features, predictor.completion_ratio, tot50)
+        cost = price.estimate(features, share, tot50)
         return x, Prediction(t50, thi, tot50, tothi, self.config.high_quantile, cost)
 
     def decide(
@@ -78,11 +90,14 @@ class Router:
         spend: Spend | None = None,
     ) -> Decision:
         """Route a request for ``model`` (``tiergate-auto`` or a tier's name)."""
+        keys = output_keys(features.text, features.max_tokens)
+        share = self.output.predict(keys)
         if any(v.name == model for v in views):
             decision = pinned(model, views, features)
             view = next(v for v in views if v.name == model)
-            x, p = self._predict(view, features)
-            return dataclasses.replace(decision, detail=RouteDetail(features, {model: x}, {model: p}))
+            x, p = self._predict(view, features, share)
+            detail = RouteDetail(features, {model: x}, {model: p}, output_keys=keys, output_share=share)
+            return dataclasses.replace(decision, detail=detail)
         able = [v for v in views if why_not(v, features) is None]
         if not able:
             raise unavailable(views, features)
@@ -100,18 +115,22 @@ class Router:
             able = kept
         vectors, predictions = {}, {}
         for view in able:
-            vectors[view.name], predictions[view.name] = self._predict(view, features)
+            vectors[view.name], predictions[view.name] = self._predict(view, features, share)
         strategy = self.strategies[policy.strategy]
         difficulty = None
         if strategy.name == "learned" and self.difficulty is not None:
             difficulty = self.difficulty.estimate(features.text, features)
         request = RouteRequest(features, able, views, policy, predictions, difficulty, spend)
         decision = strategy.choose(request)
-        detail = RouteDetail(features, vectors, predictions, difficulty, strategy.name)
+        detail = RouteDetail(features, vectors, predictions, difficulty, strategy.name, keys, share)
+        reason = decision.reason
         if features.modalities & policy.modality_rules.keys():
             rules = ", ".join(f"{m.value} to {t}" for m, t in sorted(policy.modality_rules.items()))
-            decision = dataclasses.replace(decision, reason=f"{decision.reason} (policy sends {rules})")
-        return dataclasses.replace(decision, detail=detail)
+            reason += f" (policy sends {rules})"
+        left_out = [why for v in views if v not in able and (why := why_not(v, features))]
+        if left_out and strategy.name != "rule":  # why a tier was not a candidate (down, breaker, size)
+            reason += "; " + "; ".join(left_out)
+        return dataclasses.replace(decision, reason=reason, detail=detail)
 
     def observe(
         self,
@@ -129,6 +148,8 @@ class Router:
         predictor.observe(detail.vectors[tier], ttft_s, total_s)
         if completion_tokens is not None:
             predictor.observe_usage(detail.features.max_tokens, completion_tokens)
+            ceiling = detail.features.max_tokens or DEFAULT_OUTPUT_TOKENS
+            self.output.update(detail.output_keys, completion_tokens / ceiling)
 
     # -- refits ------------------------------------------------------------------------------
 
@@ -152,6 +173,7 @@ class Router:
             "format": DUMP_FORMAT,
             "version": self.version,
             "saved_at": time.time(),
+            "output": self.output.dump(),
             "tiers": {
                 tier: {
                     "coefficients": msgspec.to_builtins(p.coefficients),
@@ -168,6 +190,8 @@ class Router:
         if data.get("format") != DUMP_FORMAT:
             raise ValueError(f"unknown predictor file format {data.get('format')!r}")
         self.version = int(data.get("version", 0))
+        if "output" in data:
+            self.output.load(data["output"])
         for tier, saved in data.get("tiers", {}).items():
             p = self.predictor(tier)
             if saved.get("coefficients"):
@@ -183,6 +207,7 @@ class Router:
         out: dict[str, Any] = {
             "version": self.version,
             "tiers": {t: p.snapshot() for t, p in self.predictors.items()},
+            "output_share": {"updates": self.output.updates},
         }
         if self.difficulty is not None:
             d = self.difficulty

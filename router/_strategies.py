@@ -67,7 +67,7 @@ def _ordered(first: str, request: RouteRequest, why: str) -> Decision:
     if first in names:
         return Decision(first, tuple(n for n in names if n != first), f"{first}: {why}")
     chosen, *rest = names
-    return Decision(chosen, tuple(rest), f"{chosen}: {first} cannot take it now")
+    return Decision(chosen, tuple(rest), f"{chosen}: {why}, but {first} cannot take it")
 
 
 class AlwaysEdge(Strategy):
@@ -104,7 +104,10 @@ class Rule(Strategy):
         self._rule = rule
 
     def choose(self, request: RouteRequest) -> Decision:
-        return auto(self._rule, request.able, request.features)
+        # The rule explains unavailable tiers itself, so it sees them all, unless a modality rule
+        # of the policy narrowed the candidates.
+        ruled = request.features.modalities & request.policy.modality_rules.keys()
+        return auto(self._rule, request.able if ruled else request.views, request.features)
 
 
 def _ms(seconds: float) -> str:

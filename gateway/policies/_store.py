@@ -89,12 +89,13 @@ class PolicyStore:
                     select(tenant_policies).where(tenant_policies.c.tenant.in_([tenant, DEFAULT_KEY]))
                 )
             }
-        for key, source in ((tenant, "tenant"), (DEFAULT_KEY, "default")):
+        own = "default" if tenant == DEFAULT_KEY else "tenant"
+        for key, source in ((tenant, own), (DEFAULT_KEY, "default")):
             row = rows.get(key)
             if row is not None:
                 policy = _decode(row.policy)
                 assert policy is not None
-                version = row.version if key == tenant else 0
+                version = row.version if key == tenant else 0  # a tenant on the default has none
                 return PolicyRecord(
                     tenant=tenant,
                     policy=policy,

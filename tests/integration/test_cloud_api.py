@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import httpx
 import openai
 import pytest
 
@@ -49,10 +50,16 @@ def test_cloud_stream_matches_non_stream_and_reports_usage(cloud_gateway: Gatewa
     assert all(c.model == "cloud-smollm2-135m" for c in chunks)
 
 
-def test_auto_sends_a_long_answer_to_the_cloud(cloud_gateway: Gateway) -> None:
-    raw = cloud_gateway.client().chat.completions.with_raw_response.create(
-        model="tiergate-auto", messages=QUESTION, max_tokens=400, temperature=0
-    )
+def test_auto_with_the_rule_strategy_sends_a_long_answer_to_the_cloud(cloud_gateway: Gateway) -> None:
+    policy = f"{cloud_gateway.url}/admin/api/tenants/default/policy"
+    put = httpx.put(policy, json={"strategy": "rule"}, headers=cloud_gateway.admin, timeout=30)
+    assert put.status_code == 200, put.text
+    try:
+        raw = cloud_gateway.client().chat.completions.with_raw_response.create(
+            model="tiergate-auto", messages=QUESTION, max_tokens=400, temperature=0
+        )
+    finally:
+        httpx.put(policy, json={}, headers=cloud_gateway.admin, timeout=30)
     assert raw.headers["x-tiergate-tier"] == "cloud"
     assert raw.headers["x-tiergate-route-reason"] == "cloud: max_tokens 400 > 256"
     assert raw.parse().choices[0].finish_reason == "stop"

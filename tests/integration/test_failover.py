@@ -17,8 +17,12 @@ HELLO = [{"role": "user", "content": "Say hello."}]
 
 
 def _cloud_at(url: str) -> str:
-    # Anything asking for more than 4 tokens prefers the cloud, so short answers test failover.
-    return f'[cloud]\nurls = ["{url}"]\nhealth_interval_s = 0.2\n[routing]\nedge_max_output_tokens = 4\n'
+    # The size rule, and anything asking for more than 4 tokens prefers the cloud, so short answers
+    # test failover.
+    return (
+        f'[cloud]\nurls = ["{url}"]\nhealth_interval_s = 0.2\n[routing]\nedge_max_output_tokens = 4\n'
+        '[policies.default]\nstrategy = "rule"\n'
+    )
 
 
 @pytest.fixture
@@ -41,7 +45,8 @@ def test_auto_serves_from_the_edge_when_the_cloud_is_down_and_says_so(dead_cloud
         model="tiergate-auto", messages=HELLO, max_tokens=8
     )
     assert raw.headers["x-tiergate-tier"] == "edge"
-    assert raw.headers["x-tiergate-route-reason"] == "edge: cloud is down"
+    reason = raw.headers["x-tiergate-route-reason"]
+    assert reason == "edge: cloud is down"
     ready = dead_cloud.readyz()
     assert ready["ready"] is True
     assert [t["health"] for t in ready["tiers"]] == ["ready", "down"]

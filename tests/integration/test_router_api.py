@@ -5,6 +5,7 @@ from observed requests, refit and persistence across a restart."""
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import Gateway, start_gateway
+from tests.conftest import TIERGATE, Gateway, alive, children, start_gateway
 from tests.fakes import FakeVLLM
 from tests.integration.test_tenants_api import admin
 
@@ -25,6 +26,7 @@ health_interval_s = 0.2
 flush_interval_s = 0.1
 [router]
 budget_refresh_s = 0.2
+save_interval_s = 0.5
 exploration = 0.0
 [router.predictor]
 min_samples = 6
@@ -126,8 +128,14 @@ def test_it_learns_refits_and_keeps_what_it_learned_across_a_restart(fake: FakeV
         assert cloud["fitted"] and cloud["live_mape"]["total"] is not None
         version = refit.json()["version"]
         assert admin(gw, "GET", "/router", key=gw.api_key).status_code == 403
+        workers = children(gw.process.pid)  # the refit worker process among them
+        assert workers
     finally:
         gw.stop()
+    deadline = time.monotonic() + 10
+    while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(alive(pid) for pid in workers), "a refit worker outlived the gateway"
     saved = json.loads((tmp_path / "data" / "router" / "predictor.json").read_text())
     assert saved["version"] == version and len(saved["tiers"]["cloud"]["window"]) == 8
     again = start_gateway(tmp_path, (tmp_path / "tiergate.toml").read_text().split("\n", 1)[1])
@@ -137,3 +145,75 @@ def test_it_learns_refits_and_keeps_what_it_learned_across_a_restart(fake: FakeV
         assert state["version"] == version and state["tiers"]["cloud"]["fitted"]
     finally:
         again.stop()
+
+
+def test_calibrate_probes_each_tier_and_fits(gw: Gateway, tmp_path: Path) -> None:
+    config = gw.data_dir.parent / "tiergate.toml"
+    done = subprocess.run(
+        [
+            TIERGATE,
+            "calibrate",
+            "--config",
+            str(config),
+            "--url",
+            gw.url,
+            "--tier",
+            "cloud",
+            "--requests",
+            "8",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "sent 8 probes, 8 answered" in done.stdout and "cloud: " in done.stdout
+    state = admin(gw, "GET", "/router").json()["tiers"]["cloud"]
+    assert state["fitted"] and state["samples"] >= 8
+    assert (gw.data_dir / "router" / "predictor.json").exists()
+
+
+def test_train_difficulty_from_a_file_reaches_the_running_gateway(gw: Gateway, tmp_path: Path) -> None:
+    examples = tmp_path / "labelled.jsonl"
+    lines = [json.dumps({"prompt": f"say hi to friend {i}", "label": "easy"}) for i in range(30)]
+    lines += [json.dumps({"prompt": f"say hi using category theory {i}", "label": "hard"}) for i in range(30)]
+    examples.write_text("\n".join(lines) + "\n")
+    config = gw.data_dir.parent / "tiergate.toml"
+    done = subprocess.run(
+        [TIERGATE, "router", "train-difficulty", str(examples), "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "trained on 60 examples" in done.stdout
+    assert (gw.data_dir / "router" / "difficulty.json").exists()
+    deadline = time.monotonic() + 30
+    while admin(gw, "GET", "/router").json()["difficulty"]["source"] != str(examples):
+        assert time.monotonic() < deadline, "the gateway did not load the new difficulty model"
+        time.sleep(0.5)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "x", "label": "perhaps"}\n')
+    done = subprocess.run(
+        [TIERGATE, "router", "train-difficulty", str(bad), "--config", str(config)],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2 and "line 1" in done.stderr
+
+
+def test_the_refit_worker_exits_when_the_gateway_is_killed(fake: FakeVLLM, tmp_path: Path) -> None:
+    gw = start(tmp_path, fake)
+    try:
+        for _ in range(6):
+            assert ask(gw, model="cloud").status_code == 200
+        assert admin(gw, "POST", "/router/refit").status_code == 200
+        workers = children(gw.process.pid)
+        assert workers
+    finally:
+        gw.process.kill()
+        gw.process.wait(30)
+    deadline = time.monotonic() + 15
+    while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(alive(pid) for pid in workers), "the refit worker outlived a killed gateway"

@@ -155,7 +155,7 @@ def test_the_baselines_run_through_the_same_code(learned: router.Router) -> None
     )
     only_edge_video = feats(modalities=frozenset({Modality.TEXT, Modality.IMAGE}), images=1)
     d = learned.decide("tiergate-auto", tiers(), only_edge_video, router.TenantPolicy(strategy="always-edge"))
-    assert d.tier == "cloud" and d.reason == "cloud: edge cannot take it now"
+    assert d.reason == "cloud: always-edge strategy, but edge cannot take it; edge does not accept image"
 
 
 def test_exploration_tries_the_other_tier_at_about_its_rate() -> None:

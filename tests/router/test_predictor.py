@@ -150,3 +150,38 @@ def test_training_difficulty_from_labelled_jsonl() -> None:
         router.read_examples(['{"prompt": "x", "label": "maybe"}'])
     with pytest.raises(ValueError, match="both labels"):
         router.train(router.read_examples(['{"prompt": "x", "label": 1}'] * 10), source="x")
+
+
+def test_the_output_share_learns_which_requests_stop_early() -> None:
+    from router._output import OutputShare, output_keys
+
+    model = OutputShare()
+    chat, story = (
+        output_keys("say hello to ada", 256),
+        output_keys("write a long story about a lighthouse", 256),
+    )
+    assert model.predict(chat) == pytest.approx(model.predict(story))
+    for _ in range(200):
+        model.update(chat, 12 / 256)
+        model.update(story, 1.0)
+    assert model.predict(chat) < 0.15 and model.predict(story) > 0.85
+    assert model.predict(output_keys("say hello to grace", 256)) < 0.5  # the words carry over
+    again = OutputShare()
+    again.load(json.loads(json.dumps(model.dump())))
+    assert again.predict(chat) == pytest.approx(model.predict(chat))
+
+
+def test_the_router_feeds_the_expected_output_to_the_latency_model() -> None:
+    r = router.Router(router.AutoRule(), {})
+    views = [
+        router.TierView(
+            "edge", router._decision.Capabilities(TEXT, 4096, "m"), TierState("edge", Health.READY)
+        )
+    ]
+    f = router.Features(10, 200, 1, TEXT, False, text="say hello")
+    for _ in range(100):
+        d = r.decide("edge", views, f, router.DEFAULT_POLICY)
+        r.observe(d, "edge", None, 0.5, 10)
+    d = r.decide("edge", views, f, router.DEFAULT_POLICY)
+    assert d.detail is not None and d.detail.output_share < 0.2
+    assert d.detail.vectors["edge"][router.FEATURE_NAMES.index("out_k")] < 0.2 * 200 / 1000

@@ -1,0 +1,184 @@
+"""The router inside the chat service (in-process fake tiers): policies per tenant, learning from
+served requests (TTFT from streams), the fallback order on a full queue; budgets from the ledger."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+import router
+from gateway.budgets import BudgetBook, period_bounds, spent_usd
+from gateway.chat import ChatService, RequestContext
+from gateway.ledger import LedgerRow, insert_rows
+from gateway.metrics import Metrics
+from gateway.protocol import parse_chat_request
+from gateway.routing import RoutingService, tier_prices
+from gateway.settings import DEFAULT_PRICES, RouterSettings, TenantLimits
+from gateway.storage import open_database
+from gateway.tenants import TenantStore
+from tiers import (
+    Capabilities,
+    Completion,
+    Delta,
+    Generation,
+    Health,
+    Modality,
+    TierOverloaded,
+    TierState,
+    Usage,
+)
+
+
+class Tier:
+    def __init__(self, name: str, quality: float) -> None:
+        self.name = name
+        self.full = False
+        self.calls = 0
+        self._caps = Capabilities(frozenset({Modality.TEXT}), 4096, f"{name}-model", quality=quality)
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self._caps
+
+    def state(self) -> TierState:
+        return TierState(self.name, Health.READY)
+
+    async def start(self) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+    async def complete(self, gen: Generation) -> Completion:
+        if self.full:
+            raise TierOverloaded(self.name, "the fast lane is full", retry_after_s=2)
+        self.calls += 1
+        return Completion("hi", "stop", Usage(5, 2), self._caps.model)
+
+    async def stream(self, gen: Generation) -> AsyncIterator[Delta]:
+        if self.full:
+            raise TierOverloaded(self.name, "the fast lane is full", retry_after_s=2)
+        self.calls += 1
+        yield Delta(text="h")
+        yield Delta(text="i", finish_reason="stop", usage=Usage(5, 2))
+
+
+def body(stream: bool = False, max_tokens: int = 16, text: str = "Say hello.") -> bytes:
+    return (
+        b'{"model": "tiergate-auto", "max_tokens": %d, "stream": %s, "messages": [{"role": "user", "content": "%s"}]}'
+        % (max_tokens, b"true" if stream else b"false", text.encode())
+    )
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> tuple[ChatService, RoutingService, Tier, Tier, dict[str, router.TenantPolicy]]:
+    edge, cloud = Tier("edge", 0.4), Tier("cloud", 0.7)
+    tiers = {"edge": edge, "cloud": cloud}
+    settings = RouterSettings(exploration=0.0)
+    routing = RoutingService(settings, router.AutoRule(), tier_prices(DEFAULT_PRICES, tiers), tmp_path)
+    routing.router.difficulty = router.builtin_model()
+    policies: dict[str, router.TenantPolicy] = {}
+    routing.bind(lambda t: policies.get(t, router.DEFAULT_POLICY), None)
+    chat = ChatService(tiers, router.AutoRule(), Metrics(), routing=routing)
+    return chat, routing, edge, cloud, policies
+
+
+async def test_each_tenant_is_routed_by_its_own_policy(setup) -> None:
+    chat, _, _, _, policies = setup
+    policies["acme"] = router.TenantPolicy(strategy="always-cloud")
+    routed, _ = await chat.complete(parse_chat_request(body()), "r1", RequestContext(tenant="acme"))
+    assert (routed.tier, routed.reason) == ("cloud", "cloud: always-cloud strategy")
+    routed, _ = await chat.complete(parse_chat_request(body()), "r2", RequestContext(tenant="other"))
+    assert routed.tier == "edge" and "predicted" in routed.reason and routed.predicted.startswith("ttft=")
+
+
+async def test_served_requests_are_learned_from_streams_with_their_ttft(setup) -> None:
+    chat, routing, *_ = setup
+    await chat.complete(parse_chat_request(body()), "r1", RequestContext())
+    start = await chat.stream(parse_chat_request(body(stream=True)), "r2", RequestContext())
+    async for _ in start.events:
+        pass
+    edge = routing.router.predictors["edge"]
+    assert len(edge.window) == 2
+    assert edge.window[0].ttft is None and edge.window[1].ttft is not None
+    assert edge.window[1].ttft <= edge.window[1].total
+    assert edge.completion_ratio != 0.6  # the 2 of 16 tokens used moved it
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_full_queue_moves_the_request_to_the_next_in_the_fallback_order(setup, stream: bool) -> None:
+    chat, _, edge, cloud, _ = setup
+    edge.full = True
+    request = parse_chat_request(body(stream=stream))
+    if stream:
+        start = await chat.stream(request, "r1", RequestContext())
+        routed = start.routed
+        async for _ in start.events:
+            pass
+    else:
+        routed, _ = await chat.complete(request, "r1", RequestContext())
+    assert routed.tier == "cloud" and "failed over" in routed.reason and cloud.calls == 1
+
+
+def row(tenant_id: int, ts: float, cost_nusd: int, n: int) -> LedgerRow:
+    return LedgerRow(
+        entry_id=f"e{n}",
+        request_id=f"r{n}",
+        tenant_id=tenant_id,
+        key_id="k",
+        ts=ts,
+        day="",
+        model_asked="m",
+        tier="cloud",
+        model_used="m",
+        route_reason="",
+        prompt_tokens=1,
+        completion_tokens=1,
+        images=0,
+        audio=0,
+        video=0,
+        ttft_ms=None,
+        total_ms=1.0,
+        cache_hit=False,
+        degraded=False,
+        status=200,
+        error=None,
+        price_id=None,
+        cost_nusd=cost_nusd,
+        counterfactual_nusd=cost_nusd,
+    )
+
+
+def test_period_bounds_are_utc_calendar_periods() -> None:
+    now = dt.datetime(2026, 11, 26, 15, 30, tzinfo=dt.UTC).timestamp()  # a Thursday
+    day = period_bounds("day", now)
+    assert dt.datetime.fromtimestamp(day[0], dt.UTC) == dt.datetime(2026, 11, 26, tzinfo=dt.UTC)
+    week = period_bounds("week", now)
+    assert dt.datetime.fromtimestamp(week[0], dt.UTC) == dt.datetime(2026, 11, 23, tzinfo=dt.UTC)
+    month = period_bounds("month", now)
+    assert dt.datetime.fromtimestamp(month[1], dt.UTC) == dt.datetime(2026, 12, 1, tzinfo=dt.UTC)
+
+
+async def test_spend_comes_from_the_ledger_for_the_current_period(tmp_path: Path) -> None:
+    engine = open_database(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    store = TenantStore(engine, TenantLimits())
+    acme, other = store.create_tenant("acme"), store.create_tenant("other")
+    now = dt.datetime(2026, 11, 26, 12, tzinfo=dt.UTC).timestamp()
+    last_month = dt.datetime(2026, 10, 30, tzinfo=dt.UTC).timestamp()
+    insert_rows(
+        engine,
+        [
+            row(acme.id, now - 60, 2_000_000_000, 1),
+            row(acme.id, last_month, 5_000_000_000, 2),
+            row(other.id, now, 9_000_000_000, 3),
+        ],
+    )
+    assert spent_usd(engine, "acme", period_bounds("month", now)[0]) == 2.0
+    policy = router.TenantPolicy(budget=router.Budget(amount_usd=1.5, period="month"))
+    book = BudgetBook(engine, lambda _t: policy, refresh_s=60, clock=lambda: now)
+    assert book.spend("acme", policy) is None  # not read yet: noted for the next refresh
+    await book.refresh()
+    spend = book.spend("acme", policy)
+    assert spend is not None and spend.spent_usd == 2.0 and 0 < spend.seconds_left <= 5 * 86400
+    assert book.spend("acme", router.TenantPolicy()) is None  # no budget, nothing to check
