@@ -233,6 +233,18 @@ def test_the_cost_chart_draws_the_ledger_totals_and_the_csv_matches(
     assert total["day"] == "total" and int(total["cost_nusd"]) == cost and int(total["requests"]) == rows
     assert sum(int(r["cost_nusd"]) for r in table[:-1]) == cost
 
+    # Split by model: other bars, the same total.
+    page.select_option("#by", "model")
+    page.click("text=Show")
+    expect(page).to_have_url(re.compile(r"by=model"))
+    expect(chart.locator("svg rect[data-series='edge-smollm2-135m']").first).to_be_attached()
+    by_model = chart.locator("svg rect[data-cost-nusd]").evaluate_all(
+        "rects => rects.map(r => Number(r.dataset.costNusd))"
+    )
+    assert sum(by_model) == cost
+    page.set_viewport_size(PHONE)
+    screenshot(page, "costs-phone", full_page=False)
+
     page.goto(f"{ui_gateway.url}/admin/costs?tenant=finance&since=yesterday")
     expect(page.locator("#since-error")).to_contain_text("ISO date")
 
