@@ -15,6 +15,7 @@ from pathlib import Path
 
 from sqlalchemy import Engine
 
+from gateway.activity import Activity
 from gateway.chat import AUTO_MODEL, ChatService
 from gateway.ledger import Ledger, PriceBook
 from gateway.media import MediaPipeline
@@ -57,10 +58,17 @@ class Accounts:
     metered: MeteredChat
     policies: PolicyBook
 
-    def __init__(self, settings: Settings, chat: ChatService, media: MediaPipeline | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        chat: ChatService,
+        media: MediaPipeline | None = None,
+        activity: Activity | None = None,
+    ) -> None:
         self._settings = settings
         self._chat = chat
         self._media = media
+        self._activity = activity
 
     async def start(self) -> None:
         settings = self._settings
@@ -100,7 +108,9 @@ class Accounts:
                 sync=settings.ledger.sync,
             )
             await self.ledger.start()
-        self.metered = MeteredChat(self._chat, self.limiter, self.ledger, self.prices, self._media)
+        self.metered = MeteredChat(
+            self._chat, self.limiter, self.ledger, self.prices, self._media, self._activity
+        )
 
     def scrape(self, metrics: Metrics) -> None:
         """A /metrics hook: the ledger's backlog."""

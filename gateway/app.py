@@ -16,6 +16,7 @@ from prometheus_client import disable_created_metrics
 import cache
 import router
 from gateway.accounts import Accounts
+from gateway.activity import Activity
 from gateway.admin import ADMIN_ROUTES
 from gateway.admission import admit
 from gateway.budgets import BudgetBook
@@ -110,7 +111,8 @@ def create_app(
         media = MediaPipeline(
             settings.media, settings.data_path, media_targets(tiers), metrics=MediaMetrics(metrics)
         )
-    accounts = Accounts(settings, chat, media)
+    activity = Activity(settings.admin_ui.recent_decisions)
+    accounts = Accounts(settings, chat, media, activity)
     observer = Observer(
         obs, metrics, tracing, priority_tenants=settings.admission.priority_tenants, models=chat.model_names
     )
@@ -175,8 +177,13 @@ def create_app(
             if shared is not None:
                 await shared.aclose()
 
+    # Imported here: the admin UI is built on the gateway's packages (admin_ui → gateway), not the other way.
+    from admin_ui import create_admin_ui, template_config
+
+    admin_ui = [create_admin_ui(settings.admin_ui)] if settings.admin_ui.enabled else []
     return Litestar(
-        route_handlers=[*ROUTES, *ADMIN_ROUTES, *OPENAPI_ROUTES],
+        route_handlers=[*ROUTES, *ADMIN_ROUTES, *OPENAPI_ROUTES, *admin_ui],
+        template_config=template_config() if admin_ui else None,
         lifespan=[lifespan],
         state=State(
             {
@@ -187,6 +194,7 @@ def create_app(
                 "settings": settings,
                 "pool": SharedPool(pool, shared) if shared is not None and pool is not None else pool,
                 "edge_models": edge_models,
+                "activity": activity,
                 "routing": routing,
             }
         ),

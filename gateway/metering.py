@@ -16,6 +16,7 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+from gateway.activity import Activity, Decision
 from gateway.chat import ChatService, RequestContext, Routed, StreamOutcome, StreamStart
 from gateway.errors import PermissionDenied, to_gateway_error
 from gateway.ledger import Ledger, LedgerRow, PriceBook
@@ -70,6 +71,7 @@ class MeteredChat:
         ledger: Ledger | None,
         prices: PriceBook,
         media: MediaPipeline | None = None,
+        activity: Activity | None = None,
     ) -> None:
         self._chat = chat
         self._limiter = limiter
@@ -78,6 +80,7 @@ class MeteredChat:
         self._metrics = chat.metrics
         self._tracing = chat.tracing
         self._media = media
+        self._activity = activity
 
     async def _prepare(
         self, call: _Call, ctx: RequestContext | None
@@ -115,6 +118,7 @@ class MeteredChat:
             self._failed(call, exc)
             raise
         usage = completion.usage
+        self._note(call, routed, 200)
         await self._limiter.charge_tokens(call.tenant, usage.total_tokens)
         if self._ledger is not None:
             row = self._row(call, routed, completion.model, usage.prompt_tokens, usage.completion_tokens)
@@ -157,6 +161,7 @@ class MeteredChat:
         try:
             async for event in start.events:
                 if event.endswith(DONE):
+                    self._note(call, start.routed, 200)
                     usage = outcome.usage
                     prompt, completion = (usage.prompt_tokens, usage.completion_tokens) if usage else (0, 0)
                     await self._limiter.charge_tokens(call.tenant, prompt + completion)
@@ -168,16 +173,36 @@ class MeteredChat:
                     error = "the tier failed mid-stream: " + event.decode(errors="replace")[6:].strip()
                 yield event
         finally:
+            if not recorded:
+                self._note(call, start.routed, 499 if (error or "").startswith("the client") else 502)
             if not recorded and self._ledger is not None:
                 usage = outcome.usage
                 prompt, completion = (usage.prompt_tokens, usage.completion_tokens) if usage else (0, 0)
                 row = self._row(call, start.routed, outcome.model, prompt, completion, ttft_ms, error=error)
                 self._ledger.submit(row)
 
+    def _note(self, call: _Call, routed: Routed | None, status: int, reason: str = "") -> None:
+        if self._activity is None:
+            return
+        self._activity.note(
+            Decision(
+                ts=call.ts,
+                tenant=call.tenant.name,
+                model_asked=call.request.model,
+                tier=routed.tier if routed is not None else "",
+                reason=routed.reason if routed is not None else reason,
+                cache=routed.cache.value if routed is not None else "bypass",
+                status=status,
+                latency_ms=(time.perf_counter() - call.started) * 1000,
+                degraded=routed.degraded if routed is not None else (),
+            )
+        )
+
     def _failed(self, call: _Call, exc: Exception) -> None:
+        error = to_gateway_error(exc)
+        self._note(call, None, error.status, error.message)
         if self._ledger is None:
             return
-        error = to_gateway_error(exc)
         row = self._row(call, None, "", 0, 0, status=error.status, error=error.message)
         self._ledger.submit(row)
 

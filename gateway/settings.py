@@ -158,6 +158,19 @@ class RouterSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     predictor: PredictorConfig = msgspec.field(default_factory=PredictorConfig)
 
 
+class AdminUISettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The operator's web page at /admin/ (sign in with an admin key)."""
+
+    enabled: bool = True
+    # A session ends after this long without a request, and in any case after session_max_s.
+    session_idle_s: float = 3600.0
+    session_max_s: float = 43200.0
+    # How often the live view refreshes itself.
+    refresh_s: float = 3.0
+    # Recent route decisions kept in memory for the live view (this process only).
+    recent_decisions: int = 500
+
+
 class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     # Everything the gateway writes (logs, and later caches, ledger, predictor).
     data_dir: str = "~/.local/share/tiergate"
@@ -182,6 +195,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     pricing: PricingSettings = msgspec.field(default_factory=PricingSettings)
     observability: ObservabilitySettings = msgspec.field(default_factory=ObservabilitySettings)
     scaling: ScalingSettings = msgspec.field(default_factory=ScalingSettings)
+    admin_ui: AdminUISettings = msgspec.field(default_factory=AdminUISettings)
     policies: PolicySettings = msgspec.field(default_factory=PolicySettings)
     router: RouterSettings = msgspec.field(default_factory=RouterSettings)
 

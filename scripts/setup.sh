@@ -40,6 +40,9 @@ command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v initdb >/dev/null 2>&1 || compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || missing+=(postgresql)
 # systemd-analyze (the appliance tests verify the unit file) and systemd-sysusers (the installer).
 command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
+# Chromium for the admin UI's browser tests (driven by Playwright through executable_path; Playwright's
+# own browser download is never used).
+command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || missing+=(chromium)
 if (( ${#missing[@]} )); then
   if command -v apt-get >/dev/null 2>&1; then
     say "installing ${missing[*]} (apt)"

@@ -9,7 +9,7 @@ from gateway.tenants._auth import Authenticator
 from gateway.tenants._keys import hash_key, key_id_of, matches, new_key
 from gateway.tenants._limits import Demand, LocalLimiter, RateLimiter, RedisLimiter, make_limiter
 from gateway.tenants._models import ADMIN, DEFAULT_TENANT, TENANT, Caller, KeyInfo, NewKey, Tenant
-from gateway.tenants._store import TenantStore
+from gateway.tenants._store import TenantStore, check_tenant_name
 
 __all__ = [
     "ADMIN",
@@ -25,6 +25,7 @@ __all__ = [
     "RedisLimiter",
     "Tenant",
     "TenantStore",
+    "check_tenant_name",
     "hash_key",
     "key_id_of",
     "make_limiter",

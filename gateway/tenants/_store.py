@@ -21,6 +21,13 @@ _NAME = re.compile(r"[a-z0-9][a-z0-9_.\-]{0,63}")
 _LIMIT_FIELDS = tuple(TenantLimits.__struct_fields__)
 
 
+def check_tenant_name(name: str) -> None:
+    if not _NAME.fullmatch(name):
+        raise InvalidRequest(
+            f"invalid tenant name {name!r}: use 1-64 of a-z, 0-9, '_', '.', '-'", param="name"
+        )
+
+
 class TenantStore:
     def __init__(self, engine: Engine, default_limits: TenantLimits) -> None:
         self.engine = engine
@@ -29,10 +36,7 @@ class TenantStore:
     # -- tenants -------------------------------------------------------------
 
     def create_tenant(self, name: str, limits: dict[str, int] | None = None) -> Tenant:
-        if not _NAME.fullmatch(name):
-            raise InvalidRequest(
-                f"invalid tenant name {name!r}: use 1-64 of a-z, 0-9, '_', '.', '-'", param="name"
-            )
+        check_tenant_name(name)
         unknown = set(limits or {}) - set(_LIMIT_FIELDS)
         if unknown:
             raise InvalidRequest(f"unknown limits: {', '.join(sorted(unknown))}", param="limits")

@@ -1,0 +1,82 @@
+"""What every admin page shares: the settings, the session store, and how a page is rendered."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from litestar import Response
+from litestar.datastructures import Cookie
+from litestar.response import Template
+
+from admin_ui._guard import AnyRequest, Operator
+from admin_ui._sessions import SessionStore
+from gateway.accounts import Accounts
+from gateway.activity import Activity
+from gateway.chat import ChatService
+from gateway.errors import GatewayError, error_response
+from gateway.settings import AdminUISettings
+
+# Sent with every admin page and data answer: nothing cached, nothing framed, scripts and
+# styles from this site only (no inline script or style anywhere in the pages).
+SECURITY_HEADERS = {
+    "Cache-Control": "no-store",
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "Content-Security-Policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+    ),
+}
+
+
+@dataclass(slots=True)
+class UI:
+    settings: AdminUISettings
+    sessions: SessionStore = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.sessions = SessionStore(self.settings.session_idle_s, self.settings.session_max_s)
+
+
+def services(request: AnyRequest) -> tuple[Accounts, ChatService, Activity]:
+    state = request.app.state
+    return state.accounts, state.chat, state.activity
+
+
+def page(
+    op: Operator | None,
+    name: str,
+    *,
+    title: str,
+    nav: str = "",
+    status: int = 200,
+    cookies: list[Cookie] | None = None,
+    **context: Any,
+) -> Template:
+    """Render ``templates/<name>`` inside the layout, with the session's CSRF token at hand."""
+    return Template(
+        template_name=name,
+        context={"title": title, "nav": nav, "csrf": op.csrf if op else "", "signed_in": op is not None}
+        | context,
+        status_code=status,
+        headers=SECURITY_HEADERS,
+        cookies=cookies or [],
+    )
+
+
+DATA_PATHS = ("/admin/data/", "/admin/live/panel", "/admin/costs.csv")
+
+
+def problem(request: AnyRequest, exc: GatewayError) -> Response[Any]:
+    """A page's error (an unknown tenant, a bad parameter) as a page; data endpoints keep
+    OpenAI's JSON error shape."""
+    if request.url.path.startswith(DATA_PATHS):
+        return error_response(request, exc)
+    return page(None, "problem.html", title="Not possible", status=exc.status, message=exc.message)
+
+
+def refused(request: AnyRequest, exc: Exception) -> Template:
+    """A form post without this session's CSRF token, or from another site: 403."""
+    return page(None, "refused.html", title="Refused", status=403, reason=str(exc))

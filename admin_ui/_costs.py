@@ -1,0 +1,126 @@
+"""The cost report: per tenant (or all), per day, by tier or by model, against the all-cloud
+counterfactual; a chart (drawn in the browser from ``/admin/data/costs``), a table, and CSV."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlencode
+
+from litestar import Response, get
+from litestar.response import Template
+
+from admin_ui._context import SECURITY_HEADERS, UI, page, services
+from admin_ui._guard import AnyRequest, Operator, operator
+from gateway.admin import AdminService
+from gateway.errors import GatewayError, InvalidRequest
+from gateway.ledger import report_csv
+from gateway.protocol import encode
+
+SPLITS = ("tier", "model")
+DEFAULT_DAYS = 30
+
+
+@dataclass(frozen=True, slots=True)
+class CostQuery:
+    tenant: str  # "" for every tenant
+    since: str
+    until: str
+    by: str
+
+    @classmethod
+    def of(cls, tenant: str | None, since: str | None, until: str | None, by: str | None) -> CostQuery:
+        today = dt.datetime.now(dt.UTC).date()
+        by = by or "tier"
+        if by not in SPLITS:
+            raise InvalidRequest(f"split by one of: {', '.join(SPLITS)}", param="by")
+        return cls(
+            tenant=(tenant or "").strip(),
+            since=(since or str(today - dt.timedelta(days=DEFAULT_DAYS - 1))).strip(),
+            until=(until or str(today)).strip(),
+            by=by,
+        )
+
+    @property
+    def params(self) -> str:
+        return urlencode({"tenant": self.tenant, "since": self.since, "until": self.until, "by": self.by})
+
+
+async def report(request: AnyRequest, op: Operator, q: CostQuery, group_by: str) -> dict[str, Any]:
+    accounts, _, _ = services(request)
+    admin = AdminService(accounts.store, accounts.auth)
+    return await admin.cost_report(op.caller, q.tenant or None, q.since, q.until, group_by)
+
+
+@get("/costs", name="admin_ui:costs")
+async def costs_page(
+    request: AnyRequest,
+    ui: UI,
+    tenant: str | None = None,
+    since: str | None = None,
+    until: str | None = None,
+    by: str | None = None,
+) -> Template:
+    op = await operator(request, ui.sessions)
+    accounts, _, _ = services(request)
+    tenants = await AdminService(accounts.store, accounts.auth).tenants(op.caller)
+    q = CostQuery(tenant or "", since or "", until or "", by or "tier")
+    error: dict[str, str] = {}
+    by_day = per_tenant = None
+    try:
+        q = CostQuery.of(tenant, since, until, by)
+        by_day = await report(request, op, q, f"day,{q.by}")
+        per_tenant = await report(request, op, q, "tenant") if not q.tenant else None
+    except GatewayError as exc:
+        error[exc.param or "tenant"] = exc.message
+    return page(
+        op,
+        "costs.html",
+        title="Costs",
+        nav="costs",
+        q=q,
+        tenants=tenants,
+        splits=SPLITS,
+        report=by_day,
+        per_tenant=per_tenant,
+        errors=error,
+        status=400 if error else 200,
+    )
+
+
+@get("/data/costs", name="admin_ui:costs_data")
+async def costs_data(
+    request: AnyRequest,
+    ui: UI,
+    tenant: str | None = None,
+    since: str | None = None,
+    until: str | None = None,
+    by: str | None = None,
+) -> Response[bytes]:
+    op = await operator(request, ui.sessions, page=False)
+    q = CostQuery.of(tenant, since, until, by)
+    body = await report(request, op, q, f"day,{q.by}")
+    return Response(encode(body | {"by": q.by}), media_type="application/json", headers=SECURITY_HEADERS)
+
+
+@get("/costs.csv", name="admin_ui:costs_csv")
+async def costs_csv(
+    request: AnyRequest,
+    ui: UI,
+    tenant: str | None = None,
+    since: str | None = None,
+    until: str | None = None,
+    by: str | None = None,
+) -> Response[bytes]:
+    op = await operator(request, ui.sessions, page=False)
+    q = CostQuery.of(tenant, since, until, by)
+    groups = f"day,{q.by}" if q.tenant else f"day,tenant,{q.by}"
+    body = report_csv(await report(request, op, q, groups)).encode()
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", f"tiergate-costs-{q.tenant or 'all'}-{q.since}-{q.until}.csv")
+    headers = SECURITY_HEADERS | {"Content-Disposition": f'attachment; filename="{name}"'}
+    return Response(body, media_type="text/csv; charset=utf-8", headers=headers)
+
+
+COST_ROUTES = [costs_page, costs_data, costs_csv]

@@ -1,0 +1,140 @@
+"""Routing policies: every tenant's at a glance, an editor per tenant (and for the default)
+with messages next to the fields, the audit history (who, when, before → after), rollback.
+
+Edits go through the gateway's :class:`~gateway.policies.PolicyBook`, so they take effect on
+this gateway's next request (on other gateways within ``policies.refresh_s``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+from litestar import get, post
+from litestar.response import Redirect, Template
+
+import router
+from admin_ui import _policy_form as form
+from admin_ui._context import UI, page, services
+from admin_ui._guard import AnyRequest, Operator, checked_form, operator
+from gateway.errors import GatewayError, InvalidRequest
+from gateway.policies import DEFAULT_KEY, PolicyBook
+
+DEFAULT_SLUG = "_default"  # tenant names start with a letter or digit, so this names no tenant
+
+
+def _key(slug: str) -> str:
+    return DEFAULT_KEY if slug == DEFAULT_SLUG else slug
+
+
+def _who(op: Operator) -> str:
+    return f"admin:{op.caller.key_id}"
+
+
+def _clean(message: str) -> str:
+    """msgspec's wording without the JSON path (the field is shown next to it anyway)."""
+    message = message.removeprefix("invalid policy: ")
+    return re.sub(r" - at `\$[^`]*`$", "", message)
+
+
+def _tiers(request: AnyRequest) -> list[str]:
+    accounts, _, _ = services(request)
+    return sorted(accounts.policies.store.tiers)
+
+
+@get("/policies", name="admin_ui:policies")
+async def policies_page(request: AnyRequest, ui: UI) -> Template:
+    op = await operator(request, ui.sessions)
+    accounts, _, _ = services(request)
+    book: PolicyBook = accounts.policies
+    tenants = await asyncio.to_thread(accounts.store.list_tenants)
+    records = [await book.get(t.name) for t in tenants]
+    default = await book.get(DEFAULT_KEY)
+    return page(op, "policies.html", title="Policies", nav="policies", records=records, default=default)
+
+
+async def _editor(
+    request: AnyRequest,
+    op: Operator,
+    slug: str,
+    *,
+    values: dict[str, str] | None = None,
+    errors: dict[str, str] | None = None,
+    saved: bool = False,
+    status: int = 200,
+) -> Template:
+    accounts, _, _ = services(request)
+    key = _key(slug)
+    if key != DEFAULT_KEY:
+        await asyncio.to_thread(accounts.store.tenant, key)  # 404 for an unknown tenant
+    book: PolicyBook = accounts.policies
+    record = await book.get(key)
+    history = await book.history(key, 50)
+    baseline = book.store.configured_default if key == DEFAULT_KEY else (await book.get(DEFAULT_KEY)).policy
+    tiers = _tiers(request)
+    return page(
+        op,
+        "policy.html",
+        title=f"Policy of {'the default' if key == DEFAULT_KEY else key}",
+        nav="policies",
+        slug=slug,
+        is_default=key == DEFAULT_KEY,
+        record=record,
+        groups=form.fields(tiers),
+        values=values if values is not None else form.flatten(record.policy),
+        errors=errors or {},
+        # A tenant's first version replaced the default policy it was routed by until then.
+        history=[(change, form.changes(change.before or baseline, change.after)) for change in history],
+        saved=saved,
+        status=status,
+    )
+
+
+@get("/policies/{slug:str}", name="admin_ui:policy")
+async def policy_page(request: AnyRequest, ui: UI, slug: str, saved: bool = False) -> Template:
+    return await _editor(request, await operator(request, ui.sessions), slug, saved=saved)
+
+
+@post("/policies/{slug:str}", name="admin_ui:save_policy")
+async def save_policy(request: AnyRequest, ui: UI, slug: str) -> Template | Redirect:
+    op = await operator(request, ui.sessions)
+    posted = await checked_form(request, op.csrf)
+    body, errors = form.parse(posted, _tiers(request))
+    if not errors:
+        try:
+            policy = form.to_policy(body)
+            version = posted.get("version", "")
+            accounts, _, _ = services(request)
+            await accounts.policies.set(
+                _key(slug), policy, _who(op), int(version) if version.isdigit() else None
+            )
+        except router.PolicyInvalid as exc:
+            errors[exc.field or "form"] = _clean(exc.message)
+        except GatewayError as exc:
+            errors[exc.param or "form"] = _clean(exc.message)
+    if errors:
+        status = 409 if "version" in errors else 400
+        known = {f.name for _, group in form.fields(_tiers(request)) for f in group}
+        elsewhere = [message for name, message in errors.items() if name not in known]
+        if elsewhere:
+            errors["form"] = "; ".join(elsewhere)
+        return await _editor(request, op, slug, values=posted, errors=errors, status=status)
+    return Redirect(f"/admin/policies/{slug}?saved=true", status_code=303)
+
+
+@post("/policies/{slug:str}/rollback", name="admin_ui:rollback_policy")
+async def rollback_policy(request: AnyRequest, ui: UI, slug: str) -> Template | Redirect:
+    op = await operator(request, ui.sessions)
+    posted = await checked_form(request, op.csrf)
+    accounts, _, _ = services(request)
+    version = posted.get("version", "")
+    try:
+        if not version.isdigit():
+            raise InvalidRequest("choose a version to roll back to", param="version")
+        await accounts.policies.rollback(_key(slug), int(version), _who(op))
+    except GatewayError as exc:
+        return await _editor(request, op, slug, errors={"form": exc.message}, status=400)
+    return Redirect(f"/admin/policies/{slug}?saved=true", status_code=303)
+
+
+POLICY_ROUTES = [policies_page, policy_page, save_policy, rollback_policy]

@@ -1,0 +1,193 @@
+"""A tenant policy as an HTML form: its fields, and the posted form back to a policy.
+
+Field names are the policy's dotted paths (``latency.total_ms``), so an error the policy's
+validation reports for a path is shown next to the input of that name.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+import router
+from tiers import Modality
+
+MEDIA = tuple(m.value for m in Modality if m is not Modality.TEXT)
+
+
+@dataclass(frozen=True, slots=True)
+class Field:
+    name: str  # dotted path in the policy
+    label: str
+    kind: str  # number | select | checkbox
+    help: str = ""
+    choices: tuple[tuple[str, str], ...] = ()  # (value, label) for selects
+    step: str = "any"
+
+    @property
+    def id(self) -> str:
+        return "f-" + self.name.replace(".", "-")
+
+
+def fields(tiers: list[str]) -> list[tuple[str, list[Field]]]:
+    """The form, in groups: (legend, fields)."""
+    tier_choices = (("", "none"), *((t, t) for t in tiers))
+    return [
+        (
+            "Routing",
+            [
+                Field(
+                    "strategy",
+                    "Strategy",
+                    "select",
+                    "how tiergate-auto chooses for this tenant",
+                    tuple((s, s) for s in router.STRATEGIES),
+                ),
+                Field(
+                    "preferred_tier",
+                    "Preferred tier",
+                    "select",
+                    "taken whenever it meets the objective and the quality floor, even if dearer",
+                    tier_choices,
+                ),
+                Field(
+                    "quality_floor",
+                    "Quality floor",
+                    "number",
+                    "0–1: the least declared quality a tier's model must have",
+                    step="0.05",
+                ),
+            ],
+        ),
+        (
+            "Latency objective",
+            [
+                Field("latency.ttft_ms", "Time to first token (ms)", "number", "empty: no bound"),
+                Field("latency.total_ms", "Total time (ms)", "number", "empty: no bound"),
+                Field("latency.percentile", "At percentile", "number", "50–99.9", step="0.1"),
+            ],
+        ),
+        (
+            "Budget",
+            [
+                Field("budget.amount_usd", "Amount (USD)", "number", "per period; 0: no budget", step="0.01"),
+                Field("budget.period", "Period", "select", "UTC", tuple((p, p) for p in router.PERIODS)),
+                Field(
+                    "budget.on_exhausted",
+                    "Once spent",
+                    "select",
+                    "",
+                    (("cheapest", "route to the cheapest tier"), ("refuse", "refuse (429)")),
+                ),
+            ],
+        ),
+        (
+            "Modality rules",
+            [
+                Field(
+                    f"modality_rules.{m}",
+                    f"Requests with {m}",
+                    "select",
+                    "must go to this tier",
+                    tier_choices,
+                )
+                for m in MEDIA
+            ],
+        ),
+        (
+            "Cache and degradation",
+            [
+                Field("cache", "Answer repeats from the result cache", "checkbox"),
+                Field(
+                    "degrade",
+                    "When a medium's path is broken on every tier",
+                    "select",
+                    "",
+                    (
+                        ("default", "the gateway's setting"),
+                        ("serve", "serve it text-only"),
+                        ("fail", "fail (503)"),
+                    ),
+                ),
+            ],
+        ),
+    ]
+
+
+def flatten(policy: router.TenantPolicy) -> dict[str, str]:
+    """The policy as the form's values: dotted path → text."""
+    plain = msgspec.to_builtins(policy)
+    out: dict[str, str] = {}
+
+    def walk(prefix: str, value: Any) -> None:
+        if isinstance(value, dict):
+            for key, inner in value.items():
+                walk(f"{prefix}{key}.", inner)
+        else:
+            out[prefix[:-1]] = _text(value)
+
+    walk("", plain)
+    return out
+
+
+def _text(value: Any) -> str:
+    if value is None or value is False:
+        return ""
+    if value is True:
+        return "on"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def parse(form: dict[str, str], tiers: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """The posted form as the policy's JSON shape, and errors by field for what is not a number."""
+    errors: dict[str, str] = {}
+    body: dict[str, Any] = {"latency": {}, "budget": {}, "modality_rules": {}}
+    for _, group in fields(tiers):
+        for field in group:
+            text = form.get(field.name, "").strip()
+            if field.kind == "checkbox":
+                value: Any = bool(text)
+            elif field.kind == "number":
+                if not text:
+                    value = None
+                else:
+                    try:
+                        value = float(text)
+                    except ValueError:
+                        errors[field.name] = "a number"
+                        continue
+            else:
+                value = text or None
+            head, _, tail = field.name.partition(".")
+            if head == "modality_rules":
+                if value is not None:
+                    body["modality_rules"][tail] = value
+            elif tail:
+                if value is not None or head == "latency":  # an empty latency bound means none
+                    body[head][tail] = value
+            elif value is not None:
+                body[head] = value
+    return body, errors
+
+
+def to_policy(body: dict[str, Any]) -> router.TenantPolicy:
+    """Decode with the policy's own validation (raises :class:`router.PolicyInvalid`)."""
+    return router.decode_policy(json.dumps(body))
+
+
+def changes(before: router.TenantPolicy | None, after: router.TenantPolicy) -> list[str]:
+    """What a version changed, field by field (``latency.total_ms: 60000.0 → 800.0``)."""
+    old = flatten(before) if before is not None else {}
+    new = flatten(after)
+    out = []
+    for name in sorted(set(old) | set(new)):
+        a, b = old.get(name, ""), new.get(name, "")
+        if a != b:
+            empty = "off" if name == "cache" else "–"
+            out.append(f"{name}: {a or empty} → {b or empty}")
+    return out or ["no change"]

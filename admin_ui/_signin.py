@@ -1,0 +1,101 @@
+"""Sign in with an admin key, sign out."""
+
+from __future__ import annotations
+
+import secrets
+
+from litestar import get, post
+from litestar.datastructures import Cookie
+from litestar.response import Redirect, Template
+
+from admin_ui._context import UI, page, services
+from admin_ui._guard import (
+    AnyRequest,
+    CsrfRefused,
+    SignInRequired,
+    check_origin,
+    checked_form,
+    operator,
+    safe_next,
+)
+from admin_ui._sessions import COOKIE, LOGIN_COOKIE, PATH, same
+from gateway.errors import AuthenticationFailed
+
+
+def _cookie(request: AnyRequest, key: str, value: str, max_age: int | None) -> Cookie:
+    return Cookie(
+        key=key,
+        value=value,
+        path=PATH,
+        max_age=max_age,
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
+
+
+def _form(request: AnyRequest, next_path: str, error: str = "", status: int = 200) -> Template:
+    """The sign-in form, with a fresh CSRF token in a cookie and in the form (double submit)."""
+    token = secrets.token_urlsafe(32)
+    return page(
+        None,
+        "signin.html",
+        title="Sign in",
+        status=status,
+        login_csrf=token,
+        next_path=next_path,
+        error=error,
+        cookies=[_cookie(request, LOGIN_COOKIE, token, 3600)],
+    )
+
+
+@get("/", name="admin_ui:home")
+async def home(request: AnyRequest, ui: UI) -> Redirect:
+    try:
+        await operator(request, ui.sessions)
+    except SignInRequired:
+        return Redirect("/admin/login", status_code=303)
+    return Redirect("/admin/live", status_code=303)
+
+
+@get("/login", name="admin_ui:login")
+async def sign_in_form(request: AnyRequest, ui: UI, next: str | None = None) -> Template | Redirect:
+    if ui.sessions.get(request.cookies.get(COOKIE)) is not None:
+        return Redirect(safe_next(next), status_code=303)
+    return _form(request, safe_next(next))
+
+
+@post("/login", name="admin_ui:sign_in")
+async def sign_in(request: AnyRequest, ui: UI) -> Template | Redirect:
+    check_origin(request)
+    form = await request.form()
+    fields = {k: v for k, v in form.items() if isinstance(v, str)}
+    if not same(fields.get("csrf_token", ""), request.cookies.get(LOGIN_COOKIE, "")):
+        raise CsrfRefused("the sign-in form has no valid CSRF token")
+    next_path = safe_next(fields.get("next"))
+    accounts, _, _ = services(request)
+    key = fields.get("key", "").strip()
+    try:
+        caller = await accounts.auth.caller({"authorization": f"Bearer {key}"})
+    except AuthenticationFailed:
+        return _form(request, next_path, "That is not a valid admin key.", status=401)
+    if not caller.is_admin:
+        return _form(request, next_path, "That key belongs to a tenant; sign in with an admin key.", 403)
+    token, _ = ui.sessions.open(caller.key_id)
+    redirect = Redirect(next_path, status_code=303)
+    redirect.cookies.append(_cookie(request, COOKIE, token, int(ui.settings.session_max_s)))
+    redirect.cookies.append(_cookie(request, LOGIN_COOKIE, "", 0))
+    return redirect
+
+
+@post("/logout", name="admin_ui:sign_out")
+async def sign_out(request: AnyRequest, ui: UI) -> Redirect:
+    op = await operator(request, ui.sessions)
+    await checked_form(request, op.csrf)
+    ui.sessions.close(op.token)
+    redirect = Redirect("/admin/login", status_code=303)
+    redirect.cookies.append(_cookie(request, COOKIE, "", 0))
+    return redirect
+
+
+SIGN_IN_ROUTES = [home, sign_in_form, sign_in, sign_out]

@@ -1,0 +1,124 @@
+"""Tenants and their keys: list and create tenants, create keys (shown once) and revoke them."""
+
+from __future__ import annotations
+
+from litestar import get, post
+from litestar.response import Redirect, Template
+
+from admin_ui._context import UI, page, services
+from admin_ui._guard import AnyRequest, Operator, checked_form, operator
+from gateway.admin import AdminService
+from gateway.errors import GatewayError
+from gateway.settings import TenantLimits
+from gateway.tenants import check_tenant_name
+
+LIMIT_FIELDS = tuple(TenantLimits.__struct_fields__)
+
+
+def _admin(request: AnyRequest) -> AdminService:
+    accounts, _, _ = services(request)
+    return AdminService(accounts.store, accounts.auth)
+
+
+async def _tenants_page(
+    request: AnyRequest,
+    op: Operator,
+    *,
+    errors: dict[str, str] | None = None,
+    values: dict[str, str] | None = None,
+) -> Template:
+    tenants = await _admin(request).tenants(op.caller)
+    return page(
+        op,
+        "tenants.html",
+        title="Tenants",
+        nav="tenants",
+        tenants=tenants,
+        limit_fields=LIMIT_FIELDS,
+        errors=errors or {},
+        values=values or {},
+        status=400 if errors else 200,
+    )
+
+
+@get("/tenants", name="admin_ui:tenants")
+async def tenants_page(request: AnyRequest, ui: UI) -> Template:
+    return await _tenants_page(request, await operator(request, ui.sessions))
+
+
+def _limits(fields: dict[str, str], errors: dict[str, str]) -> dict[str, int]:
+    limits: dict[str, int] = {}
+    for name in LIMIT_FIELDS:
+        text = fields.get(name, "").strip()
+        if not text:
+            continue
+        if not text.isdigit():
+            errors[name] = "a whole number, 0 or more (0: no limit); leave empty for the default"
+            continue
+        limits[name] = int(text)
+    return limits
+
+
+@post("/tenants", name="admin_ui:create_tenant")
+async def create_tenant(request: AnyRequest, ui: UI) -> Template | Redirect:
+    op = await operator(request, ui.sessions)
+    fields = await checked_form(request, op.csrf)
+    errors: dict[str, str] = {}
+    name = fields.get("name", "").strip()
+    try:
+        check_tenant_name(name)
+    except GatewayError as exc:
+        errors["name"] = "a name is required" if not name else exc.message
+    limits = _limits(fields, errors)
+    if not errors:
+        try:
+            await _admin(request).create_tenant(op.caller, name, limits or None)
+        except GatewayError as exc:
+            errors[(exc.param or "name").removeprefix("limits.")] = exc.message
+    if errors:
+        return await _tenants_page(request, op, errors=errors, values=fields)
+    return Redirect(f"/admin/tenants/{name}", status_code=303)
+
+
+async def _tenant_page(request: AnyRequest, op: Operator, name: str, **extra: object) -> Template:
+    admin = _admin(request)
+    tenant = await admin.tenant(op.caller, name)
+    keys = await admin.keys(op.caller, name)
+    return page(
+        op,
+        "tenant.html",
+        title=f"Tenant {name}",
+        nav="tenants",
+        tenant=tenant,
+        keys=keys,
+        limit_fields=LIMIT_FIELDS,
+        **({"new_key": None, "error": ""} | extra),
+    )
+
+
+@get("/tenants/{name:str}", name="admin_ui:tenant")
+async def tenant_page(request: AnyRequest, ui: UI, name: str) -> Template:
+    return await _tenant_page(request, await operator(request, ui.sessions), name)
+
+
+@post("/tenants/{name:str}/keys", name="admin_ui:create_key")
+async def create_key(request: AnyRequest, ui: UI, name: str) -> Template:
+    op = await operator(request, ui.sessions)
+    fields = await checked_form(request, op.csrf)
+    label = fields.get("label", "").strip()[:200]
+    new_key = await _admin(request).create_key(op.caller, name, label)
+    # The key is in this answer only: it is never stored, and the page says so.
+    return await _tenant_page(request, op, name, new_key=new_key, status=201)
+
+
+@post("/keys/{key_id:str}/revoke", name="admin_ui:revoke_key")
+async def revoke_key(request: AnyRequest, ui: UI, key_id: str) -> Redirect:
+    op = await operator(request, ui.sessions)
+    await checked_form(request, op.csrf)
+    key = await _admin(request).revoke_key(op.caller, key_id)
+    ui.sessions.close_key(key_id)
+    back = f"/admin/tenants/{key.tenant}" if key.tenant else "/admin/tenants"
+    return Redirect(back, status_code=303)
+
+
+TENANT_ROUTES = [tenants_page, create_tenant, tenant_page, create_key, revoke_key]

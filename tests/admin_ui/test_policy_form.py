@@ -1,0 +1,61 @@
+"""The policy editor's form: a policy survives the round trip through the form's values, and
+what cannot be a policy is reported at the field it came from."""
+
+from __future__ import annotations
+
+import pytest
+
+import router
+from admin_ui import _policy_form as form
+from tiers import Modality
+
+TIERS = ["cloud", "edge"]
+
+
+def test_a_policy_round_trips_through_the_form() -> None:
+    policy = router.TenantPolicy(
+        strategy="always-edge",
+        latency=router.LatencyObjective(ttft_ms=300.0, total_ms=None, percentile=99.0),
+        budget=router.Budget(amount_usd=12.5, period="day", on_exhausted="refuse"),
+        preferred_tier="edge",
+        quality_floor=0.4,
+        modality_rules={Modality.VIDEO: "cloud"},
+        cache=False,
+        degrade="fail",
+    )
+    values = form.flatten(policy)
+    assert values["latency.ttft_ms"] == "300" and values["latency.total_ms"] == "" and values["cache"] == ""
+    body, errors = form.parse(values, TIERS)
+    assert errors == {}
+    assert form.to_policy(body) == policy
+
+
+def test_text_that_is_no_number_is_reported_at_its_field() -> None:
+    values = form.flatten(router.TenantPolicy()) | {"quality_floor": "high", "budget.amount_usd": "1,5"}
+    _, errors = form.parse(values, TIERS)
+    assert errors == {"quality_floor": "a number", "budget.amount_usd": "a number"}
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("latency.percentile", "20"),
+        ("quality_floor", "1.5"),
+        ("latency.total_ms", "-5"),
+        ("budget.period", "year"),
+    ],
+)
+def test_out_of_range_values_name_their_field(field: str, value: str) -> None:
+    values = form.flatten(router.TenantPolicy()) | {field: value}
+    body, errors = form.parse(values, TIERS)
+    assert errors == {}
+    with pytest.raises(router.PolicyInvalid) as caught:
+        form.to_policy(body)
+    assert caught.value.field == field
+
+
+def test_changes_list_each_field_that_moved() -> None:
+    before = router.TenantPolicy()
+    after = router.TenantPolicy(cache=False, modality_rules={Modality.IMAGE: "cloud"})
+    assert form.changes(before, after) == ["cache: on → off", "modality_rules.image: – → cloud"]
+    assert form.changes(after, after) == ["no change"]
