@@ -10,12 +10,19 @@ Method
   - ``raw``: the engine's own token loop in a plain thread, nothing of tiergate's around it
     (llama-cpp-python: ``Llama.generate`` + ``detokenize``; ONNX Runtime: ``InferenceSession.run`` with
     the KV cache fed back + argmax + ``Tokenizer.decode``);
-  - ``tier``: the gateway's tier object (``LlamaCppTier`` / ``OnnxTier``) in this process, via ``stream``;
-  - ``http``: a real ``tiergate serve`` child process (cloud off), streamed over loopback with
-    ``stream_options.include_usage``.
+  - ``tier``: the gateway's edge tier object (``EdgeRegistry``: the registry, its instance set, and the
+    ``LlamaCppTier`` / ``OnnxTier`` engine instance) in this process, via ``stream``;
+  - ``http``: a real ``tiergate serve`` child process (cloud off, result cache off so that every request
+    runs on the engine, auth in open mode), streamed over loopback with ``stream_options.include_usage``.
 * Concurrency c (1 and 4): c requests start together; an engine serves one at a time (FIFO), so for
   ``raw`` the c requests run back to back in one thread and their TTFT counts from the common start,
   exactly what a client of the queued tier sees.  tokens/s = all tokens made / wall time of the batch.
+* Prompt-prefix reuse (llama.cpp tier): a ~300-token system prompt shared by every question, and an
+  unrelated short request before each question, so the engine's live context no longer starts with the
+  system prompt.  Time to first token of the questions with ``prefix_cache_mb`` on (the state saved after
+  the first question is restored) and off (the whole prompt is evaluated again), same instance settings,
+  questions alternating between the two tiers; plus the same questions back to back (llama-cpp-python's
+  own reuse of the live context) for reference.  Medians over ``--prefix-questions`` questions.
 * Rounds: every (engine, path, c) cell is measured once per round, cells interleaved, the order of the
   paths within an (engine, c) group rotating from round to round (raw first, then tier first, ...),
   ``--repeats`` rounds; the table shows medians over rounds (TTFT: median over all requests).  The
@@ -23,6 +30,7 @@ Method
   ``paired`` the median over rounds of (this path / the raw engine in the same round), the steadier one.
 
     .venv/bin/python -m bench.edge [--repeats 3] [--max-tokens 64] [--concurrency 1,4] [--skip-http]
+                                   [--prefix-questions 8] [--skip-prefix]
 
 Prints a table and writes bench/results/edge.json.
 """
@@ -48,7 +56,7 @@ from typing import Any
 import httpx
 
 from tiers import Generation
-from tiers.edge import EdgeConfig, LlamaCppTier, OnnxTier, default_threads, shipped_model_path
+from tiers.edge import EdgeConfig, EdgeRegistry, LlamaCppTier, default_threads, shipped_model_path
 from tiers.edge._onnx import FP32_FILE, INT8_FILE, ChatPrompt, DecoderShape, choose_providers
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -56,6 +64,27 @@ RESULTS = ROOT / "bench" / "results" / "edge.json"
 CACHE = Path(os.environ.get("TIERGATE_BUILD_CACHE_DIR", "~/.cache/tiergate")).expanduser()
 ONNX_DIR = CACHE / "models" / "smollm2-135m-onnx"
 ESSAY = [{"role": "user", "content": "Write a very long essay about the history of Rome."}]
+SYSTEM = " ".join(
+    [
+        "You are the assistant of a small travel agency in Lisbon. You answer questions about trips,",
+        "hotels, trains, ferries and museums in Portugal and Spain. Keep answers short, friendly and",
+        "factual; when you do not know something, say so and suggest calling the agency on weekdays",
+        "between nine and six. Never invent prices, timetables or opening hours. Prefer trains over cars",
+        "and buses, mention accessibility when it matters, and remind travellers that many museums",
+        "close on Mondays.",
+    ]
+    * 3
+)
+QUESTIONS = [
+    "How do I get from Lisbon to Porto?",
+    "Which museum should I see first?",
+    "Is Sintra worth a day trip?",
+    "Can I take a ferry to Cacilhas?",
+    "What is the best time to visit the Algarve?",
+    "Do trains to Madrid run at night?",
+    "Where can I rent a bicycle?",
+    "Are the trams accessible for wheelchairs?",
+]
 
 
 @dataclass
@@ -170,7 +199,7 @@ async def raw_batch(engine: RawLlama | RawOnnx, concurrency: int, max_tokens: in
 # -- the gateway's tier objects and HTTP ---------------------------------------------------------
 
 
-async def tier_batch(tier: LlamaCppTier | OnnxTier, concurrency: int, max_tokens: int) -> Batch:
+async def tier_batch(tier: EdgeRegistry, concurrency: int, max_tokens: int) -> Batch:
     start = time.perf_counter()
 
     async def one() -> tuple[float, int]:
@@ -226,7 +255,11 @@ class GatewayProcess:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         config = tmp / f"{name}.toml"
-        config.write_text(f'data_dir = "{tmp / name}"\n[edge]\n{edge_toml}\n[cloud]\nenabled = false\n')
+        # no keys (open mode) and no result cache: every request runs on the engine
+        config.write_text(
+            f'data_dir = "{tmp / name}"\n[edge]\n{edge_toml}\n[cloud]\nenabled = false\n'
+            "[cache]\nenabled = false\n[auth]\nopen_mode = true\n"
+        )
         tiergate = str(Path(sys.executable).with_name("tiergate"))
         self.process = subprocess.Popen(
             [tiergate, "serve", "--config", str(config), "--port", str(self.port)],
@@ -251,6 +284,52 @@ class GatewayProcess:
     def stop(self) -> None:
         self.process.terminate()
         self.process.wait(30)
+
+
+# -- prompt-prefix reuse ---------------------------------------------------------------------------
+
+
+async def first_token_s(tier: LlamaCppTier, messages: list[dict[str, str]]) -> float:
+    started = time.perf_counter()
+    ttft = 0.0
+    async for _ in tier.stream(Generation(messages=messages, max_tokens=2, temperature=0)):
+        if not ttft:
+            ttft = time.perf_counter() - started
+    return ttft
+
+
+async def prefix_reuse(questions: int) -> dict[str, Any]:
+    saving = LlamaCppTier(EdgeConfig())
+    plain = LlamaCppTier(EdgeConfig(prefix_cache_mb=0))
+    await saving.start()
+    await plain.start()
+    hello = [{"role": "user", "content": "Say hello."}]
+    times: dict[str, list[float]] = {"off": [], "saved_state": [], "live_context": []}
+    prompt_tokens = 0
+    try:
+        await first_token_s(
+            saving, [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Hi"}]
+        )
+        for n in range(questions):
+            asking = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": QUESTIONS[n % 8]}]
+            for name, tier in (("off", plain), ("saved_state", saving))[:: 1 if n % 2 else -1]:
+                await first_token_s(tier, hello)  # the live context no longer starts with SYSTEM
+                times[name].append(await first_token_s(tier, asking))
+            await first_token_s(saving, asking)  # back to back: the live context is reused
+            times["live_context"].append(await first_token_s(saving, asking))
+        done = await saving.complete(Generation(messages=asking, max_tokens=1, temperature=0))
+        prompt_tokens = done.usage.prompt_tokens
+    finally:
+        await saving.aclose()
+        await plain.aclose()
+    medians = {k: round(statistics.median(v) * 1000, 1) for k, v in times.items()}
+    return {
+        "prompt_tokens": prompt_tokens,
+        "questions": questions,
+        "ttft_ms_p50": medians,
+        "speedup_saved_state": round(medians["off"] / medians["saved_state"], 2),
+        "restores": saving.prefixes.hits,
+    }
 
 
 # -- the run -------------------------------------------------------------------------------------
@@ -318,6 +397,8 @@ async def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", default="1,4")
     parser.add_argument("--skip-http", action="store_true", help="no gateway processes (tier and raw only)")
     parser.add_argument("--engines", default="llamacpp,onnx-fp32,onnx-int8")
+    parser.add_argument("--prefix-questions", type=int, default=8)
+    parser.add_argument("--skip-prefix", action="store_true", help="no prompt-prefix reuse measurement")
     args = parser.parse_args(argv)
     levels = [int(c) for c in args.concurrency.split(",")]
     engines = args.engines.split(",")
@@ -338,46 +419,51 @@ async def main(argv: list[str] | None = None) -> int:
         ),
     }
     raws: dict[str, RawLlama | RawOnnx] = {}
-    tiers: dict[str, LlamaCppTier | OnnxTier] = {}
+    tiers: dict[str, EdgeRegistry] = {}
     gateways: dict[str, GatewayProcess] = {}
     tmp = Path(tempfile.mkdtemp(prefix="tiergate-bench-edge-"))
-    for engine in engines:
-        toml, config = configs[engine]
-        raws[engine] = (
-            RawLlama() if engine == "llamacpp" else RawOnnx(INT8_FILE if config.onnx_quantized else FP32_FILE)
-        )
-        tiers[engine] = LlamaCppTier(config) if engine == "llamacpp" else OnnxTier(config)
-        await tiers[engine].start()
-        if not args.skip_http:
-            gateways[engine] = GatewayProcess(tmp, engine, toml)
-    for gw in gateways.values():
-        gw.wait_ready()
-
     paths = ["raw", "tier"] + ([] if args.skip_http else ["http"])
     cells = [Cell(e, p, c) for e in engines for c in levels for p in paths]
-    async with httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=16)) as client:
-        # one warm-up request per way in (first calls allocate and page in the weights)
+    try:
         for engine in engines:
-            await raw_batch(raws[engine], 1, 8)
-            await tier_batch(tiers[engine], 1, 8)
-            if engine in gateways:
-                await http_batch(client, gateways[engine].url, 1, 8)
-        for round_no in range(args.repeats):
-            for cell in rotated(cells, len(paths), round_no):
-                run: Awaitable[Batch]
-                if cell.path == "raw":
-                    run = raw_batch(raws[cell.engine], cell.concurrency, args.max_tokens)
-                elif cell.path == "tier":
-                    run = tier_batch(tiers[cell.engine], cell.concurrency, args.max_tokens)
-                else:
-                    run = http_batch(client, gateways[cell.engine].url, cell.concurrency, args.max_tokens)
-                cell.batches.append(await run)
-            print(f"round {round_no + 1}/{args.repeats} done", flush=True)
-    for gw in gateways.values():
-        gw.stop()
-    for tier in tiers.values():
-        await tier.aclose()
+            toml, config = configs[engine]
+            raws[engine] = (
+                RawLlama()
+                if engine == "llamacpp"
+                else RawOnnx(INT8_FILE if config.onnx_quantized else FP32_FILE)
+            )
+            tiers[engine] = EdgeRegistry(config)
+            await tiers[engine].start()
+            if not args.skip_http:
+                gateways[engine] = GatewayProcess(tmp, engine, toml)
+        for gw in gateways.values():
+            gw.wait_ready()
 
+        async with httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=16)) as client:
+            # one warm-up request per way in (first calls allocate and page in the weights)
+            for engine in engines:
+                await raw_batch(raws[engine], 1, 8)
+                await tier_batch(tiers[engine], 1, 8)
+                if engine in gateways:
+                    await http_batch(client, gateways[engine].url, 1, 8)
+            for round_no in range(args.repeats):
+                for cell in rotated(cells, len(paths), round_no):
+                    run: Awaitable[Batch]
+                    if cell.path == "raw":
+                        run = raw_batch(raws[cell.engine], cell.concurrency, args.max_tokens)
+                    elif cell.path == "tier":
+                        run = tier_batch(tiers[cell.engine], cell.concurrency, args.max_tokens)
+                    else:
+                        run = http_batch(client, gateways[cell.engine].url, cell.concurrency, args.max_tokens)
+                    cell.batches.append(await run)
+                print(f"round {round_no + 1}/{args.repeats} done", flush=True)
+    finally:  # a failed run leaves no gateway behind
+        for gw in gateways.values():
+            gw.stop()
+        for tier in tiers.values():
+            await tier.aclose()
+
+    prefix = None if args.skip_prefix else await prefix_reuse(args.prefix_questions)
     rows = summarise(cells)
     columns = [("engine", "<10"), ("path", "<5"), ("c", ">2"), ("tok/s", ">8"), ("TTFT p50 ms", ">12")]
     header = " ".join(f"{name:{fmt}}" for name, fmt in [*columns, ("vs raw", ">7"), ("paired", ">7")])
@@ -389,6 +475,13 @@ async def main(argv: list[str] | None = None) -> int:
             f"{r['engine']:<10} {r['path']:<5} {r['concurrency']:>2} {r['tokens_per_s']:>8.1f} "
             f"{r['ttft_ms_p50']:>12.1f} {ratio:>7} {paired:>7}"
         )
+    if prefix is not None:
+        ms = prefix["ttft_ms_p50"]
+        print(
+            f"\nprompt-prefix reuse, llama.cpp, {prefix['prompt_tokens']}-token prompt, TTFT p50: "
+            f"off {ms['off']} ms, saved state {ms['saved_state']} ms ({prefix['speedup_saved_state']}x), "
+            f"live context {ms['live_context']} ms"
+        )
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(
         json.dumps(
@@ -399,6 +492,7 @@ async def main(argv: list[str] | None = None) -> int:
                 "repeats": args.repeats,
                 "command": "python -m bench.edge " + " ".join(sys.argv[1:]),
                 "rows": rows,
+                "prefix_reuse": prefix,
             },
             indent=2,
         )

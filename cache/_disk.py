@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -48,7 +49,8 @@ class DiskStore:
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         try:
             return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
-        except (OSError, diskcache.Timeout) as exc:
+        # sqlite3.Error: "database or disk is full" (SQLITE_FULL) and other failures of its database
+        except (OSError, sqlite3.Error, diskcache.Timeout) as exc:
             raise CacheError(f"diskcache at {self._directory}: {exc}") from exc
 
     async def get(self, key: str) -> bytes | None:

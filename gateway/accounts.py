@@ -17,7 +17,9 @@ from sqlalchemy import Engine
 
 from gateway.chat import ChatService
 from gateway.ledger import Ledger, PriceBook
+from gateway.media import MediaPipeline
 from gateway.metering import MeteredChat
+from gateway.metrics import Metrics
 from gateway.settings import Settings
 from gateway.storage import open_database
 from gateway.tenants import Authenticator, NewKey, RateLimiter, TenantStore, make_limiter
@@ -53,9 +55,10 @@ class Accounts:
     ledger: Ledger | None
     metered: MeteredChat
 
-    def __init__(self, settings: Settings, chat: ChatService) -> None:
+    def __init__(self, settings: Settings, chat: ChatService, media: MediaPipeline | None = None) -> None:
         self._settings = settings
         self._chat = chat
+        self._media = media
 
     async def start(self) -> None:
         settings = self._settings
@@ -91,7 +94,13 @@ class Accounts:
                 sync=settings.ledger.sync,
             )
             await self.ledger.start()
-        self.metered = MeteredChat(self._chat, self.limiter, self.ledger, self.prices)
+        self.metered = MeteredChat(self._chat, self.limiter, self.ledger, self.prices, self._media)
+
+    def scrape(self, metrics: Metrics) -> None:
+        """A /metrics hook: the ledger's backlog."""
+        ledger = getattr(self, "ledger", None)
+        if ledger is not None:
+            metrics.ledger_backlog.set(ledger.backlog)
 
     async def aclose(self) -> None:
         if getattr(self, "ledger", None) is not None:

@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator
 
 import msgspec
 
+from gateway.metrics import Metrics
 from tiers import Capabilities, Completion, Delta, Generation, Tier, TierOverloaded, TierState
 
 
@@ -45,8 +46,9 @@ class AdmissionSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
     slow: LaneSettings = msgspec.field(default_factory=lambda: LaneSettings(max_queue_delay_s=30.0))
     # Of the slots freed while both lanes wait, one in this many goes to the slow lane.
     slow_share: int = 4
-    # Requests each tier works on at once. The edge runs one generation at a time; vLLM batches.
-    slots: dict[str, int] = msgspec.field(default_factory=lambda: {"edge": 1, "cloud": 64})
+    # Requests each tier works on at once (vLLM batches). A tier left out: what it says it runs at once
+    # (the edge: its engine instances, edge.instances), else 16.
+    slots: dict[str, int] = msgspec.field(default_factory=lambda: {"cloud": 64})
     # Completions per second assumed until enough have been measured.
     initial_rate_per_s: float = 2.0
     # Every lane holds at least this many waiters, whatever the rate: a one-slot edge model that
@@ -58,8 +60,14 @@ class AdmissionSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
 
 
 class Gate:
-    def __init__(self, tier: str, slots: int, settings: AdmissionSettings) -> None:
+    def __init__(
+        self, tier: str, slots: int, settings: AdmissionSettings, metrics: Metrics | None = None
+    ) -> None:
         self._tier = tier
+        self._metrics = metrics or Metrics(enabled=False)
+        # Requests that asked for a slot (admitted, queued or refused): the scaling signal's arrivals.
+        self.arrivals = 0
+        self._waits = {lane: self._metrics.child(self._metrics.queue_wait, tier, lane.value) for lane in Lane}
         self._slots = slots
         self._settings = settings
         self._busy = 0
@@ -78,6 +86,9 @@ class Gate:
     def waiting(self) -> int:
         return sum(len(q) for lane in self._lanes.values() for q in lane)
 
+    def waiting_in(self, lane: Lane) -> int:
+        return sum(len(q) for q in self._lanes[lane])
+
     def lane_of(self, cost: float) -> Lane:
         return Lane.SLOW if cost > self._settings.slow_cost else Lane.FAST
 
@@ -95,8 +106,10 @@ class Gate:
 
     async def acquire(self, cost: float, tenant: str = "") -> None:
         lane = self.lane_of(cost)
+        self.arrivals += 1
         if self._busy < self._slots and not self.waiting:
             self._busy += 1
+            self._waits[lane].observe(0.0)
             return
         first, rest = self._lanes[lane]
         queue = first if tenant in self._priority else rest
@@ -108,11 +121,14 @@ class Gate:
                 f"the {lane.value} lane is full ({waiting} waiting, the bound for a "
                 f"{self._delay[lane]:g} s queueing delay at {self.rate():.1f} requests/s)",
                 retry_after_s=wait,
+                reason=f"queue_{lane.value}",
             )
         slot: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         queue.append(slot)
+        queued = time.perf_counter()
         try:
             await slot
+            self._waits[lane].observe(time.perf_counter() - queued)
         except BaseException:
             if slot.done() and not slot.cancelled():
                 self.release()  # granted, then abandoned: pass it on
@@ -153,6 +169,10 @@ class AdmittedTier:
         self.name = tier.name
 
     @property
+    def gate(self) -> Gate:
+        return self._gate
+
+    @property
     def capabilities(self) -> Capabilities:
         return self._tier.capabilities
 
@@ -190,10 +210,17 @@ class AdmittedTier:
             self._gate.release(service_s=time.monotonic() - started if completed else None)
 
 
-def admit(tiers: dict[str, Tier], settings: AdmissionSettings) -> dict[str, Tier]:
+def _slots(name: str, tier: Tier, settings: AdmissionSettings) -> int:
+    """The configured slots for a tier, else what the tier says it can run at once."""
+    return settings.slots.get(name) or int(getattr(tier, "concurrency", 16))
+
+
+def admit(
+    tiers: dict[str, Tier], settings: AdmissionSettings, metrics: Metrics | None = None
+) -> dict[str, Tier]:
     if not settings.enabled:
         return tiers
     return {
-        name: AdmittedTier(tier, Gate(name, settings.slots.get(name, 16), settings))
+        name: AdmittedTier(tier, Gate(name, _slots(name, tier, settings), settings, metrics))
         for name, tier in tiers.items()
     }

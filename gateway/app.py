@@ -11,6 +11,7 @@ from contextlib import asynccontextmanager
 import msgspec
 from litestar import Litestar
 from litestar.datastructures import State
+from prometheus_client import disable_created_metrics
 
 import cache
 import router
@@ -21,13 +22,17 @@ from gateway.caching import AnswerCache
 from gateway.chat import ChatService
 from gateway.controllers import ROUTES
 from gateway.errors import error_response
+from gateway.media import MediaMetrics, MediaPipeline, MediaTargets
 from gateway.metrics import Metrics
-from gateway.request_id import before_send
+from gateway.observe import Observer, live_gauges
+from gateway.openapi import OPENAPI_ROUTES
+from gateway.scaling import ReplicaSignal, run_signal
 from gateway.settings import Settings, SettingsError
 from gateway.shared import SharedPool, open_shared
+from gateway.tracing import Tracing
 from tiers import Modality, Pool, Tier
 from tiers.cloud import VLLMPool
-from tiers.edge import LlamaCppTier, OnnxTier
+from tiers.edge import EdgeRegistry
 
 log = logging.getLogger(__name__)
 
@@ -35,29 +40,44 @@ log = logging.getLogger(__name__)
 def build_tiers(settings: Settings) -> dict[str, Tier]:
     tiers: dict[str, Tier] = {}
     if settings.edge.enabled:
-        edge = settings.edge_config()
-        tiers["edge"] = OnnxTier(edge) if edge.backend == "onnx" else LlamaCppTier(edge)
+        tiers["edge"] = EdgeRegistry(settings.edge_config())
     if settings.cloud.enabled:
         cloud = msgspec.structs.replace(settings.cloud, local=settings.local_vllm())
         tiers["cloud"] = VLLMPool(cloud, log_dir=str(settings.data_path / "logs"))
     return tiers
 
 
+def media_targets(tiers: dict[str, Tier]) -> MediaTargets:
+    """How media are normalised: for the most any tier takes (each tier's limits are checked later)."""
+    caps = [t.capabilities for t in tiers.values()]
+    pixels = [c.limits.max_image_pixels for c in caps if Modality.IMAGE in c.modalities]
+    return MediaTargets(
+        image_max_pixels=None if not pixels or None in pixels else max(p for p in pixels if p is not None),
+        audio=any(Modality.AUDIO in c.modalities for c in caps),
+    )
+
+
 def create_app(
     settings: Settings,
     tiers: dict[str, Tier] | None = None,
     reload_settings: Callable[[], Settings] | None = None,
+    tracing: Tracing | None = None,
 ) -> Litestar:
     """Build the gateway.
 
-    ``tiers`` replaces the configured ones (tests inject faulty tiers this way).  With
-    ``reload_settings``, SIGHUP re-reads the settings and applies the cloud pool's membership
-    (``cloud.urls``) without a restart: new replicas join, removed ones drain.
+    ``tiers`` replaces the configured ones (tests inject faulty tiers this way), ``tracing`` the
+    one ``observability.otlp_endpoint`` makes (tests export to memory).  With ``reload_settings``,
+    SIGHUP re-reads the settings and applies the cloud pool's membership (``cloud.urls``) without a
+    restart: new replicas join, removed ones drain.
     """
     tiers = build_tiers(settings) if tiers is None else tiers
     pool = next((t for t in tiers.values() if isinstance(t, Pool)), None)
-    tiers = admit(tiers, settings.admission)
-    metrics = Metrics()
+    edge_models = next((t for t in tiers.values() if isinstance(t, EdgeRegistry)), None)
+    obs = settings.observability
+    disable_created_metrics()  # no *_created series: they double /metrics for nothing Prometheus uses
+    metrics = Metrics(enabled=obs.metrics)
+    tracing = tracing or Tracing(obs.otlp_endpoint, obs.service_name)
+    tiers = admit(tiers, settings.admission, metrics)
     store = cache.open_store(settings.cache, settings.data_path) if settings.cache.enabled else None
 
     shared = open_shared(settings)
@@ -77,8 +97,20 @@ def create_app(
         answers=AnswerCache(settings.cache, store, settings.routing, metrics),
         breakers=breakers,
         fail_instead_of_degrade=settings.degradation.fail_instead,
+        tracing=tracing,
     )
-    accounts = Accounts(settings, chat)
+    media = None
+    if settings.media.enabled:
+        media = MediaPipeline(
+            settings.media, settings.data_path, media_targets(tiers), metrics=MediaMetrics(metrics)
+        )
+    accounts = Accounts(settings, chat, media)
+    observer = Observer(
+        obs, metrics, tracing, priority_tenants=settings.admission.priority_tenants, models=chat.model_names
+    )
+    metrics.on_scrape(live_gauges(tiers, chat.breaker_states))
+    metrics.on_scrape(accounts.scrape)
+    signal_task: asyncio.Task[None] | None = None
 
     def reload_pool() -> None:
         apply_reload()
@@ -104,37 +136,52 @@ def create_app(
         settings.data_path.mkdir(parents=True, exist_ok=True)
         await accounts.start()
         await asyncio.gather(*(tier.start() for tier in tiers.values()))
+        if media is not None:
+            await media.start()
         if shared is not None:
             shared.attach(breakers, pool, apply_reload)
             await shared.start()
         if reload_settings is not None and pool is not None:
             asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reload_pool)
+        nonlocal signal_task
+        if settings.scaling.enabled and "cloud" in tiers:
+            scaler = ReplicaSignal(settings.scaling)
+            signal_task = asyncio.create_task(run_signal(scaler, tiers["cloud"], metrics), name="scaling")
         log.info("tiergate ready to accept requests; tiers: %s", chat.tier_states())
         try:
             yield
         finally:
             log.info("tiergate stopping its tiers")
+            if signal_task is not None:
+                signal_task.cancel()
             await asyncio.gather(*(tier.aclose() for tier in tiers.values()), return_exceptions=True)
             await chat.aclose()
             await accounts.aclose()
+            tracing.shutdown()
+            if media is not None:
+                await media.aclose()
             if shared is not None:
                 await shared.aclose()
 
     return Litestar(
-        route_handlers=[*ROUTES, *ADMIN_ROUTES],
+        route_handlers=[*ROUTES, *ADMIN_ROUTES, *OPENAPI_ROUTES],
         lifespan=[lifespan],
         state=State(
             {
                 "chat": chat,
                 "accounts": accounts,
                 "metrics": metrics,
+                "observer": observer,
                 "settings": settings,
                 "pool": SharedPool(pool, shared) if shared is not None and pool is not None else pool,
+                "edge_models": edge_models,
             }
         ),
         exception_handlers={Exception: error_response},
-        before_send=[before_send(metrics)],
+        middleware=[observer.middleware] if observer.needs_middleware else [],
+        before_send=[observer.before_send()],
         request_max_body_size=settings.server.max_body_bytes,
+        logging_config=None,  # logging is set up once, by gateway.logs (JSON or text, with request ids)
         openapi_config=None,
         debug=False,
     )

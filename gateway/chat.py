@@ -25,12 +25,14 @@ import router
 from gateway import degrade
 from gateway.caching import AnswerCache, CacheStatus, Lookup, answer_of, completion_of, replay
 from gateway.errors import ModalityUnavailable, ModelNotFound, to_gateway_error
+from gateway.media import engine_messages
 from gateway.metrics import Metrics
 from gateway.protocol import (
     AudioPart,
     ChatCompletion,
     ChatCompletionRequest,
     Choice,
+    FramesPart,
     ImagePart,
     ModelCard,
     ModelList,
@@ -42,10 +44,26 @@ from gateway.protocol import (
 )
 from gateway.sse import ChunkWriter
 from gateway.tenants._models import DEFAULT_TENANT
-from tiers import Completion, Delta, Generation, Modality, Tier, TierFailed, TierUnavailable, Usage
+from gateway.tracing import Tracing
+from tiers import (
+    Completion,
+    Delta,
+    Generation,
+    Modality,
+    Tier,
+    TierFailed,
+    TierTimeout,
+    TierUnavailable,
+    Usage,
+)
 
 AUTO_MODEL = "tiergate-auto"
-_PART_MODALITY = {ImagePart: Modality.IMAGE, AudioPart: Modality.AUDIO, VideoPart: Modality.VIDEO}
+_PART_MODALITY = {
+    ImagePart: Modality.IMAGE,
+    AudioPart: Modality.AUDIO,
+    VideoPart: Modality.VIDEO,
+    FramesPart: Modality.VIDEO,
+}
 # Tier errors a circuit breaker counts: the path is broken, not the request.
 _BREAKER_FAILURES = (TierUnavailable, TierFailed)
 
@@ -60,6 +78,7 @@ class RequestContext:
     # None: the gateway's setting (degradation.fail_instead); a tenant policy may say otherwise.
     fail_instead_of_degrade: bool | None = None
     session_id: str | None = None  # the client's X-Session-ID: its conversation, for replica affinity
+    media: router.MediaSummary = router.NO_MEDIA  # what media preprocessing measured
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +119,9 @@ class StreamStart:
     outcome: StreamOutcome = field(default_factory=StreamOutcome)
 
 
-def features_of(request: ChatCompletionRequest) -> router.Features:
+def features_of(
+    request: ChatCompletionRequest, media: router.MediaSummary = router.NO_MEDIA
+) -> router.Features:
     chars = 0
     modalities = {Modality.TEXT}
     for message in request.messages:
@@ -118,6 +139,7 @@ def features_of(request: ChatCompletionRequest) -> router.Features:
         max_tokens=request.output_limit,
         modalities=frozenset(modalities),
         stream=request.stream,
+        media=media,
     )
 
 
@@ -137,10 +159,22 @@ def conversation_key(request: ChatCompletionRequest, session_id: str | None) -> 
     return hashlib.blake2b(opening, digest_size=8).hexdigest()
 
 
+def reason_class(model: str, decision: router.Decision) -> tuple[str, str]:
+    """(strategy, reason class) of a decision, bounded labels for metrics."""
+    if model != AUTO_MODEL:
+        return "pinned", "pinned"
+    reason = decision.reason
+    if "breaker is open" in reason:
+        return "rule", "breaker_open"
+    if any(w in reason for w in (" is starting", " is down", " is disabled", "not configured", "context is")):
+        return "rule", "tier_unavailable"
+    return "rule", "size"
+
+
 def generation_of(plan: _Plan, request_id: str, session_id: str | None, tenant: str) -> Generation:
     request, features = plan.request, plan.features
     return Generation(
-        messages=msgspec.to_builtins(request.messages),
+        messages=engine_messages(msgspec.to_builtins(request.messages)),
         max_tokens=request.output_limit,
         temperature=request.temperature,
         top_p=request.top_p,
@@ -165,14 +199,24 @@ class ChatService:
         answers: AnswerCache | None = None,
         breakers: router.BreakerBoard | None = None,
         fail_instead_of_degrade: bool = False,
+        tracing: Tracing | None = None,
     ) -> None:
         self._tiers = dict(tiers)
         self._rule = rule
         self._metrics = metrics
+        self._tracing = tracing or Tracing()
         self._answers = answers
         self._breakers = breakers or router.BreakerBoard(router.BreakerConfig(enabled=False))
         self._fail_instead_of_degrade = fail_instead_of_degrade
         self._created = int(time.time())
+
+    @property
+    def metrics(self) -> Metrics:
+        return self._metrics
+
+    @property
+    def tracing(self) -> Tracing:
+        return self._tracing
 
     @property
     def model_names(self) -> list[str]:
@@ -203,14 +247,18 @@ class ChatService:
         if self._answers is None or not ctx.use_cache:
             return Lookup(CacheStatus.BYPASS)
         models = ",".join(f"{n}={t.capabilities.model}" for n, t in self._tiers.items())
-        return await self._answers.lookup(request, ctx.tenant, ctx.cache_control, models)
+        with self._tracing.span("cache.lookup") as span:
+            lookup = await self._answers.lookup(request, ctx.tenant, ctx.cache_control, models)
+            if span is not None:
+                span.set_attribute("tiergate.cache", lookup.status.value)
+        return lookup
 
     def _route(self, request: ChatCompletionRequest, ctx: RequestContext) -> _Plan:
         views = [
             router.TierView(n, t.capabilities, t.state(), self._breakers.open_modalities(n))
             for n, t in self._tiers.items()
         ]
-        features = features_of(request)
+        features = features_of(request, ctx.media)
         lost = router.to_degrade(request.model, views, features)
         degraded: tuple[str, ...] = ()
         if lost:
@@ -222,14 +270,17 @@ class ChatService:
                     "and this gateway is set to fail instead of serving the request text-only; retry later"
                 )
             request = degrade.without(request, lost)
-            features = features_of(request)
+            features = features_of(request, degrade.summary_without(ctx.media, lost))
             degraded = tuple(sorted(m.value for m in lost))
             for m in lost:
                 self._metrics.degraded.labels(m.value).inc()
         try:
-            decision = router.decide(request.model, self._rule, views, features)
+            with self._tracing.span("route"):
+                decision = router.decide(request.model, self._rule, views, features)
         except router.NoTierAvailable as exc:
             raise to_gateway_error(exc) from exc
+        strategy, klass = reason_class(request.model, decision)
+        self._metrics.route_decided(strategy, decision.tier, klass)
         if degraded:
             reason = f"{decision.reason}; {', '.join(degraded)} removed: breaker open"
             decision = dataclasses.replace(decision, reason=reason)
@@ -255,8 +306,11 @@ class ChatService:
                 continue
             dispatched = time.perf_counter()
             try:
-                result = await self._tiers[name].complete(gen)
+                with self._tracing.span(f"tier.{name}"):
+                    result = await self._tiers[name].complete(gen)
             except _BREAKER_FAILURES as exc:
+                if isinstance(exc, TierTimeout):
+                    self._metrics.timed_out(name)
                 self._breakers.record(name, plan.modalities, ok=False, why=str(exc))
                 if not isinstance(exc, TierUnavailable):
                     raise
@@ -267,7 +321,9 @@ class ChatService:
                 self._breakers.release(name, plan.modalities)
                 raise
             self._breakers.record(name, plan.modalities, ok=True)
-            self._metrics.tier(name).latency.observe(time.perf_counter() - dispatched)
+            took = time.perf_counter() - dispatched
+            self._metrics.tier(name).latency.observe(took)
+            self._metrics.generated(name, result.usage.completion_tokens, took)
             if lookup.key is not None and self._answers is not None and not plan.degraded:
                 await self._answers.store(lookup.key, answer_of(result, [result.text], name))
             reason = plan.decision.reason if name == plan.decision.tier else f"{name}: {last}, failed over"
@@ -305,9 +361,10 @@ class ChatService:
                 last = TierUnavailable(name, "its circuit breaker is open")
                 continue
             dispatched = time.perf_counter()
-            deltas = self._observed(name, plan.modalities, tier.stream(gen), key)
+            deltas = self._observed(name, plan.modalities, tier.stream(gen), key, dispatched)
             try:
-                first = await anext(deltas)
+                with self._tracing.span(f"tier.{name}"):
+                    first = await anext(deltas)
             except TierUnavailable as exc:
                 await deltas.aclose()
                 self._metrics.failovers.labels(name).inc()
@@ -317,23 +374,29 @@ class ChatService:
                 await deltas.aclose()
                 raise
             self._metrics.tier(name).ttft.observe(time.perf_counter() - dispatched)
+            model = first.model or tier.capabilities.model  # an edge version swapped meanwhile
             writer = ChunkWriter(
                 f"chatcmpl-{request_id}",
                 int(time.time()),
-                tier.capabilities.model,
+                model,
                 include_usage=request.include_usage,
                 info=TiergateInfo(degraded=list(plan.degraded)) if plan.degraded else msgspec.UNSET,
             )
             reason = plan.decision.reason if name == plan.decision.tier else f"{name}: {last}, failed over"
             routed = self._routed(name, reason, lookup, started, plan.degraded, first.instance)
-            outcome = StreamOutcome(tier.capabilities.model, first.usage)
+            outcome = StreamOutcome(model, first.usage)
             events = writer.events(first, _usage_into(outcome, deltas))
             return StreamStart(routed, _closing(events, deltas), outcome)
         assert last is not None
         raise to_gateway_error(last) from last
 
     async def _observed(
-        self, name: str, modalities: frozenset[Modality], deltas: AsyncIterator[Delta], key: str | None
+        self,
+        name: str,
+        modalities: frozenset[Modality],
+        deltas: AsyncIterator[Delta],
+        key: str | None,
+        dispatched: float,
     ) -> AsyncGenerator[Delta, None]:
         """Pass a tier's deltas through, charging the outcome to its breakers and storing the
         finished answer (before its last delta goes out, so a repeat right after finds it)."""
@@ -346,6 +409,8 @@ class ChatService:
                 if delta.finish_reason is not None:
                     settled = True
                     self._breakers.record(name, modalities, ok=True)
+                    tokens = delta.usage.completion_tokens if delta.usage else 0
+                    self._metrics.generated(name, tokens, time.perf_counter() - dispatched)
                     if key is not None and self._answers is not None:
                         model = self._tiers[name].capabilities.model
                         usage = delta.usage or Usage(0, 0)
@@ -354,6 +419,8 @@ class ChatService:
                 yield delta
         except _BREAKER_FAILURES as exc:
             settled = True
+            if isinstance(exc, TierTimeout):
+                self._metrics.timed_out(name)
             self._breakers.record(name, modalities, ok=False, why=str(exc))
             raise
         finally:

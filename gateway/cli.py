@@ -121,10 +121,12 @@ def show_config(config: ConfigOption = None) -> None:
 
 def _add_account_commands() -> None:
     from gateway.cli_accounts import keys_cli, report, tenants_cli
+    from gateway.cli_edge import edge_cli
 
     cli.add_typer(tenants_cli, name="tenants")
     cli.add_typer(keys_cli, name="keys")
     cli.command("report")(report)
+    cli.add_typer(edge_cli, name="edge")
 
 
 _add_account_commands()

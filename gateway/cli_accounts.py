@@ -56,6 +56,8 @@ def tenants_create(
     images: Annotated[int | None, typer.Option(help="Image parts per minute.")] = None,
     audio: Annotated[int | None, typer.Option(help="Audio parts per minute.")] = None,
     video: Annotated[int | None, typer.Option(help="Video parts per minute.")] = None,
+    video_seconds: Annotated[int | None, typer.Option(help="Seconds of video per minute.")] = None,
+    audio_seconds: Annotated[int | None, typer.Option(help="Seconds of audio per minute.")] = None,
 ) -> None:
     """Create a tenant; limits left out follow limits.default."""
     given = {
@@ -64,6 +66,8 @@ def tenants_create(
         "images_per_min": images,
         "audio_per_min": audio,
         "video_per_min": video,
+        "video_seconds_per_min": video_seconds,
+        "audio_seconds_per_min": audio_seconds,
     }
     try:
         _print(_store(config).create_tenant(name, {k: v for k, v in given.items() if v is not None}))

@@ -9,22 +9,12 @@ from litestar.response import Stream
 from gateway.accounts import Accounts
 from gateway.chat import ChatService, RequestContext, Routed
 from gateway.metrics import Metrics
+from gateway.observe import Observer
 from gateway.protocol import encode, parse_chat_request
 from gateway.request_id import request_id
 from gateway.tenants import DEFAULT_TENANT
 
 JSON = "application/json"
-_REPLICA_SIGNALS = (
-    "healthy",
-    "draining",
-    "ejected",
-    "in_flight",
-    "outstanding_cost",
-    "vllm_waiting",
-    "vllm_running",
-    "kv_cache_usage",
-)
-_BREAKER_LEVEL = {"closed": 0, "half_open": 1, "open": 2}
 
 
 def _route_headers(routed: Routed) -> dict[str, str]:
@@ -67,11 +57,14 @@ def _context(headers: dict[str, str], tenant: str) -> RequestContext:
 async def chat_completions(request: Request[object, object, State]) -> Response[bytes]:
     # request.app.state, not an injected `state: State`: injection copies the state per request
     accounts: Accounts = request.app.state.accounts
+    observer: Observer = request.app.state.observer
     headers = _chat_headers(request)
-    caller = await accounts.auth.caller(headers)
+    with observer.tracing.span("auth"):
+        caller = await accounts.auth.caller(headers)
     body = parse_chat_request(await request.body())
     rid = request_id(request.scope)
     ctx = _context(headers, caller.tenant.name if caller.tenant else DEFAULT_TENANT)
+    observer.note(request.scope, ctx.tenant, body.model)
     if body.stream:
         start = await accounts.metered.stream(caller, body, rid, ctx)
         return Stream(
@@ -108,16 +101,6 @@ async def readyz(state: State) -> Response[bytes]:
 @get("/metrics")
 async def prometheus_metrics(state: State) -> Response[bytes]:
     metrics: Metrics = state.metrics
-    chat: ChatService = state.chat
-    for tier in chat.tier_states():
-        metrics.tier_ready.labels(tier["name"]).set(1 if tier["health"] == "ready" else 0)
-    for tier in chat.tier_states():
-        for replica in tier.get("instances", ()):
-            for signal in _REPLICA_SIGNALS:
-                metrics.replica.labels(replica["name"], signal).set(float(replica[signal]))
-    for breaker in chat.breaker_states():
-        level = _BREAKER_LEVEL[breaker["state"]]
-        metrics.breaker_state.labels(breaker["tier"], breaker["modality"]).set(level)
     return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
 

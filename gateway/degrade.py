@@ -4,10 +4,23 @@ from __future__ import annotations
 
 import msgspec
 
-from gateway.protocol import AudioPart, ChatCompletionRequest, ImagePart, Message, TextPart, VideoPart
+from gateway.protocol import (
+    AudioPart,
+    ChatCompletionRequest,
+    FramesPart,
+    ImagePart,
+    Message,
+    TextPart,
+    VideoPart,
+)
+from router import MediaSummary
 from tiers import Modality
 
-_PART_TYPES = {Modality.IMAGE: ImagePart, Modality.AUDIO: AudioPart, Modality.VIDEO: VideoPart}
+_PART_TYPES: dict[Modality, tuple[type, ...]] = {
+    Modality.IMAGE: (ImagePart,),
+    Modality.AUDIO: (AudioPart,),
+    Modality.VIDEO: (VideoPart, FramesPart),
+}
 _NOUNS = {Modality.IMAGE: "image", Modality.AUDIO: "audio", Modality.VIDEO: "video"}
 
 
@@ -21,7 +34,7 @@ def system_note(lost: frozenset[Modality]) -> str:
 
 def without(request: ChatCompletionRequest, lost: frozenset[Modality]) -> ChatCompletionRequest:
     """``request`` with every part of the ``lost`` modalities removed and a system note first."""
-    dropped = tuple(_PART_TYPES[m] for m in lost)
+    dropped = tuple(t for m in lost for t in _PART_TYPES[m])
     note = system_note(lost)
     messages: list[Message] = []
     first = request.messages[0]
@@ -42,3 +55,16 @@ def without(request: ChatCompletionRequest, lost: frozenset[Modality]) -> ChatCo
                 content = kept
         messages.append(msgspec.structs.replace(message, content=content))
     return msgspec.structs.replace(request, messages=messages)
+
+
+def summary_without(media: MediaSummary, lost: frozenset[Modality]) -> MediaSummary:
+    """The media summary of a request once the ``lost`` modalities are removed."""
+    return MediaSummary(
+        images=0 if Modality.IMAGE in lost else media.images,
+        image_pixels=0 if Modality.IMAGE in lost else media.image_pixels,
+        videos=0 if Modality.VIDEO in lost else media.videos,
+        video_seconds=0.0 if Modality.VIDEO in lost else media.video_seconds,
+        video_frames=0 if Modality.VIDEO in lost else media.video_frames,
+        audio_clips=0 if Modality.AUDIO in lost else media.audio_clips,
+        audio_seconds=0.0 if Modality.AUDIO in lost else media.audio_seconds,
+    )

@@ -8,10 +8,13 @@
     │   └── ModelNotFound             404    invalid_request_error / model_not_found
     ├── Conflict                      409    invalid_request_error / conflict
     ├── PayloadTooLarge               413    invalid_request_error
+    ├── UnsupportedMediaType          415    invalid_request_error / unsupported_media
+    ├── UnprocessableMedia            422    invalid_request_error / corrupt_media
     ├── RateLimited                   429    rate_limit_exceeded (with Retry-After)
     ├── UpstreamFailed                502    upstream_error
-    └── NoTierAvailable               503    service_unavailable
-        └── ModalityUnavailable       503    service_unavailable / modality_unavailable
+    ├── NoTierAvailable               503    service_unavailable
+    │   └── ModalityUnavailable       503    service_unavailable / modality_unavailable
+    └── StorageUnavailable            503    service_unavailable / storage_unavailable
 
 Lower layers raise their own errors (``tiers.TierError``, the router's
 ``NoTierAvailable``, Litestar's ``HTTPException``); :func:`to_gateway_error`
@@ -89,14 +92,28 @@ class PayloadTooLarge(GatewayError):
     code = "payload_too_large"
 
 
+class UnsupportedMediaType(GatewayError):
+    status = 415
+    type = "invalid_request_error"
+    code = "unsupported_media"
+
+
+class UnprocessableMedia(GatewayError):
+    status = 422
+    type = "invalid_request_error"
+    code = "corrupt_media"
+
+
 class RateLimited(GatewayError):
     status = 429
     type = "rate_limit_exceeded"
     code = "rate_limit_exceeded"
 
-    def __init__(self, message: str, *, retry_after_s: float = 1.0) -> None:
+    def __init__(self, message: str, *, retry_after_s: float = 1.0, reason: str = "other") -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
+        # Why, as a short class for metrics: tenant_requests, tenant_tokens, ..., queue_fast, queue_slow.
+        self.reason = reason
 
     def headers(self) -> dict[str, str]:
         return {"Retry-After": str(max(1, math.ceil(self.retry_after_s)))}
@@ -119,6 +136,17 @@ class ModalityUnavailable(NoTierAvailable):
     code = "modality_unavailable"
 
 
+class StorageUnavailable(GatewayError):
+    """The database cannot be reached and the answer needs it (e.g. a key not seen before)."""
+
+    status = 503
+    type = "service_unavailable"
+    code = "storage_unavailable"
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": "1"}
+
+
 _HTTP_STATUS_ERRORS: dict[int, type[GatewayError]] = {
     400: InvalidRequest,
     401: AuthenticationFailed,
@@ -135,7 +163,9 @@ def to_gateway_error(exc: Exception) -> GatewayError:
     if isinstance(exc, GatewayError):
         return exc
     if isinstance(exc, tiers.TierOverloaded):
-        return RateLimited(f"the {exc.tier} tier is busy: {exc.message}", retry_after_s=exc.retry_after_s)
+        return RateLimited(
+            f"the {exc.tier} tier is busy: {exc.message}", retry_after_s=exc.retry_after_s, reason=exc.reason
+        )
     if isinstance(exc, tiers.TierRejected):
         return InvalidRequest(f"the {exc.tier} tier rejected the request: {exc.message}")
     if isinstance(exc, tiers.TierUnavailable):
@@ -166,4 +196,8 @@ def error_body(error: GatewayError) -> dict[str, dict[str, str | None]]:
 def error_response(request: Request[object, object, object], exc: Exception) -> Response[object]:
     """Litestar exception handler: every error leaves in OpenAI's shape."""
     error = to_gateway_error(exc)
+    if isinstance(error, RateLimited):
+        metrics = request.app.state.get("metrics")
+        if metrics is not None:
+            metrics.rate_limited(error.reason)
     return Response(content=error_body(error), status_code=error.status, headers=error.headers())

@@ -9,6 +9,8 @@ get a row too, written without waiting.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -17,14 +19,17 @@ from dataclasses import dataclass
 from gateway.chat import ChatService, RequestContext, Routed, StreamOutcome, StreamStart
 from gateway.errors import PermissionDenied, to_gateway_error
 from gateway.ledger import Ledger, LedgerRow, PriceBook
+from gateway.media import MediaPipeline, has_media
 from gateway.protocol import AudioPart, ChatCompletion, ChatCompletionRequest, ImagePart, VideoPart
 from gateway.sse import DONE
 from gateway.tenants import Caller, Demand, RateLimiter, Tenant
+from router import NO_MEDIA, MediaSummary
 
 _ERROR_EVENT = b'data: {"error"'
 
 
-def demand_of(request: ChatCompletionRequest) -> Demand:
+def demand_of(request: ChatCompletionRequest, media: MediaSummary = NO_MEDIA) -> Demand:
+    """Parts counted from the request; seconds from what preprocessing measured (``media``)."""
     images = audio = video = 0
     for message in request.messages:
         if isinstance(message.content, list):
@@ -35,7 +40,13 @@ def demand_of(request: ChatCompletionRequest) -> Demand:
                     audio += 1
                 elif isinstance(part, VideoPart):
                     video += 1
-    return Demand(images=images, audio=audio, video=video)
+    return Demand(
+        images=images,
+        audio=audio,
+        video=video,
+        video_seconds=math.ceil(media.video_seconds),
+        audio_seconds=math.ceil(media.audio_seconds),
+    )
 
 
 @dataclass(slots=True)
@@ -53,12 +64,31 @@ class _Call:
 
 class MeteredChat:
     def __init__(
-        self, chat: ChatService, limiter: RateLimiter, ledger: Ledger | None, prices: PriceBook
+        self,
+        chat: ChatService,
+        limiter: RateLimiter,
+        ledger: Ledger | None,
+        prices: PriceBook,
+        media: MediaPipeline | None = None,
     ) -> None:
         self._chat = chat
         self._limiter = limiter
         self._ledger = ledger
         self._prices = prices
+        self._metrics = chat.metrics
+        self._tracing = chat.tracing
+        self._media = media
+
+    async def _prepare(
+        self, call: _Call, ctx: RequestContext | None
+    ) -> tuple[ChatCompletionRequest, RequestContext]:
+        """Preprocess the request's media (before admission: the limits count their seconds)."""
+        ctx = ctx or RequestContext()
+        if self._media is None or not has_media(call.request):
+            return call.request, ctx
+        prepared = await self._media.prepare(call.request)
+        call.demand = demand_of(call.request, prepared.summary)
+        return prepared.request, dataclasses.replace(ctx, media=prepared.summary)
 
     def _begin(self, caller: Caller, request: ChatCompletionRequest, request_id: str) -> _Call:
         if caller.tenant is None:
@@ -76,7 +106,10 @@ class MeteredChat:
     ) -> tuple[Routed, ChatCompletion]:
         call = self._begin(caller, request, request_id)
         try:
-            await self._limiter.admit(call.tenant, call.demand)
+            with self._tracing.span("media"):
+                request, ctx = await self._prepare(call, ctx)
+            with self._tracing.span("rate_limit"):
+                await self._limiter.admit(call.tenant, call.demand)
             routed, completion = await self._chat.complete(request, request_id, ctx)
         except Exception as exc:
             self._failed(call, exc)
@@ -85,8 +118,16 @@ class MeteredChat:
         await self._limiter.charge_tokens(call.tenant, usage.total_tokens)
         if self._ledger is not None:
             row = self._row(call, routed, completion.model, usage.prompt_tokens, usage.completion_tokens)
-            await self._ledger.record(row)
+            await self._record(row)
         return routed, completion
+
+    async def _record(self, row: LedgerRow) -> None:
+        """Write a 200's row durably, timed."""
+        assert self._ledger is not None
+        started = time.perf_counter()
+        with self._tracing.span("ledger.write"):
+            await self._ledger.record(row)
+        self._metrics.ledger_written(time.perf_counter() - started)
 
     async def stream(
         self,
@@ -97,7 +138,10 @@ class MeteredChat:
     ) -> StreamStart:
         call = self._begin(caller, request, request_id)
         try:
-            await self._limiter.admit(call.tenant, call.demand)
+            with self._tracing.span("media"):
+                request, ctx = await self._prepare(call, ctx)
+            with self._tracing.span("rate_limit"):
+                await self._limiter.admit(call.tenant, call.demand)
             start = await self._chat.stream(request, request_id, ctx)
         except Exception as exc:
             self._failed(call, exc)
@@ -118,7 +162,7 @@ class MeteredChat:
                     await self._limiter.charge_tokens(call.tenant, prompt + completion)
                     if self._ledger is not None:
                         row = self._row(call, start.routed, outcome.model, prompt, completion, ttft_ms)
-                        await self._ledger.record(row)
+                        await self._record(row)
                     recorded = True
                 elif event.startswith(_ERROR_EVENT):
                     error = "the tier failed mid-stream: " + event.decode(errors="replace")[6:].strip()

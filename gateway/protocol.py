@@ -49,6 +49,20 @@ class VideoPart(msgspec.Struct, tag_field="type", tag="video_url"):
 ContentPart = TextPart | ImagePart | AudioPart | VideoPart
 
 
+class FramesPart(msgspec.Struct, tag_field="type", tag="video_frames"):
+    """A video after preprocessing: its sampled frames (``data:`` URIs) and what was measured.
+
+    The gateway's own part, never decoded from a client (it is not in :data:`ContentPart`); it
+    becomes image parts (and an audio part) in the form the engine accepts when sent to a tier.
+    """
+
+    frames: list[ImageURL]
+    times: list[float]  # seconds from the start of each frame
+    seconds: float
+    fps: float
+    audio: InputAudio | None = None  # the audio track, when a tier takes audio
+
+
 class Message(msgspec.Struct, omit_defaults=True):
     role: Role
     content: str | list[ContentPart] | None = None
@@ -74,7 +88,7 @@ class ChatCompletionRequest(msgspec.Struct, kw_only=True):
     top_p: Probability | None = None
     n: Annotated[int, msgspec.Meta(ge=1)] = 1
     stop: str | Annotated[list[str], msgspec.Meta(max_length=4)] | None = None
-    seed: int | None = None
+    seed: Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)] | None = None  # OpenAI's: int64
     presence_penalty: Penalty | None = None
     frequency_penalty: Penalty | None = None
     user: str | None = None
@@ -112,6 +126,10 @@ def parse_chat_request(body: bytes) -> ChatCompletionRequest:
         raise InvalidRequest(f"invalid request: {exc}", param=param) from exc
     except msgspec.DecodeError as exc:
         raise InvalidRequest(f"the request body is not valid JSON: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise InvalidRequest(f"the request body is not valid UTF-8 (byte {exc.start})") from exc
+    except RecursionError as exc:  # msgspec stops at the interpreter's recursion limit
+        raise InvalidRequest("the request body's JSON is nested too deeply") from exc
     if request.n != 1:
         raise InvalidRequest("only n=1 is supported", param="n")
     for i, message in enumerate(request.messages):

@@ -2,25 +2,18 @@
 
 The id is taken from the client's ``X-Request-ID`` when it is a sane token, else made
 here, and kept in the ASGI scope so that handlers (which send it upstream) and
-the response share it.  :func:`before_send` is an app-level hook, so errors and
-unknown paths get the header too; it also counts answered chat requests by
-tier and status.
+the response share it.  :mod:`gateway.observe` puts it in the log context and on
+every response (an app-level hook, so errors and unknown paths get it too).
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Awaitable, Callable
 from typing import Any
-
-from litestar.types import Message, Scope
-
-from gateway.metrics import Metrics
 
 SCOPE_KEY = "tiergate.request_id"
 _VALID = re.compile(rb"[A-Za-z0-9._:\-]{1,128}")
-_CHAT_PATH = "/v1/chat/completions"
 
 
 def request_id(scope: Any) -> str:
@@ -40,17 +33,3 @@ def request_id(scope: Any) -> str:
         )
         scope[SCOPE_KEY] = rid
     return str(rid)
-
-
-def before_send(metrics: Metrics) -> Callable[[Message, Scope], Awaitable[None]]:
-    async def add_request_id(message: Message, scope: Scope) -> None:
-        if message["type"] != "http.response.start":
-            return
-        headers = list(message.get("headers", ()))
-        headers.append((b"x-request-id", request_id(scope).encode("ascii")))
-        message["headers"] = headers  # type: ignore[typeddict-unknown-key]
-        if scope["path"] == _CHAT_PATH:
-            tier = next((v for k, v in headers if k.lower() == b"x-tiergate-tier"), b"none")
-            metrics.count_request(tier, message["status"])
-
-    return add_request_id

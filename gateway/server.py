@@ -7,7 +7,9 @@ from collections.abc import Callable
 
 import uvicorn
 
+from gateway import logs
 from gateway.app import create_app
+from gateway.httpguard import guarded_protocol
 from gateway.settings import Settings
 
 
@@ -20,9 +22,12 @@ def uvicorn_config(
         host=server.host,
         port=server.port,
         loop="uvloop",
-        http="httptools",
+        # httptools, with deadlines and bounds on request headers (slow-loris, header floods)
+        http=guarded_protocol(settings.http),
+        timeout_keep_alive=settings.http.keep_alive_s,
         lifespan="on",
         log_level=server.log_level,
+        log_config=None,  # our handler on the root logger (gateway.logs) formats uvicorn's lines too
         access_log=server.access_log,
         timeout_graceful_shutdown=int(server.shutdown_grace_s),
         server_header=False,
@@ -31,5 +36,6 @@ def uvicorn_config(
 
 def run(settings: Settings, reload_settings: Callable[[], Settings] | None = None) -> None:
     """Serve until SIGTERM/SIGINT; SIGHUP applies ``reload_settings()``'s cloud pool membership."""
+    logs.configure(settings.observability.log_format, settings.server.log_level)
     logging.getLogger(__name__).info("data folder: %s", settings.data_path)
     uvicorn.Server(uvicorn_config(settings, reload_settings)).run()

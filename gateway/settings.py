@@ -21,8 +21,12 @@ import msgspec
 
 from cache import CacheConfig
 from gateway.admission import AdmissionSettings
+from gateway.httpguard import HttpSettings
+from gateway.media import MediaSettings
+from gateway.observe import ObservabilitySettings
+from gateway.scaling import ScalingSettings
 from router import AutoRule, BreakerConfig
-from tiers.cloud import DEFAULT_MODEL_DIR, DEFAULT_VLLM_PYTHON, CloudConfig, LocalServer
+from tiers.cloud import DEFAULT_VLLM_PYTHON, DEFAULT_VLM_DIR, CloudConfig, LocalServer
 from tiers.edge import DEFAULT_ONNX_MODEL_DIR, EdgeConfig
 
 ENV_PREFIX = "TIERGATE_"
@@ -63,10 +67,12 @@ class TenantLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
 
     requests_per_min: int = 0
     tokens_per_min: int = 0
-    # Media parts per minute for now; seconds of audio/video once media preprocessing lands.
+    # Media per minute: parts, and seconds of video and audio (as preprocessing measured them).
     images_per_min: int = 0
     audio_per_min: int = 0
     video_per_min: int = 0
+    video_seconds_per_min: int = 0
+    audio_seconds_per_min: int = 0
 
 
 class LimitSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -138,6 +144,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     # Build outputs of scripts/setup.sh (vLLM's environment, converted models).
     build_cache_dir: str = "~/.cache/tiergate"
     server: ServerSettings = msgspec.field(default_factory=ServerSettings)
+    http: HttpSettings = msgspec.field(default_factory=HttpSettings)
     edge: EdgeConfig = msgspec.field(default_factory=EdgeConfig)
     cloud: CloudConfig = msgspec.field(default_factory=CloudConfig)
     routing: AutoRule = msgspec.field(default_factory=AutoRule)
@@ -145,6 +152,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     cache: CacheConfig = msgspec.field(default_factory=CacheConfig)
     breakers: BreakerConfig = msgspec.field(default_factory=BreakerConfig)
     degradation: DegradationSettings = msgspec.field(default_factory=DegradationSettings)
+    media: MediaSettings = msgspec.field(default_factory=MediaSettings)
 
     auth: AuthSettings = msgspec.field(default_factory=AuthSettings)
     limits: LimitSettings = msgspec.field(default_factory=LimitSettings)
@@ -152,6 +160,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     shared: SharedSettings = msgspec.field(default_factory=SharedSettings)
     ledger: LedgerSettings = msgspec.field(default_factory=LedgerSettings)
     pricing: PricingSettings = msgspec.field(default_factory=PricingSettings)
+    observability: ObservabilitySettings = msgspec.field(default_factory=ObservabilitySettings)
+    scaling: ScalingSettings = msgspec.field(default_factory=ScalingSettings)
 
     @property
     def data_path(self) -> Path:
@@ -176,7 +186,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
         return msgspec.structs.replace(
             local,
             python=local.python or str(cache / DEFAULT_VLLM_PYTHON),
-            model_dir=local.model_dir or str(cache / DEFAULT_MODEL_DIR),
+            model_dir=local.model_dir or str(cache / DEFAULT_VLM_DIR),
         )
 
 

@@ -64,11 +64,37 @@ def _cannot_take(view: TierView, features: Features) -> str | None:
     missing = features.modalities - view.capabilities.modalities
     if missing:
         return f"{view.name} does not accept {', '.join(sorted(m.value for m in missing))}"
+    if over := _over_media_limits(view, features):
+        return over
     needed = features.prompt_tokens + (features.max_tokens or 1)
     if needed > view.capabilities.max_context_tokens:
         return (
             f"{view.name} context is {view.capabilities.max_context_tokens} tokens, "
             f"the request needs ~{needed}"
+        )
+    return None
+
+
+def _over_media_limits(view: TierView, features: Features) -> str | None:
+    """Which of the tier's media limits the request passes, or None."""
+    media, limits = features.media, view.capabilities.limits
+    if limits.max_images is not None and media.images > limits.max_images:
+        return f"{view.name} takes at most {limits.max_images} images, the request has {media.images}"
+    if (
+        limits.max_image_pixels is not None
+        and media.images
+        and media.image_pixels > limits.max_image_pixels * media.images
+    ):
+        return f"{view.name} takes images of at most {limits.max_image_pixels} pixels"
+    if limits.max_video_seconds is not None and media.video_seconds > limits.max_video_seconds:
+        return (
+            f"{view.name} takes at most {limits.max_video_seconds:g} s of video, "
+            f"the request has {media.video_seconds:.1f} s"
+        )
+    if limits.max_audio_seconds is not None and media.audio_seconds > limits.max_audio_seconds:
+        return (
+            f"{view.name} takes at most {limits.max_audio_seconds:g} s of audio, "
+            f"the request has {media.audio_seconds:.1f} s"
         )
     return None
 

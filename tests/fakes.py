@@ -4,13 +4,19 @@ Runs an aiohttp server on a loopback port in a background thread.  ``mode`` pick
 what ``/v1/chat/completions`` does: ``ok`` answers, ``error500`` fails before any
 byte, ``drop_mid_stream`` sends two chunks and then cuts the connection, ``fail_images``
 fails (500) only requests that carry an image part and answers the rest (a broken vision
-path).  ``mode`` may be switched while the server runs.
+path), ``reset`` aborts the connection before any byte, ``slow`` answers after ``delay_s``,
+``hang_after_headers`` sends a 200's headers and then nothing, ``slow_stream`` streams
+``stream_chunks`` pieces ``delay_s`` apart.  ``mode`` may be switched while the server runs.
+``disconnects`` counts requests whose client (the gateway) went away before the answer ended.
+
+``python -m tests.fakes PORT MODE`` runs one in its own process (to be killed with SIGKILL).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import threading
 from typing import Any
 
@@ -39,12 +45,17 @@ def _has_image(body: dict[str, Any]) -> bool:
 
 
 class FakeVLLM:
-    def __init__(self, mode: str = "ok", delay_s: float = 0.2) -> None:
+    def __init__(
+        self, mode: str = "ok", delay_s: float = 0.2, port: int | None = None, stream_chunks: int = 100
+    ) -> None:
         self.mode = mode
         self.delay_s = delay_s
-        self.port = free_port()
+        self.stream_chunks = stream_chunks
+        self.disconnects = 0
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.requests: list[dict[str, Any]] = []
+        self.request_ids: list[str | None] = []  # each request's X-Request-ID header
         self._loop = asyncio.new_event_loop()
         self._started = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -79,8 +90,13 @@ class FakeVLLM:
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.requests.append(body)
+        self.request_ids.append(request.headers.get("X-Request-ID"))
         if self.mode == "slow":
             await asyncio.sleep(self.delay_s)
+        if self.mode == "hang_after_headers":
+            return await self._hang_after_headers(request, body)
+        if self.mode == "slow_stream" and body.get("stream"):
+            return await self._slow_stream(request)
         if self.mode == "reset":
             assert request.transport is not None
             request.transport.abort()
@@ -118,3 +134,42 @@ class FakeVLLM:
             await resp.write(b"data: " + json.dumps(payload).encode() + b"\n\n")
         await resp.write(b"data: [DONE]\n\n")
         return resp
+
+    async def _hang_after_headers(self, request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
+        kind = "text/event-stream" if body.get("stream") else "application/json"
+        resp = web.StreamResponse(headers={"Content-Type": kind})
+        await resp.prepare(request)
+        await _sleep_unless_gone(request, 3600)  # aiohttp has no event for a closed connection
+        self.disconnects += 1
+        return resp
+
+    async def _slow_stream(self, request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        try:
+            for i in range(self.stream_chunks):
+                if _gone(request):
+                    raise ConnectionResetError
+                await resp.write(_chunk(f"piece {i} "))
+                await _sleep_unless_gone(request, self.delay_s)
+            await resp.write(_chunk(None, "stop"))
+            await resp.write(b"data: [DONE]\n\n")
+        except (ConnectionResetError, asyncio.CancelledError):
+            self.disconnects += 1
+        return resp
+
+
+async def _sleep_unless_gone(request: web.Request, seconds: float) -> None:
+    deadline = asyncio.get_running_loop().time() + seconds
+    while not _gone(request) and asyncio.get_running_loop().time() < deadline:  # noqa: ASYNC110
+        await asyncio.sleep(min(0.05, seconds))
+
+
+def _gone(request: web.Request) -> bool:
+    transport = request.transport
+    return transport is None or transport.is_closing()
+
+
+if __name__ == "__main__":  # a fake in a process of its own: python -m tests.fakes PORT MODE
+    fake = FakeVLLM(sys.argv[2], port=int(sys.argv[1]))
+    fake._run()

@@ -27,9 +27,12 @@ class TierTimeout(TierUnavailable):
 
 
 class TierOverloaded(TierError):
-    def __init__(self, tier: str, message: str, retry_after_s: float = 1.0) -> None:
+    def __init__(
+        self, tier: str, message: str, retry_after_s: float = 1.0, reason: str = "tier_busy"
+    ) -> None:
         super().__init__(tier, message)
         self.retry_after_s = retry_after_s
+        self.reason = reason  # a short class for metrics: queue_fast, queue_slow, upstream, ...
 
 
 class TierRejected(TierError):

@@ -128,3 +128,4 @@ class Delta:
     finish_reason: str | None = None
     usage: Usage | None = None
     instance: str = ""  # set on the first delta: which replica or engine instance serves the stream
+    model: str = ""  # set on the first delta by tiers whose model can change (edge versions)

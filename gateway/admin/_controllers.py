@@ -35,6 +35,8 @@ def _decode(body: bytes, kind: type[T]) -> T:
         return msgspec.json.decode(body or b"{}", type=kind)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         raise InvalidRequest(f"invalid request body: {exc}") from exc
+    except RecursionError as exc:
+        raise InvalidRequest("invalid request body: its JSON is nested too deeply") from exc
 
 
 async def _admin(request: Request[object, object, State], state: State) -> tuple[AdminService, Caller]:

@@ -74,6 +74,14 @@ class Ledger:
         self._scheduled = False
         self._writes: set[asyncio.Task[None]] = set()
         self._loader: asyncio.Task[None] | None = None
+        # Rows written since start and rows moved into the database since: their difference is the backlog.
+        self._submitted = 0
+        self._loaded = 0
+
+    @property
+    def backlog(self) -> int:
+        """Rows written ahead (or queued to be) and not yet in the database."""
+        return max(0, self._submitted - self._loaded)
 
     async def start(self) -> int:
         """Load what an earlier run left in the write-ahead file, start the writer and the
@@ -102,6 +110,7 @@ class Ledger:
         on disk."""
         loop = asyncio.get_running_loop()
         self._pending.append(encode_row(row) + b"\n")
+        self._submitted += 1
         waiter: asyncio.Future[None] | None = None
         if durable:
             waiter = loop.create_future()
@@ -164,7 +173,7 @@ class Ledger:
             assert self._wal is not None
             closed = await loop.run_in_executor(self._wal_thread, self._wal.rotate)
         if closed:
-            await loop.run_in_executor(self._db_thread, self._load, closed)
+            self._loaded += await loop.run_in_executor(self._db_thread, self._load, closed)
 
     def _load(self, segments: list[Path]) -> int:
         count = 0

@@ -11,9 +11,14 @@ from sqlalchemy import Engine, create_engine, event, func, select
 from gateway.storage._schema import metadata, schema_version
 
 # Bump with a migration step in _MIGRATIONS when a table changes.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 # version -> statements that bring a database from version-1 to version.
-_MIGRATIONS: dict[int, list[str]] = {}
+_MIGRATIONS: dict[int, list[str]] = {
+    2: [
+        "ALTER TABLE tenants ADD COLUMN video_seconds_per_min INTEGER",
+        "ALTER TABLE tenants ADD COLUMN audio_seconds_per_min INTEGER",
+    ],
+}
 
 
 class SchemaTooNew(RuntimeError):
@@ -27,7 +32,8 @@ def open_database(url: str) -> Engine:
         engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
         event.listen(engine, "connect", _sqlite_pragmas)
     else:
-        engine = create_engine(url, pool_pre_ping=True)
+        # A database that stops answering fails a new connection in seconds instead of hanging it.
+        engine = create_engine(url, pool_pre_ping=True, connect_args={"connect_timeout": 5})
     migrate(engine)
     return engine
 
@@ -49,6 +55,7 @@ def migrate(engine: Engine) -> None:
         if current > SCHEMA_VERSION:
             raise SchemaTooNew(f"database schema v{current} is newer than this tiergate's v{SCHEMA_VERSION}")
         for version in range(current + 1, SCHEMA_VERSION + 1):
-            for statement in _MIGRATIONS.get(version, []):
+            # A fresh database (no version yet) was just created at the current schema by create_all.
+            for statement in _MIGRATIONS.get(version, []) if current else []:
                 conn.exec_driver_sql(statement)
             conn.execute(schema_version.insert().values(version=version, applied_at=time.time()))

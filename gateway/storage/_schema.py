@@ -38,6 +38,8 @@ tenants = Table(
     Column("images_per_min", Integer),
     Column("audio_per_min", Integer),
     Column("video_per_min", Integer),
+    Column("video_seconds_per_min", Integer),  # schema v2
+    Column("audio_seconds_per_min", Integer),  # schema v2
 )
 
 api_keys = Table(

@@ -1,19 +1,25 @@
 """Who is calling: ``Authorization: Bearer <key>`` → :class:`Caller`, or 401.
 
 Keys looked up in the database are trusted for ``auth.key_cache_s``; within that time a
-request costs one hash and one constant-time compare, no database access.
+request costs one hash and one constant-time compare, no database access.  While the
+database cannot be reached, a key seen before keeps its last answer; an unseen one gets 503.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Mapping
 
-from gateway.errors import AuthenticationFailed
+from sqlalchemy.exc import SQLAlchemyError
+
+from gateway.errors import AuthenticationFailed, StorageUnavailable
 from gateway.tenants._keys import key_id_of, matches
 from gateway.tenants._models import DEFAULT_TENANT, TENANT, Caller, Tenant
 from gateway.tenants._store import TenantStore
+
+log = logging.getLogger(__name__)
 
 _Entry = tuple[float, str, str, Tenant | None, bool]  # fetched_at, hash, role, tenant, revoked
 
@@ -57,7 +63,15 @@ class Authenticator:
         now = time.monotonic()
         if key_id in self._cache and now - self._fetched[key_id] < self._cache_s:
             return self._cache[key_id]
-        found = await asyncio.to_thread(self._store.lookup, key_id)
+        try:
+            found = await asyncio.to_thread(self._store.lookup, key_id)
+        except SQLAlchemyError as exc:
+            if key_id not in self._cache:
+                raise StorageUnavailable("the key database cannot be reached; retry shortly") from exc
+            # The database is away: keep trusting what it said last (looked up again after cache_s).
+            log.warning("key database unreachable, using the last answer for key %s: %s", key_id, exc)
+            self._fetched[key_id] = now
+            return self._cache[key_id]
         entry = None if found is None else (now, *found)
         if len(self._cache) > 100_000:  # unknown ids are cached too; keep the map bounded
             self._cache.clear()

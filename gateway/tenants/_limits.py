@@ -1,4 +1,4 @@
-"""Per-tenant rate limits over fixed one-minute windows: requests, tokens and media parts.
+"""Per-tenant rate limits over fixed one-minute windows: requests, tokens, media parts and seconds.
 
 Admission counts the request (and its media parts) and refuses it with 429 when a count
 would pass its limit; tokens are charged after the answer (its real usage), and a tenant
@@ -30,6 +30,9 @@ class Demand:
     images: int = 0
     audio: int = 0
     video: int = 0
+    # Seconds of media, rounded up, as preprocessing measured them.
+    video_seconds: int = 0
+    audio_seconds: int = 0
 
 
 # (counter, amount, limit) — a check passes when count + max(amount, 1) <= limit.
@@ -43,16 +46,19 @@ def _checks(limits: TenantLimits, demand: Demand) -> list[_Check]:
         ("images", demand.images, limits.images_per_min),
         ("audio", demand.audio, limits.audio_per_min),
         ("video", demand.video, limits.video_per_min),
+        ("video_seconds", demand.video_seconds, limits.video_seconds_per_min),
+        ("audio_seconds", demand.audio_seconds, limits.audio_seconds_per_min),
     ]
     return [(n, amount, limit) for n, amount, limit in wanted if limit > 0 and (amount or n == "tokens")]
 
 
 def _refuse(tenant: Tenant, counter: str, limit: int, now: float) -> RateLimited:
-    unit = "tokens" if counter == "tokens" else counter
+    unit = counter.replace("_", " ") + (" parts" if counter in ("audio", "video") else "")
     return RateLimited(
         f"tenant {tenant.name!r} is over its limit of {limit} {unit} per minute; retry after the "
         "Retry-After seconds",
         retry_after_s=WINDOW_S - (now % WINDOW_S),
+        reason=f"tenant_{counter}",
     )
 
 

@@ -107,3 +107,28 @@ async def test_priority_tenants_go_ahead_in_their_lane() -> None:
         await asyncio.sleep(0)
     assert order == ["gold0", "plain0", "plain1"]
     assert all(t.done() for t in tasks)
+
+
+async def test_lane_waits_and_refusals_are_measured_with_their_reason() -> None:
+    from gateway.errors import to_gateway_error
+    from gateway.metrics import Metrics
+    from tests.gateway.test_metrics import value
+
+    metrics = Metrics()
+    gate = Gate("edge", 1, settings(), metrics)
+    await gate.acquire(10)  # a free slot: waited 0
+    waiter = asyncio.create_task(gate.acquire(10))
+    await asyncio.sleep(0.05)
+    gate.release()
+    await waiter  # waited ~50 ms for the slot
+    queued = [asyncio.create_task(gate.acquire(10)) for _ in range(4)]
+    await asyncio.sleep(0)
+    with pytest.raises(TierOverloaded) as caught:
+        await gate.acquire(10)
+    assert to_gateway_error(caught.value).reason == "queue_fast"  # type: ignore[attr-defined]
+    assert gate.arrivals == 7
+    assert value(metrics, "tiergate_queue_wait_seconds_count", tier="edge", lane="fast") == 2
+    assert value(metrics, "tiergate_queue_wait_seconds_sum", tier="edge", lane="fast") >= 0.04
+    assert value(metrics, "tiergate_queue_wait_seconds_bucket", tier="edge", lane="fast", le="0.001") == 1
+    for w in queued:
+        w.cancel()

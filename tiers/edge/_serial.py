@@ -7,21 +7,24 @@ cross back to the event loop with ``call_soon_threadsafe`` as the engine makes t
 early sets a flag the worker checks before each token, so the engine stops at the next one.
 
 A backend subclasses :class:`SerialEngineTier` and writes two methods that run on the worker thread:
-``_load`` and ``_generate_into``.
+``_load`` and ``_generate_into``.  ``start`` loads the model and generates one token to warm it.  Several
+of these make one model version's instances (:mod:`tiers.edge._instances`), each named in its answers.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
-import os
 import threading
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from tiers._errors import TierError, TierOverloaded, TierUnavailable
 from tiers._types import Capabilities, Completion, Delta, Generation, Health, Modality, TierState, Usage
 from tiers.edge._config import EdgeConfig
+from tiers.edge._prefix import PrefixStore
 
 log = logging.getLogger(__name__)
 
@@ -32,29 +35,23 @@ DEFAULT_TOP_P = 0.9
 Emit = Callable[[Delta | BaseException], None]
 
 
-def default_threads() -> int:
-    """One core fewer than the machine has (at least one).
-
-    llama.cpp's threads (and onnxruntime's intra-op pool) spin while they wait for each other; when one
-    of them shares a core with the event loop or a vLLM server, a generation can slow down tenfold or
-    more (measured here: 1.3 tok/s with 2 threads on 2 busy cores, 15 tok/s with 1).
-    """
-    return max(1, (os.cpu_count() or 1) - 1)
-
-
 class SerialEngineTier:
     """A :class:`~tiers.Tier` over an engine that runs one generation at a time on its own thread."""
 
     name = "edge"
     thread_name = "edge"
 
-    def __init__(self, config: EdgeConfig) -> None:
+    def __init__(self, config: EdgeConfig, instance: str = "") -> None:
         self._config = config
+        # Named in answers (X-Tiergate-Instance): which engine instance of which model served them.
+        self.instance = instance or config.model_name
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=self.thread_name)
         self._lock = asyncio.Lock()
         self._waiting = 0
         self._health = Health.STARTING
         self._detail = "loading model"
+        # Saved prompt states, for backends that reuse a prompt's prefix (each stores its own kind).
+        self.prefixes: PrefixStore[Any] = PrefixStore(config.prefix_cache_mb << 20)
 
     @property
     def capabilities(self) -> Capabilities:
@@ -63,6 +60,15 @@ class SerialEngineTier:
             max_context_tokens=self._config.context_tokens,
             model=self._config.model_name,
         )
+
+    @property
+    def load(self) -> int:
+        """Requests running or waiting on this instance."""
+        return int(self._lock.locked()) + self._waiting
+
+    @property
+    def health(self) -> Health:
+        return self._health
 
     def state(self) -> TierState:
         return TierState(
@@ -75,7 +81,7 @@ class SerialEngineTier:
 
     async def start(self) -> None:
         try:
-            await asyncio.get_running_loop().run_in_executor(self._executor, self._load)
+            await asyncio.get_running_loop().run_in_executor(self._executor, self._load_and_warm)
         except Exception as exc:  # a missing or broken model leaves the tier down, not the gateway
             self._health, self._detail = Health.DOWN, f"cannot load model: {exc}"
             log.error("edge tier %s", self._detail)
@@ -84,8 +90,15 @@ class SerialEngineTier:
 
     async def aclose(self) -> None:
         self._health, self._detail = Health.DOWN, "closed"
-        self._executor.shutdown(wait=True, cancel_futures=True)
-        self._unload()
+
+        # Waits for the worker's last step: off the event loop, since a hot swap closes a version while
+        # the gateway serves.
+        def close() -> None:
+            self._executor.shutdown(wait=True, cancel_futures=True)
+            self._unload()
+            self.prefixes.clear()
+
+        await asyncio.to_thread(close)
 
     async def complete(self, gen: Generation) -> Completion:
         parts: list[str] = []
@@ -94,7 +107,9 @@ class SerialEngineTier:
             parts.append(delta.text)
             final = delta
         assert final.usage is not None
-        return Completion("".join(parts), final.finish_reason or "stop", final.usage, self._config.model_name)
+        return Completion(
+            "".join(parts), final.finish_reason or "stop", final.usage, self._config.model_name, self.instance
+        )
 
     async def stream(self, gen: Generation) -> AsyncIterator[Delta]:
         if self._health is not Health.READY:
@@ -120,13 +135,16 @@ class SerialEngineTier:
             raise
         job.add_done_callback(lambda _: self._lock.release())
         try:
+            item = await queue.get()
+            if not isinstance(item, BaseException):  # the first piece says who serves the stream
+                item = dataclasses.replace(item, instance=self.instance, model=self._config.model_name)
             while True:
-                item = await queue.get()
                 if isinstance(item, BaseException):
                     raise item
                 yield item
                 if item.finish_reason is not None:
                     return
+                item = await queue.get()
         finally:
             cancel.set()  # the worker stops at its next token; the lock is freed when it has
 
@@ -138,6 +156,12 @@ class SerialEngineTier:
 
     def _unload(self) -> None:
         """Drop the engine's objects after the worker has stopped."""
+
+    def _load_and_warm(self) -> None:  # on the worker thread
+        self._load()
+        # one token through the engine: pages the weights in and allocates, so the first client does not
+        warm = Generation(messages=[{"role": "user", "content": "Hello"}], max_tokens=1, temperature=0)
+        self._generate_into(warm, lambda item: None, threading.Event())
 
     def _load(self) -> None:  # on the worker thread
         raise NotImplementedError

@@ -48,3 +48,10 @@ def test_cuda_comes_first_when_onnxruntime_has_it() -> None:
     assert choose_providers(["CPUExecutionProvider"]) == ["CPUExecutionProvider"]
     both = ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"]
     assert choose_providers(both) == ["CUDAExecutionProvider", "CPUExecutionProvider"]
+
+
+def test_any_int64_seed_is_taken_negative_included() -> None:
+    logits = np.array([0.0, 1.0, 0.5], dtype=np.float32)
+    for seed in (-1, -(2**63), 2**63 - 1):
+        picks = [Sampler(1.0, 1.0, seed=seed).pick(logits) for _ in range(3)]
+        assert len(set(picks)) == 1  # seeded: the same pick every time

@@ -1,0 +1,33 @@
+"""Media preprocessing measurements, recorded through the gateway's :class:`~gateway.metrics.Metrics`."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gateway.media.pipeline import Prepared
+    from gateway.metrics import Metrics
+
+
+class MediaMetrics:
+    """Stage times (``tiergate_preprocess_seconds``), media-cache lookups and parts per kind."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+
+    def observe(self, prepared: Prepared) -> None:
+        m = self._metrics
+        for stage, seconds in prepared.timings.items():
+            m.preprocess_observed(stage.removesuffix("_s"), seconds)
+        for _ in range(prepared.cache_hits):
+            m.media_cache_lookup(True)
+        for _ in range(prepared.cache_misses):
+            m.media_cache_lookup(False)
+        summary = prepared.summary
+        for kind, count in (
+            ("image", summary.images),
+            ("video", summary.videos),
+            ("audio", summary.audio_clips),
+        ):
+            if count:
+                m.media_parted(kind, count)

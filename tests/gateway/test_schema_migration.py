@@ -1,0 +1,35 @@
+"""A database written by the previous schema gains the media-seconds limit columns on open."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from sqlalchemy import inspect, select
+
+from gateway.storage import open_database
+from gateway.storage._engine import SCHEMA_VERSION
+from gateway.storage._schema import schema_version
+
+
+def test_a_v1_database_is_migrated_and_a_fresh_one_is_created_current(tmp_path: Path) -> None:
+    old = tmp_path / "v1.db"
+    with sqlite3.connect(old) as conn:
+        conn.executescript(
+            """
+            CREATE TABLE schema_version (version INTEGER PRIMARY KEY, applied_at FLOAT NOT NULL);
+            INSERT INTO schema_version VALUES (1, 0);
+            CREATE TABLE tenants (id INTEGER PRIMARY KEY AUTOINCREMENT, name VARCHAR(64) NOT NULL UNIQUE,
+                created_at FLOAT NOT NULL, requests_per_min INTEGER, tokens_per_min INTEGER,
+                images_per_min INTEGER, audio_per_min INTEGER, video_per_min INTEGER);
+            INSERT INTO tenants (name, created_at, images_per_min) VALUES ('acme', 0, 5);
+            """
+        )
+    for path in (old, tmp_path / "fresh.db"):
+        engine = open_database(f"sqlite:///{path}")
+        columns = {c["name"] for c in inspect(engine).get_columns("tenants")}
+        assert {"video_seconds_per_min", "audio_seconds_per_min"} <= columns
+        with engine.connect() as conn:
+            versions = conn.execute(select(schema_version.c.version)).scalars().all()
+        assert max(versions) == SCHEMA_VERSION == 2
+        engine.dispose()
