@@ -191,6 +191,11 @@ _EASY = (
     "Summarise in five words: the {thing} is {adj}.",
     "Reply with OK.",
     "Tell me a short joke about {thing}.",
+    # Long is not hard: a small model writes a story or a description well enough.
+    "Write a long story about {thing}, with several scenes.",
+    "Write a travel guide to {place}: food, history, places to visit.",
+    "Describe {thing} in detail, in several paragraphs.",
+    "Write a poem about {thing}.",
 )
 _HARD = (
     "Prove that there are infinitely many primes of the form 4k+3, step by step.",
@@ -200,7 +205,7 @@ _HARD = (
     "Design a distributed rate limiter for {thing} with exact semantics across regions; discuss trade-offs.",
     "Debug this code and explain the race condition: ```def f(x): global n; n += x; return n```",
     "Explain why {adj} {thing} matter in quantum field theory, with the relevant equations.",
-    "Write a detailed 2000-word essay analysing the causes of the decline of {place}'s industry.",
+    "Write an essay analysing the causes of the decline of {place}'s industry, weighing the evidence.",
     "Solve: a train leaves {place} at 3pm at 80 km/h, another at 4pm at 120 km/h; "
     "when and where do they meet? Show all reasoning.",
     "Refactor this 300-line module into smaller classes and justify each design decision: {thing}.",

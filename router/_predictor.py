@@ -45,6 +45,8 @@ FEATURE_NAMES = (
     "pixels_m",
     "media_s",  # video + audio seconds
     "frames",
+    "others_load",  # requests at the other tiers: co-located tiers share the machine's cores
+    "out_k_x_others",
 )
 WIDTH = len(FEATURE_NAMES)
 _NORMAL = statistics.NormalDist()
@@ -65,10 +67,11 @@ class PredictorConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
 
 
 def design(
-    features: Features, state: TierState, mean_service_s: float, share: float = 1.0
+    features: Features, state: TierState, mean_service_s: float, share: float = 1.0, others_load: float = 0.0
 ) -> tuple[float, ...]:
     """The feature vector of ``features`` at a tier now (order: :data:`FEATURE_NAMES`);
-    ``share``: the expected share of ``max_tokens`` the answer will use."""
+    ``share``: the expected share of ``max_tokens`` the answer will use; ``others_load``: requests
+    in flight or queued at the other tiers."""
     out = (features.max_tokens or DEFAULT_OUTPUT_TOKENS) * share
     load = float(state.in_flight + state.queued)
     media = features.media
@@ -83,6 +86,8 @@ def design(
         media.image_pixels / 1e6,
         media.video_seconds + media.audio_seconds,
         float(media.video_frames),
+        others_load,
+        out / 1000 * others_load,
     )
 
 
@@ -92,8 +97,8 @@ def _dot(a: Sequence[float], b: Sequence[float]) -> float:
 
 # A prior for a tier nobody has measured: ~0.3 s to the first token + 1 ms per prompt token,
 # ~25 generated tokens/s, and waiting work counted in full; the high quantile 1.5x.
-_PRIOR_TTFT = (0.3, 1.0, 0.0, 0.0, 0.0, 1.0, 0.2, 0.0, 0.05, 0.02)
-_PRIOR_TOTAL = (0.3, 1.0, 40.0, 0.0, 0.0, 1.0, 0.2, 0.0, 0.05, 0.02)
+_PRIOR_TTFT = (0.3, 1.0, 0.0, 0.0, 0.0, 1.0, 0.2, 0.0, 0.05, 0.02, 0.0, 0.0)
+_PRIOR_TOTAL = (0.3, 1.0, 40.0, 0.0, 0.0, 1.0, 0.2, 0.0, 0.05, 0.02, 0.0, 0.0)
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,6 +34,7 @@ from router._output import OutputShare, output_keys
 from router._policy import TenantPolicy
 from router._predictor import (
     DEFAULT_OUTPUT_TOKENS,
+    WIDTH,
     Coefficients,
     Observation,
     Prediction,
@@ -72,10 +73,11 @@ class Router:
         return found
 
     def _predict(
-        self, view: TierView, features: Features, share: float
+        self, view: TierView, features: Features, share: float, load: float
     ) -> tuple[tuple[float, ...], Prediction]:
         predictor = self.predictor(view.name)
-        x = design(features, view.state, predictor.mean_service_s, share)
+        others = load - (view.state.in_flight + view.state.queued)
+        x = design(features, view.state, predictor.mean_service_s, share, others)
         t50, thi, tot50, tothi = predictor.predict(x)
         price = self.prices.get(view.name, FREE)
         cost = price.estimate(features, share, tot50)
@@ -92,10 +94,11 @@ class Router:
         """Route a request for ``model`` (``tiergate-auto`` or a tier's name)."""
         keys = output_keys(features.text, features.max_tokens)
         share = self.output.predict(keys)
+        load = float(sum(v.state.in_flight + v.state.queued for v in views))
         if any(v.name == model for v in views):
             decision = pinned(model, views, features)
             view = next(v for v in views if v.name == model)
-            x, p = self._predict(view, features, share)
+            x, p = self._predict(view, features, share, load)
             detail = RouteDetail(features, {model: x}, {model: p}, output_keys=keys, output_share=share)
             return dataclasses.replace(decision, detail=detail)
         able = [v for v in views if why_not(v, features) is None]
@@ -115,7 +118,7 @@ class Router:
             able = kept
         vectors, predictions = {}, {}
         for view in able:
-            vectors[view.name], predictions[view.name] = self._predict(view, features, share)
+            vectors[view.name], predictions[view.name] = self._predict(view, features, share, load)
         strategy = self.strategies[policy.strategy]
         difficulty = None
         if strategy.name == "learned" and self.difficulty is not None:
@@ -193,6 +196,12 @@ class Router:
         if "output" in data:
             self.output.load(data["output"])
         for tier, saved in data.get("tiers", {}).items():
+            coefficients = saved.get("coefficients") or {}
+            widths = {len(c) for c in coefficients.get("total", [])} | {
+                len(o[0]) for o in saved.get("window", [])
+            }
+            if widths - {WIDTH}:  # saved with other features: start this tier afresh
+                continue
             p = self.predictor(tier)
             if saved.get("coefficients"):
                 p.coefficients = msgspec.convert(saved["coefficients"], Coefficients)

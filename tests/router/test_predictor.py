@@ -185,3 +185,24 @@ def test_the_router_feeds_the_expected_output_to_the_latency_model() -> None:
     d = r.decide("edge", views, f, router.DEFAULT_POLICY)
     assert d.detail is not None and d.detail.output_share < 0.2
     assert d.detail.vectors["edge"][router.FEATURE_NAMES.index("out_k")] < 0.2 * 200 / 1000
+
+
+def test_the_load_on_the_other_tiers_is_a_feature() -> None:
+    """Co-located tiers share cores: the edge slows down while the cloud is busy."""
+    r = router.Router(router.AutoRule(), {})
+    busy = TierState("cloud", Health.READY, in_flight=3, queued=1)
+    views = [
+        router.TierView(
+            "edge", router._decision.Capabilities(TEXT, 4096, "m"), TierState("edge", Health.READY)
+        ),
+        router.TierView("cloud", router._decision.Capabilities(TEXT, 4096, "m"), busy),
+    ]
+    d = r.decide("tiergate-auto", views, router.Features(10, 100, 1, TEXT, False), router.DEFAULT_POLICY)
+    assert d.detail is not None
+    edge = dict(zip(router.FEATURE_NAMES, d.detail.vectors["edge"], strict=True))
+    cloud = dict(zip(router.FEATURE_NAMES, d.detail.vectors["cloud"], strict=True))
+    assert edge["others_load"] == 4 and edge["load"] == 0 and cloud["others_load"] == 0 and cloud["load"] == 4
+    stale = {"format": 1, "tiers": {"edge": {"coefficients": None, "window": [[[1.0] * 10, None, 1.0]]}}}
+    fresh = router.Router(router.AutoRule(), {})
+    fresh.load(stale)  # a file written with fewer features is ignored, not misread
+    assert "edge" not in fresh.predictors
