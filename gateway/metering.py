@@ -17,9 +17,10 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from gateway.activity import Activity, Decision
+from gateway.caching import CacheStatus
 from gateway.chat import ChatService, RequestContext, Routed, StreamOutcome, StreamStart
 from gateway.errors import PermissionDenied, to_gateway_error
-from gateway.ledger import Ledger, LedgerRow, PriceBook
+from gateway.ledger import Charge, Ledger, LedgerRow, PriceBook
 from gateway.media import MediaPipeline, has_media
 from gateway.protocol import AudioPart, ChatCompletion, ChatCompletionRequest, ImagePart, VideoPart
 from gateway.sse import DONE
@@ -219,13 +220,18 @@ class MeteredChat:
         error: str | None = None,
     ) -> LedgerRow:
         tier = routed.tier if routed is not None else ""
-        charge = self._prices.charge(tier, model, prompt, completion, call.demand.images)
-        if tier == self._prices.counterfactual_tier:
-            counterfactual = charge.cost_nusd
-        elif tier:
-            counterfactual = self._prices.counterfactual(prompt, completion, call.demand.images)
+        hit = routed is not None and routed.cache is CacheStatus.HIT
+        total_s = time.perf_counter() - call.started
+        images, media_s = call.demand.images, float(call.demand.video_seconds + call.demand.audio_seconds)
+        # A cached answer ran no model: it costs nothing, and saves what the tier would have charged.
+        busy_s = 0.0 if hit else total_s
+        charge = self._prices.charge(tier, model, prompt, completion, images, media_s, busy_s)
+        if tier and tier != self._prices.counterfactual_tier:
+            counterfactual = self._prices.counterfactual(prompt, completion, images, media_s, total_s)
         else:
-            counterfactual = 0
+            counterfactual = charge.cost_nusd
+        if hit:
+            charge = Charge(None, 0)
         return LedgerRow(
             entry_id=uuid.uuid4().hex,
             request_id=call.request_id,
@@ -243,9 +249,9 @@ class MeteredChat:
             audio=call.demand.audio,
             video=call.demand.video,
             ttft_ms=ttft_ms,
-            total_ms=(time.perf_counter() - call.started) * 1000,
-            cache_hit=False,
-            degraded=False,
+            total_ms=total_s * 1000,
+            cache_hit=hit,
+            degraded=bool(routed is not None and routed.degraded),
             status=status,
             error=error,
             price_id=charge.price_id,

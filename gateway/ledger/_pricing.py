@@ -72,13 +72,26 @@ class PriceBook:
     def _find(self, tier: str, model: str) -> _Version | None:
         return self._versions.get((tier, model)) or self._versions.get((tier, "*"))
 
-    def charge(self, tier: str, model: str, prompt: int, completion: int, images: int = 0) -> Charge:
+    def charge(
+        self,
+        tier: str,
+        model: str,
+        prompt: int,
+        completion: int,
+        images: int = 0,
+        media_s: float = 0.0,
+        busy_s: float = 0.0,
+    ) -> Charge:
+        """The price of one answer: tokens, images, seconds of audio and video, and the seconds the
+        tier was busy with it (charged at ``per_gpu_second``)."""
         version = self._find(tier, model)
         if version is None:
             return Charge(None, 0)
-        return Charge(version.id, version.cost(prompt, completion, images, 0.0, 0.0))
+        return Charge(version.id, version.cost(prompt, completion, images, media_s, busy_s))
 
-    def counterfactual(self, prompt: int, completion: int, images: int = 0) -> int:
+    def counterfactual(
+        self, prompt: int, completion: int, images: int = 0, media_s: float = 0.0, busy_s: float = 0.0
+    ) -> int:
         """What the same usage would have cost on the counterfactual (all-cloud) tier."""
         version = self._find(self.counterfactual_tier, "*")
-        return 0 if version is None else version.cost(prompt, completion, images, 0.0, 0.0)
+        return 0 if version is None else version.cost(prompt, completion, images, media_s, busy_s)

@@ -224,6 +224,26 @@ def test_every_answered_request_has_its_ledger_row_and_the_report_adds_up(gw: Ga
     assert admin(gw, "GET", "/reports/costs?format=xml").status_code == 400
 
 
+def test_a_cached_answer_is_recorded_as_a_hit_that_cost_nothing(gw: Gateway) -> None:
+    admin(gw, "POST", "/tenants", json={"name": "cached"})
+    key = admin(gw, "POST", "/tenants/cached/keys").json()["key"]
+    question = [{"role": "user", "content": f"Cache me {uuid.uuid4().hex}"}]
+    rids = [f"cached-{i}-{uuid.uuid4().hex[:8]}" for i in range(2)]
+    first, again = (chat(gw, key=key, rid=rid, messages=question, temperature=0) for rid in rids)
+    assert first.headers["x-tiergate-cache"] == "miss" and again.headers["x-tiergate-cache"] == "hit"
+    rows = ledger_rows(gw, want=set(rids))
+    miss, hit = rows[rids[0]], rows[rids[1]]
+    assert miss.cache_hit is False and miss.cost_nusd > 0 and miss.price_id is not None
+    assert hit.cache_hit is True and hit.cost_nusd == 0 and hit.price_id is None
+    # What the hit saved: the same tokens at the cloud's price.
+    assert hit.counterfactual_nusd == miss.cost_nusd > 0
+    assert (hit.prompt_tokens, hit.completion_tokens, hit.status) == (
+        miss.prompt_tokens,
+        miss.completion_tokens,
+        200,
+    )
+
+
 def test_limits_are_shared_by_two_gateways_over_redis(fake: FakeVLLM, redis_url: str, tmp_path: Path) -> None:
     shared = f'[limits]\nredis_url = "{redis_url}"\n[storage]\ndatabase_url = "sqlite:///{tmp_path / "shared.db"}"\n'
     first = start(tmp_path / "one", fake, shared)
