@@ -187,10 +187,10 @@ def test_the_cloud_vlm_sees_images_and_video_frames_in_its_prompt(cloud_gateway:
 def test_the_same_image_sent_twice_is_decoded_once(cloud_gateway: Gateway) -> None:
     gw = cloud_gateway
     photo = image(media_files.jpeg(2000, 1500, quality=80))
-    hits = _metric(gw, 'tiergate_media_cache_total{result="hit"}')
-    misses = _metric(gw, 'tiergate_media_cache_total{result="miss"}')
+    hits = _metric(gw, 'tiergate_media_cache_requests_total{result="hit"}')
+    misses = _metric(gw, 'tiergate_media_cache_requests_total{result="miss"}')
     first, second = _chat(gw, photo), _chat(gw, photo)
     assert first.status_code == second.status_code == 200
-    assert _metric(gw, 'tiergate_media_cache_total{result="miss"}') == misses + 1
-    assert _metric(gw, 'tiergate_media_cache_total{result="hit"}') == hits + 1
+    assert _metric(gw, 'tiergate_media_cache_requests_total{result="miss"}') == misses + 1
+    assert _metric(gw, 'tiergate_media_cache_requests_total{result="hit"}') == hits + 1
     assert first.json()["usage"]["prompt_tokens"] == second.json()["usage"]["prompt_tokens"]

@@ -133,7 +133,7 @@ def test_a_scripted_mix_shows_in_every_metric_family_and_every_log_line_has_its_
     assert total(m, "tiergate_timeouts_total", tier="cloud") == 1
     # routed: the miss, the errors, the degraded one, the limited tenant's first, the timeout (not the
     # hit, not the 429)
-    assert total(m, "tiergate_route_decisions_total", strategy="rule", tier="cloud") == THRESHOLD + 4
+    assert total(m, "tiergate_route_decisions_total", strategy="learned", tier="cloud") == THRESHOLD + 4
     # every routed request asked the cloud's admission gate for a slot, in the fast lane, at once
     assert total(m, "tiergate_queue_wait_seconds_count", tier="cloud", lane="fast") == THRESHOLD + 4
     assert total(m, "tiergate_queue_length", tier="cloud") == 0
