@@ -105,6 +105,14 @@ class RoutingService:
         self._saver: asyncio.Task[None] | None = None
         self._difficulty_mtime = 0.0
         self._loaded = False
+        self._last_refit = -float("inf")
+
+    def _all_fitted(self) -> bool:
+        """Whether every tier with enough requests has had its first fit (that one never waits)."""
+        least = self.settings.predictor.min_samples
+        return all(
+            p.coefficients is not None for p in self.router.predictors.values() if len(p.window) >= least
+        )
 
     def bind(self, policy_of: Callable[[str], router.TenantPolicy], budgets: BudgetBook | None) -> None:
         """Read tenants' policies and spend from these (they need the database, opened later)."""
@@ -134,12 +142,15 @@ class RoutingService:
         completion_tokens: int | None = None,
     ) -> None:
         self.router.observe(decision, tier, ttft_s, total_s, completion_tokens)
-        if self._loaded and (self._refitting is None or self._refitting.done()):
-            due = self.router.due()
-            if due:
-                self._refitting = asyncio.get_running_loop().create_task(
-                    self._refit(due), name="router-refit"
-                )
+        if not self._loaded or (self._refitting is not None and not self._refitting.done()):
+            return
+        now = time.monotonic()
+        if now - self._last_refit < self.settings.predictor.refit_interval_s and self._all_fitted():
+            return
+        due = self.router.due()
+        if due:
+            self._last_refit = now
+            self._refitting = asyncio.get_running_loop().create_task(self._refit(due), name="router-refit")
 
     # -- learning in the background -------------------------------------------------------------
 

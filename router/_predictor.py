@@ -62,6 +62,9 @@ class PredictorConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     window: int = 1500  # observations kept per tier for refits
     min_samples: int = 16  # below this a tier is predicted by the prior
     refit_every: int = 40  # observations between background refits
+    # ... and at least this long between them: a refit costs a core for a while, and a busy gateway
+    # reaches refit_every many times a second.
+    refit_interval_s: float = 30.0
     correction_rate: float = 0.1  # weight of each observation in the online correction
     alpha: float = 0.0005  # L1 penalty of the quantile regressions (on scaled features)
 
