@@ -10,8 +10,8 @@ import msgspec
 from litestar import Request, Response, get, post
 from litestar.datastructures import State
 
-from gateway.accounts import Accounts
-from gateway.errors import Conflict, GatewayError, InvalidRequest, NotFound, PermissionDenied
+from gateway.admin._guard import require_admin
+from gateway.errors import Conflict, GatewayError, InvalidRequest, NotFound
 from gateway.protocol import encode
 from tiers.edge import EdgeModel, EdgeRegistry, InvalidModel, NothingToRollBack, RegistryError, UnknownModel
 
@@ -23,10 +23,7 @@ class ActivateBody(msgspec.Struct, forbid_unknown_fields=True):
 
 
 async def _registry(request: Request[object, object, State]) -> EdgeRegistry:
-    accounts: Accounts = request.app.state.accounts
-    caller = await accounts.auth.caller(request.headers)
-    if not caller.is_admin:
-        raise PermissionDenied("the edge models are managed with an admin key")
+    await require_admin(request, "the edge models are")
     registry: EdgeRegistry | None = request.app.state.edge_models
     if registry is None:
         raise NotFound("this gateway runs no edge tier")

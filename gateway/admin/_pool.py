@@ -6,8 +6,8 @@ import msgspec
 from litestar import Request, Response, get, post, put
 from litestar.datastructures import State
 
-from gateway.accounts import Accounts
-from gateway.errors import InvalidRequest, NotFound, PermissionDenied
+from gateway.admin._guard import require_admin
+from gateway.errors import InvalidRequest, NotFound
 from gateway.protocol import encode
 from tiers import Pool
 
@@ -19,10 +19,7 @@ class MembersBody(msgspec.Struct, forbid_unknown_fields=True):
 
 
 async def _pool(request: Request[object, object, State]) -> Pool:
-    accounts: Accounts = request.app.state.accounts
-    caller = await accounts.auth.caller(request.headers)
-    if not caller.is_admin:
-        raise PermissionDenied("the cloud pool is managed with an admin key")
+    await require_admin(request, "the cloud pool is")
     pool: Pool | None = request.app.state.pool
     if pool is None:
         raise NotFound("this gateway has no cloud pool")

@@ -10,8 +10,7 @@ from __future__ import annotations
 from litestar import Request, Response, get, post
 from litestar.datastructures import State
 
-from gateway.accounts import Accounts
-from gateway.errors import PermissionDenied
+from gateway.admin._guard import require_admin
 from gateway.protocol import encode
 from gateway.routing import RoutingService
 
@@ -19,10 +18,7 @@ JSON = "application/json"
 
 
 async def _routing(request: Request[object, object, State]) -> RoutingService:
-    accounts: Accounts = request.app.state.accounts
-    caller = await accounts.auth.caller(request.headers)
-    if not caller.is_admin:
-        raise PermissionDenied("the router is managed with an admin key")
+    await require_admin(request, "the router is")
     routing: RoutingService = request.app.state.routing
     return routing
 
