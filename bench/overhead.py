@@ -9,12 +9,15 @@ Method
   stand-in, model ``cloud`` pinned: no routing choice), the framework floor (``bench/floor_app.py``:
   Litestar on uvicorn returning the same canned answer) and, when its virtual environment exists,
   LiteLLM's proxy ``litellm[proxy]==1.106.2`` (never unpinned: 1.107.0 was compromised) with one worker.
-  The stand-in and the load generator (``hey``) share core 1.
-* For each rate (requests/s, open loop via ``hey -q`` per worker) the targets are run interleaved in
-  rounds (direct, floor, tiergate, litellm, direct, ...), ``--repeats`` times, each for ``--duration``
-  seconds. Non-streaming latency is hey's response time; streaming latency is its response delay (time
-  to the first byte: tiergate sends headers with the first chunk). *Added* latency = target percentile
-  minus direct percentile of the same round; the table shows the median over rounds.
+  The stand-in and the load generator (``bench/loadgen.py``, in this process) share core 1.
+* For each rate (requests/s) the load is open loop with evenly spaced arrivals (``bench/loadgen.py``:
+  each request on an idle keep-alive connection or a new one, never held back by a slow earlier
+  one, as wrk2 does; ``hey -q``, used before, fires its workers in lockstep bursts).  The targets
+  are run interleaved in rounds (direct, floor, tiergate, litellm, direct, ...), ``--repeats``
+  times, each for ``--duration`` seconds.  Non-streaming latency is the time from writing the
+  request to the last byte; streaming latency is the time to the first body byte (the first SSE
+  chunk).  *Added* latency = target percentile minus direct percentile of the same round; the
+  table shows the median over rounds.
 * Sustained RPS: closed loop, 64 connections, no rate limit. CPU seconds per 1,000 requests and peak RSS
   are read from /proc for the target process (and its children).
 
@@ -27,8 +30,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import csv
-import io
 import json
 import os
 import signal
@@ -41,6 +42,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+
+from bench import loadgen
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "overhead.json"
@@ -106,42 +109,19 @@ def wait_for_file(path: Path, timeout: float = 60) -> None:
         time.sleep(0.2)
 
 
-def hey(
-    target: Target, body_file: Path, *, duration: float, rate: float | None, connections: int
+def load(
+    target: Target, body_file: Path, *, duration: float, rate: float | None, connections: int = 64
 ) -> list[dict[str, float]]:
-    cmd = [
-        "taskset",
-        "-c",
-        LOAD_CORE,
-        "hey",
-        "-z",
-        f"{duration}s",
-        "-c",
-        str(connections),
-        "-m",
-        "POST",
-        "-T",
-        "application/json",
-        "-D",
-        str(body_file),
-        "-o",
-        "csv",
-        "-H",
-        f"Authorization: Bearer {target.api_key}",
-    ]
-    if rate is not None:
-        cmd += ["-q", f"{rate / connections:.3f}"]
-    out = subprocess.run([*cmd, target.url], capture_output=True, text=True, check=True).stdout
-    rows = list(csv.DictReader(io.StringIO(out)))
-    return [
-        {
-            "total": float(r["response-time"]),
-            "first_byte": float(r["DNS+dialup"]) + float(r["Request-write"]) + float(r["Response-delay"]),
-            "ok": r["status-code"] == "200",
-            "offset": float(r["offset"]),
-        }
-        for r in rows
-    ]
+    """One run of the load generator: open loop at ``rate``, or closed loop over ``connections``."""
+    samples, _failed = loadgen.run(
+        target.url,
+        body_file.read_bytes(),
+        duration=duration,
+        rate=rate,
+        connections=connections,
+        headers={"Authorization": f"Bearer {target.api_key}"},
+    )
+    return [{"total": s.total, "first_byte": s.first_byte, "ok": s.ok, "lag": s.lag} for s in samples]
 
 
 def pct(values: list[float], q: float) -> float:
@@ -187,6 +167,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-litellm", action="store_true")
     args = parser.parse_args()
+    os.sched_setaffinity(0, {int(LOAD_CORE)})  # the load generator runs here, beside the stand-in
     rates = [int(r) for r in args.rates.split(",")]
     tmp = Path(tempfile.mkdtemp(prefix="tiergate-bench-"))
     python = sys.executable
@@ -262,7 +243,6 @@ def run(targets: list[Target], rates: list[int], args: argparse.Namespace, tmp: 
         "repeats": args.repeats,
     }
     for rate in rates:
-        conns = max(4, rate // 25)
         per_target: dict[str, dict[str, list[float]]] = {}
         for mode in ("plain", "stream"):
             key = "total" if mode == "plain" else "first_byte"
@@ -271,7 +251,7 @@ def run(targets: list[Target], rates: list[int], args: argparse.Namespace, tmp: 
                 for t in targets:
                     if t.name == "litellm" and rate > 500:
                         continue  # saturated far below this rate (see the max RPS row)
-                    samples = hey(t, bodies[mode], duration=args.duration, rate=rate, connections=conns)
+                    samples = load(t, bodies[mode], duration=args.duration, rate=rate)
                     ok = [s[key] for s in samples if s["ok"]]
                     stats = {q: pct(ok, q) * 1000 for q in (50, 95, 99)}
                     served = len(ok) / args.duration
@@ -283,6 +263,8 @@ def run(targets: list[Target], rates: list[int], args: argparse.Namespace, tmp: 
                         entry.setdefault(f"p{q}_ms", []).append(stats[q])
                     entry.setdefault("rps", []).append(served)
                     entry.setdefault("errors", []).append(len(samples) - len(ok))
+                    lag = pct([s["lag"] for s in samples], 99) * 1000
+                    entry.setdefault("generator_lag_p99_ms", []).append(lag)
         results["rates"][str(rate)] = {  # type: ignore[index]
             k: {m: round(statistics.median(v), 3) for m, v in d.items()} for k, d in per_target.items()
         }
@@ -292,7 +274,7 @@ def run(targets: list[Target], rates: list[int], args: argparse.Namespace, tmp: 
     for t in targets:
         pid = t.process.pid if t.process else 0
         before = cpu_seconds(pid)
-        samples = hey(t, bodies["plain"], duration=args.duration, rate=None, connections=64)
+        samples = load(t, bodies["plain"], duration=args.duration, rate=None, connections=64)
         ok = sum(s["ok"] for s in samples)
         used = cpu_seconds(pid) - before
         row = {

@@ -4,8 +4,9 @@ Method
 ------
 * One fast OpenAI stand-in (``bench/upstream.py``) as the cloud pool; the real edge model in-process;
   the result cache on (diskcache); auth, limits, ledger and admission as shipped.
-* Four ``hey`` load generators at fixed rates for ``--minutes``: cloud non-streaming, cloud streaming,
-  repeated deterministic requests (cache hits), and edge requests (a few per second, the model is slow).
+* Four load generators (``bench/loadgen.py``, open loop) at fixed rates for ``--minutes``: cloud
+  non-streaming, cloud streaming, repeated deterministic requests (cache hits), and edge requests
+  (a few per second, the model is slow).
 * The gateway's RSS (with its children: the ledger writer) is sampled every ``--every`` seconds.
   Growth = last sample against the first sample after ``--warmup`` seconds. Target: ≤ 5%, and no
   status other than 200 and the designed 429.
@@ -101,29 +102,19 @@ def main() -> None:
         for name, (body, rate) in mixes.items():
             body_file = tmp / f"{name}.json"
             body_file.write_text(json.dumps(body))
-            conns = max(1, int(rate // 25))
             loads.append(
                 subprocess.Popen(
                     [
-                        "hey",
-                        "-z",
-                        f"{seconds}s",
-                        "-c",
-                        str(conns),
-                        "-q",
-                        f"{rate / conns:.3f}",
+                        *("taskset", "-c", "1"),
+                        sys.executable,
                         "-m",
-                        "POST",
-                        "-T",
-                        "application/json",
-                        "-H",
-                        f"Authorization: Bearer {key}",
-                        "-D",
-                        str(body_file),
-                        "-o",
-                        "csv",
+                        "bench.loadgen",
                         url,
+                        str(body_file),
+                        *("--rate", str(rate), "--duration", str(seconds)),
+                        *("-H", f"Authorization: Bearer {key}"),
                     ],
+                    cwd=ROOT,
                     stdout=subprocess.PIPE,
                     text=True,
                 )
@@ -136,7 +127,7 @@ def main() -> None:
         statuses: dict[str, collections.Counter[str]] = {}
         for name, proc in zip(mixes, loads, strict=True):
             out, _ = proc.communicate(timeout=120)
-            statuses[name] = collections.Counter(line.split(",")[6] for line in out.splitlines()[1:] if line)
+            statuses[name] = collections.Counter(json.loads(out.strip().splitlines()[-1])["statuses"])
     finally:
         for proc in loads:
             if proc.poll() is None:

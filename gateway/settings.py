@@ -104,12 +104,13 @@ class LedgerSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     # Rows are made durable in a local write-ahead file before the response ends, then
     # moved into the database in batches this often.
     flush_interval_s: float = 0.5
-    # fsync the write-ahead file in a small child process (true) or in a thread of the
-    # gateway (false; costs the event loop a GIL hand-off per write; always "disk").
+    # With sync = "disk": fsync the write-ahead file in a small child process (true) or in a
+    # thread of the gateway (false; costs the event loop a GIL hand-off per write).
     writer_process: bool = True
-    # When a response may end: "os", once its row is written to the write-ahead file (it survives
-    # the gateway being killed, even with SIGKILL; the disk follows within one batch), or "disk",
-    # once it is also fsynced (survives a power cut; adds a disk sync, ~1-3 ms, to every request).
+    # When a response may end: "os", once the event loop has written its row to the write-ahead
+    # file (a few µs; it survives the gateway being killed, even with SIGKILL; the disk follows
+    # when the rows reach the database, within flush_interval_s), or "disk", once it is also
+    # fsynced (survives a power cut; adds a disk sync, ~1-3 ms, to every request).
     sync: Literal["os", "disk"] = "os"
 
 

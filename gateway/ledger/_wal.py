@@ -1,9 +1,10 @@
-"""The ledger's write-ahead file: rows appended and fsynced in batches, replayed on start.
+"""The ledger's write-ahead file: rows appended (and fsynced in batches), replayed on start.
 
 Rows go to ``<dir>/segment-<n>.jsonl``.  The loader closes the current segment (a new one
 takes the appends), moves the closed one into the database, then deletes it.  A segment
 left by a killed process is loaded on the next start; rows carry their own id, so loading
-one twice inserts nothing twice.  Blocking; one thread owns appends and rotation.
+one twice inserts nothing twice.  Blocking; one thread owns appends and rotation (the event
+loop's own, when appends are not synced: a page-cache write costs a few microseconds).
 """
 
 from __future__ import annotations
@@ -41,17 +42,20 @@ class WriteAheadLog:
         """Segments on disk, oldest first (the open one last)."""
         return sorted(self.directory.glob(_PATTERN), key=segment_number)
 
-    def append(self, data: bytes) -> None:
-        """Write ``data`` (whole lines) and make it durable before returning."""
+    def append(self, data: bytes, *, sync: bool = True) -> None:
+        """Write ``data`` (whole lines); with ``sync``, make it durable on disk before returning.
+        Without, it is in the operating system's hands (it survives the process being killed)."""
         if self._fd is None:
             self._path = self.directory / f"segment-{self._next}.jsonl"
             self._next += 1
             self._fd = os.open(self._path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-            _fsync_dir(self.directory)
+            if sync:
+                _fsync_dir(self.directory)
         view = memoryview(data)
         while view:
             view = view[os.write(self._fd, view) :]
-        os.fdatasync(self._fd)
+        if sync:
+            os.fdatasync(self._fd)
         self._dirty = True
 
     def rotate(self) -> list[Path]:

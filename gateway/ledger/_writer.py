@@ -91,7 +91,7 @@ class Ledger:
         replayed = await loop.run_in_executor(self._db_thread, self._load, wal.segments())
         if replayed:
             log.info("ledger: replayed %d rows from the write-ahead file", replayed)
-        if self._use_process:
+        if self._use_process and self._sync == "disk":
             self._process = ProcessWriter(self._dir, wal.next_number, self._writer_lost, self._sync)
             self._process.start()
         else:
@@ -109,8 +109,10 @@ class Ledger:
         """Queue ``row`` for this loop turn's write; with ``durable``, a future done once it is
         on disk."""
         loop = asyncio.get_running_loop()
-        self._pending.append(encode_row(row) + b"\n")
         self._submitted += 1
+        if self._sync == "os" and self._wal is not None:
+            return self._append_now(encode_row(row) + b"\n", loop, durable)
+        self._pending.append(encode_row(row) + b"\n")
         waiter: asyncio.Future[None] | None = None
         if durable:
             waiter = loop.create_future()
@@ -119,6 +121,22 @@ class Ledger:
             self._scheduled = True
             loop.call_soon(self._write_pending)
         return waiter
+
+    def _append_now(
+        self, line: bytes, loop: asyncio.AbstractEventLoop, durable: bool
+    ) -> asyncio.Future[None] | None:
+        assert self._wal is not None
+        error: OSError | None = None
+        try:
+            self._wal.append(line, sync=False)
+        except OSError as exc:  # the disk is full, say: the request must not pass as recorded
+            log.error("ledger: write-ahead append failed: %s", exc)
+            error = exc
+        if not durable and error is None:
+            return None
+        done = loop.create_future()
+        done.set_exception(error) if error is not None else done.set_result(None)
+        return done
 
     def _write_pending(self) -> None:
         self._scheduled = False
@@ -169,6 +187,9 @@ class Ledger:
         if self._process is not None and self._process.alive:
             newest = await self._process.rotate()
             closed = [p for p in WriteAheadLog(self._dir).segments() if segment_number(p) <= newest]
+        elif self._sync == "os":
+            assert self._wal is not None
+            closed = self._wal.rotate()  # appends happen on this loop, so rotation does too
         else:
             assert self._wal is not None
             closed = await loop.run_in_executor(self._wal_thread, self._wal.rotate)

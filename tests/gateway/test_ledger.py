@@ -70,11 +70,11 @@ def _count(engine: Engine) -> int:
         return int(conn.execute(select(func.count()).select_from(ledger)).scalar_one())
 
 
-@pytest.mark.parametrize("writer_process", [True, False])
+@pytest.mark.parametrize(("sync", "writer_process"), [("disk", True), ("disk", False), ("os", True)])
 async def test_recorded_rows_are_on_disk_at_once_and_in_the_database_after_a_flush(
-    engine: Engine, tmp_path: Path, writer_process: bool
+    engine: Engine, tmp_path: Path, sync: str, writer_process: bool
 ) -> None:
-    book = Ledger(engine, tmp_path / "wal", flush_interval_s=3600, writer_process=writer_process)
+    book = Ledger(engine, tmp_path / "wal", flush_interval_s=3600, writer_process=writer_process, sync=sync)
     await book.start()
     rows = [row() for _ in range(20)]
     for r in rows[:10]:
@@ -86,6 +86,29 @@ async def test_recorded_rows_are_on_disk_at_once_and_in_the_database_after_a_flu
     await book.aclose()
     assert _count(engine) == 20
     assert WriteAheadLog(tmp_path / "wal").segments() == []
+
+
+async def test_with_sync_os_rows_are_written_by_the_loop_and_a_failed_write_fails_the_record(
+    engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    book = Ledger(engine, tmp_path / "wal", flush_interval_s=3600, sync="os")
+    await book.start()
+    assert book._process is None  # no writer process: nothing to wait for
+    first = row()
+    await book.record(first)
+    [segment] = WriteAheadLog(tmp_path / "wal").segments()
+    assert [r.entry_id for r in read_segment(segment)] == [first.entry_id]
+
+    def full(fd: int, data: object) -> int:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("gateway.ledger._wal.os.write", full)
+    with pytest.raises(OSError, match="No space left"):
+        await book.record(row())
+    monkeypatch.undo()
+    await book.flush()
+    assert _count(engine) == 1
+    await book.aclose()
 
 
 async def test_rows_left_by_a_killed_process_are_replayed_once(engine: Engine, tmp_path: Path) -> None:

@@ -196,7 +196,7 @@ def test_every_answered_request_has_its_ledger_row_and_the_report_adds_up(gw: Ga
     for rid in answered:
         r = rows[rid]
         assert (r.status, r.tier, r.model_used, r.model_asked) == (200, "cloud", "fake", "cloud")
-        assert (r.prompt_tokens, r.completion_tokens) == (3, 2)
+        assert (r.prompt_tokens, r.completion_tokens) == (3, 2), r
         assert r.cost_nusd > 0 and r.counterfactual_nusd == r.cost_nusd and r.total_ms > 0
         assert r.cache_hit is False and r.degraded is False and r.price_id is not None
     assert rows[answered[1]].ttft_ms is not None  # streams record their time to first token
@@ -339,7 +339,7 @@ def test_open_mode_serves_without_keys_as_the_default_tenant(fake: FakeVLLM, tmp
 
 
 def test_if_the_ledger_writer_process_dies_rows_are_still_written(fake: FakeVLLM, tmp_path: Path) -> None:
-    gw = start(tmp_path, fake)
+    gw = start(tmp_path, fake, 'sync = "disk"\n')  # (in [ledger]) the writer process fsyncs for "disk"
     try:
         helpers = [
             pid

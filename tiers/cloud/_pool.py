@@ -1,8 +1,9 @@
-"""The cloud tier: a pool of OpenAI-compatible vLLM servers behind one pooled aiohttp client.
+"""The cloud tier: a pool of OpenAI-compatible vLLM servers behind one pooled HTTP client.
 
-aiohttp is on the hot path because it was measured: on this kind of machine a
-plain ``httpx.AsyncClient`` saturated at ~400-700 requests/s per core where an
-``aiohttp.ClientSession`` served more than 3,000 (see DESIGN.md).
+Requests go through :mod:`tiers.cloud._http`, a keep-alive client on httptools, because it
+was measured: per request it costs the gateway ~50 µs of CPU where ``aiohttp.ClientSession``
+costs ~145 µs and ``httpx.AsyncClient`` ~550 µs (``python -m bench.upstream_client``).
+Health checks and metric scrapes, off the hot path, use aiohttp.
 
 Each request goes to the replica the :class:`~tiers.cloud._balance.Balancer`
 picks from live load; a failure before the first byte is retried on another
@@ -29,6 +30,7 @@ from tiers._types import Capabilities, Completion, Delta, Generation, Health, Mo
 from tiers.cloud import _wire
 from tiers.cloud._balance import Balancer
 from tiers.cloud._config import CloudConfig
+from tiers.cloud._http import HttpPool, Response, UpstreamError
 from tiers.cloud._local import LocalVLLMServer
 from tiers.cloud._replica import Replica, parse_engine_load
 
@@ -70,11 +72,10 @@ class VLLMPool:
         )
         self._replicas: list[Replica] = []
         self._watchers: dict[str, asyncio.Task[None]] = {}
-        self._session: aiohttp.ClientSession | None = None
+        self._session: aiohttp.ClientSession | None = None  # health checks and scrapes
+        self._http: HttpPool | None = None  # requests
         self._mean_cost = 100.0
         self._next_index = 0
-        t = config.timeouts
-        self._timeout = aiohttp.ClientTimeout(total=t.total_s, connect=t.connect_s, sock_read=t.first_byte_s)
         self._pending_urls = config.urls or ([self._local.url] if self._local else [])
         self._listener: ReplicaListener | None = None
 
@@ -116,10 +117,15 @@ class VLLMPool:
         return [r.as_dict() for r in self._replicas]
 
     async def start(self) -> None:
+        t = self._config.timeouts
+        self._http = HttpPool(
+            max_connections=self._config.max_connections,
+            connect_s=t.connect_s,
+            read_s=t.first_byte_s,
+            total_s=t.total_s,
+        )
         self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=self._config.max_connections, ttl_dns_cache=300),
-            timeout=self._timeout,
-            raise_for_status=False,
+            connector=aiohttp.TCPConnector(limit=8, ttl_dns_cache=300), raise_for_status=False
         )
         if self._local is not None:
             await self._local.start()
@@ -133,6 +139,8 @@ class VLLMPool:
                 await task
         if self._session is not None:
             await self._session.close()
+        if self._http is not None:
+            await self._http.aclose()
         if self._local is not None:
             await self._local.stop()
 
@@ -204,15 +212,18 @@ class VLLMPool:
             self._begin(replica, gen)
             started = time.perf_counter()
             try:
-                async with self._post(replica, body, gen.request_id) as resp:
+                resp = await self._post(replica, body, gen.request_id)
+                try:
                     payload = await resp.read()
-                    if resp.status != 200:
-                        raise self._status_error(replica, resp.status, payload)
+                finally:
+                    resp.close()  # a no-op for the connection when the body was read to its end
+                if resp.status != 200:
+                    raise self._status_error(replica, resp.status, payload)
                 answer = _wire.completion_decoder.decode(payload)
             except _Retry as retry:
                 last = self._retry_or_raise(replica, tried, retry)
                 continue
-            except (TimeoutError, aiohttp.ClientError, msgspec.DecodeError) as exc:
+            except (TimeoutError, UpstreamError, msgspec.DecodeError) as exc:
                 last = self._retry_or_raise(replica, tried, self._transport_error(replica, exc))
                 continue
             finally:
@@ -237,16 +248,18 @@ class VLLMPool:
             replica = self._pick(gen, tried, last)
             self._begin(replica, gen)
             try:
-                resp = await self._post(replica, body, gen.request_id).__aenter__()
+                resp = await self._post(replica, body, gen.request_id)
                 if resp.status != 200:
-                    error = self._status_error(replica, resp.status, await resp.read())
-                    resp.release()
+                    try:
+                        error = self._status_error(replica, resp.status, await resp.read())
+                    finally:
+                        resp.close()
                     raise error
                 break
             except _Retry as retry:
                 self._end(replica, gen)
                 last = self._retry_or_raise(replica, tried, retry)
-            except (TimeoutError, aiohttp.ClientError) as exc:
+            except (TimeoutError, UpstreamError) as exc:
                 self._end(replica, gen)
                 last = self._retry_or_raise(replica, tried, self._transport_error(replica, exc))
             except BaseException:
@@ -265,12 +278,12 @@ class VLLMPool:
         replica.succeeded()
         replica.observe(time.perf_counter() - started)
 
-    async def _read_stream(self, replica: Replica, resp: aiohttp.ClientResponse) -> AsyncIterator[Delta]:
+    async def _read_stream(self, replica: Replica, resp: Response) -> AsyncIterator[Delta]:
         finish_reason = "stop"
         usage = Usage(0, 0)
         instance = replica.name
         try:
-            async for line in resp.content:
+            async for line in resp.lines():
                 if not line.startswith(b"data:"):
                     continue
                 payload = line[5:].strip()
@@ -285,7 +298,7 @@ class VLLMPool:
                     if choice.delta is not None and choice.delta.content:
                         yield Delta(text=choice.delta.content, instance=instance)
                         instance = ""
-        except (TimeoutError, aiohttp.ClientError, msgspec.DecodeError) as exc:
+        except (TimeoutError, UpstreamError, msgspec.DecodeError) as exc:
             raise self._transport_error(replica, exc) from exc
         yield Delta(finish_reason=finish_reason, usage=usage, instance=instance)
 
@@ -342,12 +355,12 @@ class VLLMPool:
                 task.cancel()
             log.info("cloud replica %s drained and removed", replica.url)
 
-    def _post(self, replica: Replica, body: bytes, request_id: str = "") -> Any:
-        if self._session is None:
+    async def _post(self, replica: Replica, body: bytes, request_id: str = "") -> Response:
+        if self._http is None:
             raise TierUnavailable(self.name, "not started")
         # The gateway's request id goes upstream, so vLLM's logs and ours can be joined.
         headers = {**_JSON_HEADERS, "X-Request-ID": request_id} if request_id else _JSON_HEADERS
-        return self._session.post(replica.url + _CHAT_PATH, data=body, headers=headers)
+        return await self._http.post(replica.url + _CHAT_PATH, body, headers)
 
     def _body(self, gen: Generation, *, stream: bool) -> bytes:
         body: dict[str, Any] = {"model": self._model, "messages": gen.messages, "stream": stream}
