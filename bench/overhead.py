@@ -18,6 +18,8 @@ Method
   request to the last byte; streaming latency is the time to the first body byte (the first SSE
   chunk).  *Added* latency = target percentile minus direct percentile of the same round; the
   table shows the median over rounds.
+* Each target first gets ``--warmup`` seconds of load at the lowest rate, not measured (start-up
+  work: worker pools spawning, first predictor refits, connections opening).
 * Sustained RPS: closed loop, 64 connections, no rate limit. CPU seconds per 1,000 requests and peak RSS
   are read from /proc for the target process (and its children).
 
@@ -165,6 +167,7 @@ def main() -> None:
     parser.add_argument("--rates", default="100,500,1000,2000")
     parser.add_argument("--duration", type=float, default=5.0)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--warmup", type=float, default=4.0, help="seconds of load per target first")
     parser.add_argument("--no-litellm", action="store_true")
     args = parser.parse_args()
     os.sched_setaffinity(0, {int(LOAD_CORE)})  # the load generator runs here, beside the stand-in
@@ -241,7 +244,11 @@ def run(targets: list[Target], rates: list[int], args: argparse.Namespace, tmp: 
         "machine": os.uname().machine,
         "duration_s": args.duration,
         "repeats": args.repeats,
+        "warmup_s": args.warmup,
     }
+    for t in targets:  # start-up work (worker pools, first refits, connections) is not measured
+        for mode in ("plain", "stream"):
+            load(t, bodies[mode], duration=args.warmup / 2, rate=min(rates))
     for rate in rates:
         per_target: dict[str, dict[str, list[float]]] = {}
         for mode in ("plain", "stream"):

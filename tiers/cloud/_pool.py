@@ -74,6 +74,7 @@ class VLLMPool:
         self._watchers: dict[str, asyncio.Task[None]] = {}
         self._session: aiohttp.ClientSession | None = None  # health checks and scrapes
         self._http: HttpPool | None = None  # requests
+        self._capabilities: Capabilities | None = None
         self._mean_cost = 100.0
         self._next_index = 0
         self._pending_urls = config.urls or ([self._local.url] if self._local else [])
@@ -83,13 +84,16 @@ class VLLMPool:
 
     @property
     def capabilities(self) -> Capabilities:
-        return Capabilities(
-            modalities=frozenset({Modality.TEXT, *self._config.modalities}),
-            max_context_tokens=self._config.max_context_tokens,
-            model=self._model or "unknown",
-            limits=self._config.limits.as_limits(),
-            quality=self._config.quality,
-        )
+        # Read several times per request; only the model name can change (learned from /v1/models).
+        if self._capabilities is None or self._capabilities.model != (self._model or "unknown"):
+            self._capabilities = Capabilities(
+                modalities=frozenset({Modality.TEXT, *self._config.modalities}),
+                max_context_tokens=self._config.max_context_tokens,
+                model=self._model or "unknown",
+                limits=self._config.limits.as_limits(),
+                quality=self._config.quality,
+            )
+        return self._capabilities
 
     def state(self) -> TierState:
         members = [r for r in self._replicas if not r.draining] or self._replicas
