@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 import multiprocessing
+import os
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
@@ -228,7 +229,7 @@ class Ledger:
             1,
             mp_context=multiprocessing.get_context("spawn"),
             initializer=_loadproc.init,
-            initargs=(url.render_as_string(hide_password=False),),
+            initargs=(url.render_as_string(hide_password=False), os.getpid()),
         )
         self._loader.submit(_loadproc.warm)
 
