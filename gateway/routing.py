@@ -16,6 +16,7 @@ import json
 import logging
 import multiprocessing
 import os
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -26,7 +27,6 @@ import msgspec
 
 import router
 from gateway.budgets import BudgetBook
-from gateway.orphans import exit_with_parent
 from gateway.settings import RouterSettings
 from tiers import Tier
 
@@ -54,6 +54,17 @@ def tier_prices(prices: Sequence[Any], tiers: Mapping[str, Tier]) -> dict[str, r
                 row.per_gpu_second,
             )
     return out
+
+
+def exit_with_parent(parent: int) -> None:
+    """In the refit worker: exit as soon as the gateway is gone, even if it was killed."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 
 
 def write_json(path: Path, value: Any) -> None:

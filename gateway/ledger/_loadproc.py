@@ -17,13 +17,11 @@ from sqlalchemy import Engine
 _engine: Engine | None = None
 
 
-def init(database_url: str, parent: int) -> None:
+def init(database_url: str) -> None:
     """Runs once in the child: its own engine on the gateway's database."""
     global _engine
-    from gateway.orphans import exit_with_parent
     from gateway.storage import open_database
 
-    exit_with_parent(parent)
     _engine = open_database(database_url)
 
 

@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import logging
 import multiprocessing
-import os
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
@@ -229,7 +228,7 @@ class Ledger:
             1,
             mp_context=multiprocessing.get_context("spawn"),
             initializer=_loadproc.init,
-            initargs=(url.render_as_string(hide_password=False), os.getpid()),
+            initargs=(url.render_as_string(hide_password=False),),
         )
         self._loader.submit(_loadproc.warm)
 

@@ -77,7 +77,7 @@ def test_stopping_the_gateway_stops_its_vllm_server(cloud_gateway: Gateway) -> N
     spawned = children(cloud_gateway.process.pid)
     assert spawned, "the gateway should have started a vLLM server"
     assert cloud_gateway.stop() in (0, -signal.SIGTERM)
-    # Its helpers (vLLM, the media decode workers, the refit worker, the ledger loader) end
+    # Its helpers (vLLM, the media decode workers, the router's refit worker, the ledger writer) end
     # with it: at once or, for those that notice their parent is gone, within a few seconds.
     deadline = time.monotonic() + 10
     while [pid for pid in spawned if alive(pid)] and time.monotonic() < deadline:
