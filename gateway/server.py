@@ -35,10 +35,11 @@ def uvicorn_config(
     )
 
 
-# The event loop shares the GIL with a few helper threads (database reads for keys, policies
-# and budgets). A thread running Python keeps the GIL for up to the switch interval (5 ms by
-# default) while the requests behind the loop wait; 0.5 ms bounds that wait. Measured at 500
-# requests/s on one core (bench/overhead.py's set-up): p99 ~4.7-7.7 ms -> ~2.9-5.6 ms.
+# The event loop shares the GIL with a few helper threads (the ledger's loads into the
+# database, reads of keys, policies and budgets). A thread running Python keeps the GIL for up
+# to the switch interval (5 ms by default) while the requests behind the loop wait; 0.5 ms
+# bounds that wait. Measured at 500 requests/s on one core (bench/overhead.py's set-up, load
+# from bench/loadgen.py), p99 latency over 6 s runs: 4.7-7.7 ms with 5 ms, 2.9-4.1 ms with 0.5 ms.
 SWITCH_INTERVAL_S = 0.0005
 
 

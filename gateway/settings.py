@@ -104,9 +104,8 @@ class LedgerSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     # Rows are made durable in a local write-ahead file before the response ends, then
     # moved into the database in batches this often.
     flush_interval_s: float = 0.5
-    # Do the ledger's disk work in small child processes (true) or in threads of the gateway
-    # (false: they stall the event loop while they hold the GIL). With sync = "os" that is
-    # loading rows into the database; with "disk", also the fsync of every write.
+    # With sync = "disk": fsync the write-ahead file in a small child process (true) or in a
+    # thread of the gateway (false; costs the event loop a GIL hand-off per write).
     writer_process: bool = True
     # When a response may end: "os", once the event loop has written its row to the write-ahead
     # file (a few µs; it survives the gateway being killed, even with SIGKILL; the disk follows

@@ -14,15 +14,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import multiprocessing
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import msgspec
 from sqlalchemy import Engine
 
-from gateway.ledger import _loadproc
 from gateway.ledger._procwriter import ProcessWriter, Waiters
 from gateway.ledger._row import LedgerRow, encode_row
 from gateway.ledger._wal import WriteAheadLog, read_segment, segment_number
@@ -52,20 +49,6 @@ def insert_rows(engine: Engine, rows: list[LedgerRow]) -> None:
         conn.exec_driver_sql(statement, [msgspec.structs.astuple(row) for row in rows])
 
 
-def load_segments(engine: Engine, segments: list[Path]) -> int:
-    """Insert the rows of each segment, then delete it; the number of rows read."""
-    count = 0
-    for path in segments:
-        try:
-            rows = read_segment(path)
-        except FileNotFoundError:  # loaded already by a flush that was cancelled while it ran
-            continue
-        insert_rows(engine, rows)
-        path.unlink(missing_ok=True)
-        count += len(rows)
-    return count
-
-
 class Ledger:
     def __init__(
         self,
@@ -90,8 +73,7 @@ class Ledger:
         self._waiters: Waiters = []
         self._scheduled = False
         self._writes: set[asyncio.Task[None]] = set()
-        self._periodic: asyncio.Task[None] | None = None
-        self._loader: ProcessPoolExecutor | None = None
+        self._loader: asyncio.Task[None] | None = None
         # Rows written since start and rows moved into the database since: their difference is the backlog.
         self._submitted = 0
         self._loaded = 0
@@ -114,9 +96,7 @@ class Ledger:
             self._process.start()
         else:
             self._wal = wal
-            if self._use_process:
-                self._start_loader()
-        self._periodic = asyncio.create_task(self._load_periodically(), name="ledger-loader")
+        self._loader = asyncio.create_task(self._load_periodically(), name="ledger-loader")
         return replayed
 
     async def record(self, row: LedgerRow) -> None:
@@ -214,39 +194,25 @@ class Ledger:
             assert self._wal is not None
             closed = await loop.run_in_executor(self._wal_thread, self._wal.rotate)
         if closed:
-            self._loaded += await self._load_closed(closed)
+            self._loaded += await loop.run_in_executor(self._db_thread, self._load, closed)
 
     def _load(self, segments: list[Path]) -> int:
-        return load_segments(self._engine, segments)
-
-    def _start_loader(self) -> None:
-        """With sync="os", the periodic loads run in a child process (see ``_loadproc``)."""
-        url = self._engine.url
-        if url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:"):
-            return  # another process cannot see this database
-        self._loader = ProcessPoolExecutor(
-            1,
-            mp_context=multiprocessing.get_context("spawn"),
-            initializer=_loadproc.init,
-            initargs=(url.render_as_string(hide_password=False),),
-        )
-        self._loader.submit(_loadproc.warm)
-
-    async def _load_closed(self, closed: list[Path]) -> int:
-        loop = asyncio.get_running_loop()
-        if self._loader is not None:
+        count = 0
+        for path in segments:
             try:
-                return await loop.run_in_executor(self._loader, _loadproc.load, [str(p) for p in closed])
-            except BrokenProcessPool:
-                log.error("ledger: the loader process stopped; loading in a thread now")
-                self._loader = None
-        return await loop.run_in_executor(self._db_thread, self._load, closed)
+                rows = read_segment(path)
+            except FileNotFoundError:  # loaded already by a flush that was cancelled while it ran
+                continue
+            insert_rows(self._engine, rows)
+            path.unlink(missing_ok=True)
+            count += len(rows)
+        return count
 
     async def aclose(self) -> None:
-        if self._periodic is not None:
-            self._periodic.cancel()
+        if self._loader is not None:
+            self._loader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await self._periodic
+                await self._loader
         self._write_pending()
         if self._writes:
             await asyncio.gather(*self._writes, return_exceptions=True)
@@ -258,7 +224,5 @@ class Ledger:
             await self._process.aclose()
         if self._wal is not None:
             self._wal.close()
-        if self._loader is not None:
-            await asyncio.to_thread(self._loader.shutdown, True)
         self._wal_thread.shutdown()
         self._db_thread.shutdown()

@@ -70,9 +70,7 @@ def _count(engine: Engine) -> int:
         return int(conn.execute(select(func.count()).select_from(ledger)).scalar_one())
 
 
-@pytest.mark.parametrize(
-    ("sync", "writer_process"), [("disk", True), ("disk", False), ("os", True), ("os", False)]
-)
+@pytest.mark.parametrize(("sync", "writer_process"), [("disk", True), ("disk", False), ("os", True)])
 async def test_recorded_rows_are_on_disk_at_once_and_in_the_database_after_a_flush(
     engine: Engine, tmp_path: Path, sync: str, writer_process: bool
 ) -> None:
@@ -88,24 +86,6 @@ async def test_recorded_rows_are_on_disk_at_once_and_in_the_database_after_a_flu
     await book.aclose()
     assert _count(engine) == 20
     assert WriteAheadLog(tmp_path / "wal").segments() == []
-
-
-async def test_with_sync_os_a_dead_loader_process_is_replaced_by_a_thread(
-    engine: Engine, tmp_path: Path
-) -> None:
-    book = Ledger(engine, tmp_path / "wal", flush_interval_s=3600, sync="os")
-    await book.start()
-    assert book._loader is not None
-    await book.record(row())
-    await book.flush()  # through the child process
-    assert _count(engine) == 1
-    for process in list(book._loader._processes.values()):  # type: ignore[union-attr]
-        process.kill()
-        process.join(5)
-    await book.record(row())
-    await book.flush()
-    assert _count(engine) == 2 and book._loader is None
-    await book.aclose()
 
 
 async def test_with_sync_os_rows_are_written_by_the_loop_and_a_failed_write_fails_the_record(
