@@ -148,7 +148,9 @@ class Router:
         if detail is None or tier not in detail.vectors:
             return
         predictor = self.predictor(tier)
-        predictor.observe(detail.vectors[tier], ttft_s, total_s)
+        made = detail.predictions.get(tier)
+        predicted = (made.ttft_p50, made.total_p50) if made is not None else (None, None)
+        predictor.observe(detail.vectors[tier], ttft_s, total_s, predicted)
         if completion_tokens is not None:
             predictor.observe_usage(detail.features.max_tokens, completion_tokens)
             ceiling = detail.features.max_tokens or DEFAULT_OUTPUT_TOKENS
