@@ -60,6 +60,19 @@ FEATURE_NAMES = (
 )
 WIDTH = len(FEATURE_NAMES)
 _BUSY, _AHEAD = FEATURE_NAMES.index("busy_s"), FEATURE_NAMES.index("ahead_s")
+# The columns proportional to the request's output tokens.
+_OUTPUT = tuple(FEATURE_NAMES.index(n) for n in ("out_k", "out_k_x_load", "out_k_x_others"))
+
+
+def with_output(x: Sequence[float], factor: float) -> list[float]:
+    """``x`` with its output-token columns scaled by ``factor``: the same request producing
+    ``factor`` times the tokens ``x`` expected."""
+    out = list(x)
+    for i in _OUTPUT:
+        out[i] *= factor
+    return out
+
+
 _NORMAL = statistics.NormalDist()
 
 
@@ -153,6 +166,7 @@ class Observation(msgspec.Struct, array_like=True):
     # The medians predicted when the request was routed (before it ran): its held-out error.
     predicted_ttft: float | None = None
     predicted_total: float | None = None
+    tokens: int | None = None  # the completion tokens it generated, when the tier said
 
 
 @dataclass(slots=True)
@@ -169,17 +183,20 @@ class TierPredictor:
     completion_ratio: float = 0.6  # EWMA of completion tokens / max_tokens
     since_refit: int = 0
 
-    def predict(self, x: Sequence[float]) -> tuple[float, float, float, float]:
-        """(ttft p50, ttft high, total p50, total high) in seconds."""
+    def predict(self, x: Sequence[float], ceiling: float = 1.0) -> tuple[float, float, float, float]:
+        """(ttft p50, ttft high, total p50, total high) in seconds.  The models are of latency
+        given the output's length: the median is taken at the expected output (``x``), the high
+        quantile at the longest the answer can be, ``ceiling`` times that (max_tokens / expected)."""
         c = self.coefficients
+        top = with_output(x, ceiling) if ceiling != 1.0 else x
         out = []
         for target, prior in (("ttft", _PRIOR_TTFT), ("total", _PRIOR_TOTAL)):
             if c is None:
                 mid = _dot(prior, x)
-                hi = mid * 1.5
+                hi = _dot(prior, top) * 1.5
             else:
                 coefs = c.ttft if target == "ttft" else c.total
-                mid, hi = _dot(coefs[0], x), _dot(coefs[1], x)
+                mid, hi = _dot(coefs[0], x), _dot(coefs[1], top)
             scale = math.exp(self.correction[target])
             mid = max(mid * scale, 0.01)
             out += [mid, max(hi * scale, mid)]
@@ -191,10 +208,11 @@ class TierPredictor:
         ttft: float | None,
         total: float,
         predicted: tuple[float | None, float | None] = (None, None),
+        tokens: int | None = None,
     ) -> None:
         """Learn from one served request (its features as they were when it was routed);
         ``predicted``: the (ttft, total) medians predicted then, if any (else none are scored
-        and the correction stands)."""
+        and the correction stands); ``tokens``: the completion tokens it generated."""
         rate = self.config.correction_rate
         for target, seen, guess in (("ttft", ttft, predicted[0]), ("total", total, predicted[1])):
             if seen is None or seen <= 0 or guess is None or guess <= 0:
@@ -203,7 +221,7 @@ class TierPredictor:
             self.correction[target] = max(-3.0, min(3.0, value))
         if x[_BUSY] == 0 and x[_AHEAD] == 0:
             self.mean_service_s += 0.1 * (total - self.mean_service_s)
-        self.window.append(Observation(list(x), ttft, total, predicted[0], predicted[1]))
+        self.window.append(Observation(list(x), ttft, total, predicted[0], predicted[1], tokens))
         if len(self.window) > self.config.window:
             self.window.popleft()
         self.since_refit += 1
@@ -290,14 +308,27 @@ def _coverage(coefs: list[float], x: Any, y: Any) -> float:
     return float(np.mean(y <= x @ np.asarray(coefs)))
 
 
+def _actual(o: list[Any]) -> list[float]:
+    """An observation's features with the output it actually generated in place of the output
+    expected when it was routed (when the tier reported its tokens)."""
+    x, tokens = o[0], o[5] if len(o) > 5 else None
+    expected = x[_OUTPUT[0]]
+    if tokens is None or expected <= 0:
+        return list(x)
+    return with_output(x, max(tokens, 1) / 1000 / expected)
+
+
 def fit_tier(observations: list[list[Any]], config_raw: dict[str, Any]) -> dict[str, Any]:
     """Fit one tier's models on ``observations`` (``Observation`` as lists); plain data in and
-    out, so it can run in another process.  Returns ``Coefficients`` as builtins."""
+    out, so it can run in another process.  Returns ``Coefficients`` as builtins.  The models
+    learn latency given the output actually generated (so their output coefficients are
+    seconds per generated token); :meth:`TierPredictor.predict` supplies the expected output."""
     import numpy as np
 
     config = msgspec.convert(config_raw, PredictorConfig)
     quantiles = (0.5, config.high_quantile)
     result: dict[str, Any] = {"fitted_at": time.time(), "samples": len(observations), "metrics": {}}
+    observations = [[_actual(o), *o[1:3]] for o in observations]
     for target in TARGETS:
         rows = [o for o in observations if (o[1] if target == "ttft" else o[2]) is not None]
         if target == "ttft" and len(rows) < config.min_samples:

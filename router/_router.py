@@ -78,7 +78,7 @@ class Router:
         predictor = self.predictor(view.name)
         others = load - (view.state.in_flight + view.state.queued)
         x = design(features, view.state, predictor.mean_service_s, share, others)
-        t50, thi, tot50, tothi = predictor.predict(x)
+        t50, thi, tot50, tothi = predictor.predict(x, 1 / share if share > 0 else 1.0)
         price = self.prices.get(view.name, FREE)
         cost = price.estimate(features, share, tot50)
         return x, Prediction(t50, thi, tot50, tothi, self.config.high_quantile, cost)
@@ -150,7 +150,7 @@ class Router:
         predictor = self.predictor(tier)
         made = detail.predictions.get(tier)
         predicted = (made.ttft_p50, made.total_p50) if made is not None else (None, None)
-        predictor.observe(detail.vectors[tier], ttft_s, total_s, predicted)
+        predictor.observe(detail.vectors[tier], ttft_s, total_s, predicted, completion_tokens)
         if completion_tokens is not None:
             predictor.observe_usage(detail.features.max_tokens, completion_tokens)
             ceiling = detail.features.max_tokens or DEFAULT_OUTPUT_TOKENS

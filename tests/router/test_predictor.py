@@ -265,3 +265,46 @@ def test_fitted_coefficients_are_non_negative_and_extrapolate_sanely() -> None:
         x = router.design(router.Features(40, out, 1, TEXT, True), TierState("t", Health.READY), 1.0)
         _, _, total, _ = p.predict(x)
         assert 0.5 < total / (0.1 + 0.035 * out) < 2.0
+
+
+def test_the_models_learn_seconds_per_generated_token_from_the_tokens_actually_generated() -> None:
+    """The router expected half of max_tokens every time; answers used anywhere from 4% to all of
+    it.  Fitted on the tokens generated, the output coefficient is the tier's time per token,
+    the median is taken at the expected output and the high quantile at max_tokens."""
+    rng = random.Random(4)
+    f = router.Features(40, 256, 1, TEXT, True)
+    x = router.design(f, TierState("t", Health.READY), 1.0, share=0.5)
+    observations = []
+    for _ in range(120):
+        tokens = rng.randint(10, 256)
+        total = (0.1 + 0.04 * tokens) * rng.uniform(0.95, 1.05)
+        observations.append(router._predictor.Observation(list(x), 0.1, total, None, None, tokens))
+    fitted = router.fit_tier(msgspec.to_builtins(observations), {})
+    per_token = dict(zip(router.FEATURE_NAMES, fitted["total"][0], strict=True))["out_k"] / 1000
+    assert per_token == pytest.approx(0.04, rel=0.1)
+    p = TierPredictor(router.PredictorConfig())
+    p.adopt(msgspec.convert(fitted, router._predictor.Coefficients))
+    _, _, median, high = p.predict(x, ceiling=2.0)
+    assert median == pytest.approx(0.1 + 0.04 * 128, rel=0.15)
+    assert high >= 0.95 * (0.1 + 0.04 * 256)
+    # without the tokens, the fit could only learn the average over all lengths at one x
+    blind = router.fit_tier([[o.x, o.ttft, o.total] for o in observations], {})
+    assert dict(zip(router.FEATURE_NAMES, blind["total"][0], strict=True))["out_k"] / 1000 != pytest.approx(
+        0.04, rel=0.1
+    )
+
+
+def test_the_router_records_the_routed_prediction_and_the_tokens_generated() -> None:
+    r = router.Router(router.AutoRule(), {})
+    views = [
+        router.TierView(
+            "edge", router._decision.Capabilities(TEXT, 4096, "m"), TierState("edge", Health.READY)
+        )
+    ]
+    d = r.decide("tiergate-auto", views, router.Features(10, 100, 1, TEXT, True), router.DEFAULT_POLICY)
+    assert d.detail is not None
+    r.observe(d, "edge", 0.2, 1.5, 37)
+    (o,) = r.predictor("edge").window
+    made = d.detail.predictions["edge"]
+    assert (o.predicted_ttft, o.predicted_total, o.tokens) == (made.ttft_p50, made.total_p50, 37)
+    assert made.total_hi > made.total_p50  # the high quantile is taken at max_tokens
