@@ -92,7 +92,7 @@ class Router:
         spend: Spend | None = None,
     ) -> Decision:
         """Route a request for ``model`` (``tiergate-auto`` or a tier's name)."""
-        keys = output_keys(features.text, features.max_tokens)
+        keys = output_keys(features.text, features.max_tokens, (m.value for m in features.modalities))
         share = self.output.predict(keys)
         load = float(sum(v.state.in_flight + v.state.queued for v in views))
         if any(v.name == model for v in views):

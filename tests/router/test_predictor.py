@@ -173,6 +173,35 @@ def test_the_output_share_learns_which_requests_stop_early() -> None:
     assert again.predict(chat) == pytest.approx(model.predict(chat))
 
 
+def test_the_output_share_is_the_median_share_so_the_usual_answer_is_predicted() -> None:
+    """Seven answers in ten run to max_tokens, three stop at a tenth: the median is all of it
+    (the mean, 0.73, would under-predict the usual answer by a quarter)."""
+    from router._output import OutputShare, output_keys
+
+    model = OutputShare()
+    keys = output_keys("write a story about a robot gardener", 48)
+    for i in range(400):
+        model.update(keys, 1.0 if i % 10 < 7 else 0.1)
+    assert model.predict(keys) > 0.9
+    early = output_keys("say hello to ada", 48)
+    for i in range(400):
+        model.update(early, 0.2 if i % 10 < 7 else 1.0)
+    assert 0.1 < model.predict(early) < 0.35
+
+
+def test_the_output_share_tells_modalities_apart() -> None:
+    from router._output import OutputShare, output_keys
+
+    model = OutputShare()
+    video = output_keys("describe this", 64, ["text", "video"])
+    image = output_keys("describe this", 64, ["text", "image"])
+    assert video != image
+    for _ in range(300):
+        model.update(video, 1 / 64)
+        model.update(image, 1.0)
+    assert model.predict(video) < 0.2 and model.predict(image) > 0.8
+
+
 def test_the_router_feeds_the_expected_output_to_the_latency_model() -> None:
     r = router.Router(router.AutoRule(), {})
     views = [
