@@ -276,7 +276,7 @@ async def _one(client: httpx.AsyncClient, entry: dict[str, Any], t0: float) -> d
                 error="" if resp.status_code == 200 else text.decode(errors="replace")[:300],
             )
     except httpx.HTTPError as exc:
-        out.update(status=0, tier="", reason="", predicted="", error=str(exc))
+        out.update(status=0, tier="", reason="", predicted="", error=f"{type(exc).__name__}: {exc}")
     out["seconds"] = time.perf_counter() - started
     out["ttfb"] = first
     return out

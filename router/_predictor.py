@@ -28,6 +28,7 @@ before its request ran) is kept beside what then happened (``live_mape``, comput
 from __future__ import annotations
 
 import math
+import operator
 import statistics
 import time
 from collections import deque
@@ -120,7 +121,7 @@ def design(
 
 
 def _dot(a: Sequence[float], b: Sequence[float]) -> float:
-    return sum(x * y for x, y in zip(a, b, strict=True))
+    return sum(map(operator.mul, a, b))  # the widths match: load() drops a file of another width
 
 
 # A prior for a tier nobody has measured: ~0.3 s to the first token + 1 ms per prompt token,
@@ -193,7 +194,7 @@ class TierPredictor:
         for target, prior in (("ttft", _PRIOR_TTFT), ("total", _PRIOR_TOTAL)):
             if c is None:
                 mid = _dot(prior, x)
-                hi = _dot(prior, top) * 1.5
+                hi = (_dot(prior, top) if top is not x else mid) * 1.5
             else:
                 coefs = c.ttft if target == "ttft" else c.total
                 mid, hi = _dot(coefs[0], x), _dot(coefs[1], top)
