@@ -255,6 +255,7 @@ async def _one(client: httpx.AsyncClient, entry: dict[str, Any], t0: float) -> d
     )
     out: dict[str, Any] = {
         "id": entry["id"],
+        "start_s": round(started - t0, 3),  # when it was sent, from the start of the replay
         "kind": entry["kind"],
         "stream": entry["stream"],
         "images": images,
