@@ -2,27 +2,44 @@
 
 Method
 ------
-* A gateway on its embedded defaults (the edge llama.cpp model in-process, the local vLLM server
-  on the CPU as the cloud; result cache off so every request reaches a tier) is started, or
-  ``--url`` names a running one.  ``tiergate calibrate`` first sends its probe workload to each
-  tier (``--calibrate N`` probes per tier) and the predictors are fitted.
+* A gateway on its embedded defaults (the edge llama.cpp SmolLM2-135M in-process, the local vLLM
+  server on the CPU serving the SmolVLM-architecture VLM as the cloud, which takes images and
+  video; result cache off so every request reaches a tier) is started, or ``--url`` names a
+  running one.  Both share this machine's cores.  ``tiergate calibrate`` first sends its probe
+  workload (``--calibrate N`` probes per tier: text of many sizes, images, video clips, each
+  tier alone and both at once) and the predictors are fitted; this also warms both tiers up
+  before anything is scored.
 * A seeded trace (``generate``; ``--write-trace``/``--trace`` to keep or reuse one) mixes short
-  chats, long generations, hard questions (reasoning, proofs), images and video, with arrival
-  times (Poisson, ``--rate`` per second).  Images and video need a tier that accepts them (the
-  multimodal branch and a VLM cloud); a request no tier can take (400 ``request_does_not_fit``)
-  is counted as *unservable* and left out of SLO and cost.
+  chats (50%), long generations (20%), hard questions (14%: reasoning, proofs), images (8%: a
+  64-256 px PNG) and video (8%: a real 2-4 s MPEG-4 clip), half streamed, with Poisson arrival
+  times (``--rate`` per second).  Only the cloud takes images and video; the hard questions
+  are above the edge model's declared quality.  A request no tier can take (400
+  ``request_does_not_fit``) would count as *unservable* and be left out of SLO and cost.
 * For each strategy the default tenant's policy is set through the admin API (the strategy and
-  the objective ``--slo-ms`` total at p95), then the trace is replayed open-loop at its arrival
-  times.  Per request: status, tier, client latency (total; time to first byte for streams),
-  and the router's median prediction (``X-Tiergate-Predicted``, made before the request ran).
+  the objective: total time <= ``--slo-ms`` at p95, for every request, streamed or not), then
+  the trace is replayed open-loop at its arrival times.  Per request: status, tier, the
+  client's total time and time to first byte (for a stream the gateway sends its headers with
+  the first token), usage, and the router's median predictions for the tier that served it
+  (``X-Tiergate-Predicted``, made before the request ran).
+* The objective is chosen to be a real constraint: the edge is the cheapest tier and, idle, the
+  fastest, but it serves one request at a time, so in bursts its queue pushes latency past the
+  objective (always-edge misses it); the cloud batches and meets it, at many times the price.
+  The learned router has to predict the edge's queueing (and the slowdown each tier causes the
+  other on the shared cores) to spill just enough to the cloud.
 * Per strategy: cost from the ledger (``/admin/api/reports/costs`` over the run's window: what
   the requests were charged), SLO attainment (share of servable requests answered 200 within the
-  objective), p50/p95/p99 latency, share per tier, and the predictor's MAPE (|predicted median
-  − observed| / observed, over requests whose prediction came before they ran, i.e. held out).
-  The learned strategy runs last, so it also learned online from the baselines' requests.
-  ``--repeats`` runs the whole cycle again; the table shows medians over repeats.
+  objective, by the client's clock), p50/p95/p99 latency, share per tier, and the predictor's
+  error on requests it had not trained on (each prediction is made before its request ran):
+  MAPE of the predicted total against the client's total time over every answered request
+  (``mape``), and of the predicted time to first token against the client's time to first byte
+  over the streams (``ttft_mape``); per tier in ``errors``.  The learned strategy runs last, so
+  it also learned online from the baselines' requests.  ``--repeats`` runs the whole cycle
+  again; the table shows medians over repeats.  ``cloud_cost_by_kind`` splits always-cloud's
+  bill by request kind (from usage at the default cloud price): the images, video and hard
+  questions' share is what no strategy that respects capabilities and quality can save.
 
-    flock /tmp/tiergate-heavy.lock .venv/bin/python -m bench.route_replay [--requests 30] [--rate 0.5]
+    flock /tmp/tiergate-heavy.lock .venv/bin/python -m bench.route_replay \\
+        [--requests 60] [--rate 0.5] [--slo-ms 15000] [--calibrate 40]
 
 Prints a table and writes bench/results/route_replay.json.
 """
@@ -81,7 +98,7 @@ _HARD = (
 
 
 def _png(size: int = 16) -> bytes:
-    """A small valid PNG (a colour gradient), made without any imaging library."""
+    """A valid PNG of ``size`` x ``size`` (a colour gradient), made without any imaging library."""
     rows = []
     for y in range(size):
         pixels = [c for x in range(size) for c in (x * 16 % 256, y * 16 % 256, 128)]
@@ -105,12 +122,35 @@ def _png(size: int = 16) -> bytes:
     )
 
 
+def _mp4(seconds: int, fps: int = 8, size: tuple[int, int] = (160, 120)) -> bytes:
+    """A real MPEG-4 clip (frames that change brightness), made with PyAV."""
+    import io
+
+    import av
+    import numpy as np
+
+    out = io.BytesIO()
+    with av.open(out, "w", format="mp4") as c:
+        stream = c.add_stream("mpeg4", rate=fps)
+        stream.width, stream.height = size
+        stream.pix_fmt = "yuv420p"
+        stream.codec_context.gop_size = fps
+        for i in range(seconds * fps):
+            pixels = np.full((size[1], size[0], 3), (i * 7) % 256, np.uint8)
+            pixels[:, : size[0] // 4, 0] = 255 - (i * 7) % 256
+            for packet in stream.encode(av.VideoFrame.from_ndarray(pixels, format="rgb24")):
+                c.mux(packet)
+        for packet in stream.encode():
+            c.mux(packet)
+    return out.getvalue()
+
+
 def generate(requests: int, rate: float, seed: int = 1) -> list[dict[str, Any]]:
     """A mixed trace: 50% short chats, 20% long generations, 14% hard questions, 8% images,
     8% video; half of them streamed; Poisson arrivals at ``rate`` per second."""
     rng = random.Random(seed)
-    png = "data:image/png;base64," + base64.b64encode(_png()).decode()
-    video = "data:video/mp4;base64," + base64.b64encode(b"\x00\x00\x00\x18ftypmp42" + bytes(64)).decode()
+    pngs = {n: "data:image/png;base64," + base64.b64encode(_png(n)).decode() for n in (64, 128, 256)}
+    videos = {n: "data:video/mp4;base64," + base64.b64encode(_mp4(n)).decode() for n in (2, 3, 4)}
     fill = {"name": "", "place": "", "thing": ""}
     # The mix in exact proportions (shuffled), so a small trace is still the mix it claims to be.
     weights = {"short": 0.50, "long": 0.20, "hard": 0.14, "image": 0.08, "video": 0.08}
@@ -131,13 +171,13 @@ def generate(requests: int, rate: float, seed: int = 1) -> list[dict[str, Any]]:
         elif kind == "image":
             content = [
                 {"type": "text", "text": "What is in this picture?"},
-                {"type": "image_url", "image_url": {"url": png}},
+                {"type": "image_url", "image_url": {"url": rng.choice(list(pngs.values()))}},
             ]
             max_tokens = 48
         else:
             content = [
                 {"type": "text", "text": "Describe this clip."},
-                {"type": "video_url", "video_url": {"url": video}},
+                {"type": "video_url", "video_url": {"url": rng.choice(list(videos.values()))}},
             ]
             max_tokens = 64
         trace.append(
@@ -202,38 +242,102 @@ async def _one(client: httpx.AsyncClient, entry: dict[str, Any], t0: float) -> d
         "stream": entry["stream"],
         "temperature": 0.7,
     }
+    if entry["stream"]:
+        body["stream_options"] = {"include_usage": True}
     started = time.perf_counter()
     first = None
-    out: dict[str, Any] = {"id": entry["id"], "kind": entry["kind"], "stream": entry["stream"]}
+    images = sum(
+        1
+        for m in entry["messages"]
+        if isinstance(m["content"], list)
+        for part in m["content"]
+        if part.get("type") == "image_url"
+    )
+    out: dict[str, Any] = {
+        "id": entry["id"],
+        "start_s": round(started - t0, 3),  # when it was sent, from the start of the replay
+        "kind": entry["kind"],
+        "stream": entry["stream"],
+        "images": images,
+    }
     try:
         async with client.stream("POST", "/v1/chat/completions", json=body) as resp:
             pieces = []
             async for piece in resp.aiter_bytes():
                 if first is None:
                     first = time.perf_counter() - started
-                if resp.status_code != 200:
-                    pieces.append(piece)
+                pieces.append(piece)
             text = b"".join(pieces)
+            out["usage"] = _usage(text) if resp.status_code == 200 else None
             out.update(
                 status=resp.status_code,
                 tier=resp.headers.get("x-tiergate-tier", ""),
                 reason=resp.headers.get("x-tiergate-route-reason", ""),
                 predicted=resp.headers.get("x-tiergate-predicted", ""),
-                error=text.decode(errors="replace")[:300],
+                error="" if resp.status_code == 200 else text.decode(errors="replace")[:300],
             )
     except httpx.HTTPError as exc:
-        out.update(status=0, tier="", reason="", predicted="", error=str(exc))
+        out.update(status=0, tier="", reason="", predicted="", error=f"{type(exc).__name__}: {exc}")
     out["seconds"] = time.perf_counter() - started
     out["ttfb"] = first
     return out
 
 
-def _predicted_total(header: str) -> float | None:
+def _usage(body: bytes) -> dict[str, int] | None:
+    """``usage`` of a JSON answer or of an SSE stream's last usage chunk."""
+    found = None
+    for line in body.decode(errors="replace").splitlines() or [""]:
+        line = line.removeprefix("data: ").strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            usage = json.loads(line).get("usage")
+        except ValueError:
+            continue
+        if usage and usage.get("completion_tokens") is not None:
+            found = {
+                "prompt": int(usage.get("prompt_tokens") or 0),
+                "completion": int(usage["completion_tokens"]),
+            }
+    return found
+
+
+def _predicted(header: str, target: str) -> float | None:
+    """The median ``target`` (``ttft`` or ``total``) in seconds from ``X-Tiergate-Predicted``."""
     for part in header.split(","):
         name, _, value = part.strip().partition("=")
-        if name == "total" and value.endswith("ms"):
+        if name == target and value.endswith("ms"):
             return float(value[:-2]) / 1000
     return None
+
+
+def _mape(pairs: list[tuple[float, float]]) -> float | None:
+    """Mean |predicted − observed| / observed over (predicted, observed) pairs."""
+    errors = [abs(p - o) / o for p, o in pairs if o > 0]
+    return statistics.fmean(errors) if errors else None
+
+
+def prediction_errors(ok: list[dict[str, Any]]) -> dict[str, Any]:
+    """MAPE of the router's median predictions (made before each request ran) against the
+    client's latency: ``total`` (every request: predicted total vs the client's whole time),
+    ``ttft`` (streams: predicted time to first token vs the client's time to first byte; the
+    gateway sends a stream's headers with its first token), per tier too."""
+    out: dict[str, Any] = {}
+    for scope in ("all", "edge", "cloud"):
+        rows = [r for r in ok if scope == "all" or r["tier"] == scope]
+        totals = [(p, r["seconds"]) for r in rows if (p := _predicted(r["predicted"], "total")) is not None]
+        ttfts = [
+            (p, r["ttfb"])
+            for r in rows
+            if r["stream"] and r["ttfb"] and (p := _predicted(r["predicted"], "ttft")) is not None
+        ]
+        out[scope] = {
+            "total_mape": _mape(totals),
+            "total_n": len(totals),
+            "ttft_mape": _mape(ttfts),
+            "ttft_n": len(ttfts),
+        }
+    return out
 
 
 def _pct(values: list[float], q: float) -> float | None:
@@ -278,11 +382,7 @@ def summarise(
     ok = [r for r in servable if r["status"] == 200]
     met = [r for r in ok if r["seconds"] * 1000 <= slo_ms]
     latencies = [r["seconds"] for r in ok]
-    errors = []
-    for r in ok:
-        predicted = _predicted_total(r["predicted"])
-        if predicted is not None and r["seconds"] > 0:
-            errors.append(abs(predicted - r["seconds"]) / r["seconds"])
+    errors = prediction_errors(ok)
     share = (
         {t: sum(1 for r in ok if r["tier"] == t) / len(ok) for t in sorted({r["tier"] for r in ok})}
         if ok
@@ -303,8 +403,11 @@ def summarise(
         "p95_s": _pct(latencies, 0.95),
         "p99_s": _pct(latencies, 0.99),
         "share": share,
-        "mape": statistics.fmean(errors) if errors else None,
-        "mape_n": len(errors),
+        "mape": errors["all"]["total_mape"],
+        "mape_n": errors["all"]["total_n"],
+        "ttft_mape": errors["all"]["ttft_mape"],
+        "ttft_mape_n": errors["all"]["ttft_n"],
+        "errors": errors,
         "by_kind": {
             kind: {
                 "n": sum(1 for r in ok if r["kind"] == kind),
@@ -315,6 +418,26 @@ def summarise(
         },
         "results": results,
     }
+
+
+def cloud_cost_by_kind(results: list[dict[str, Any]]) -> dict[str, float]:
+    """What each kind of request cost on the cloud (an always-cloud run's usage at the default
+    cloud price): how much of always-cloud's bill only the cloud can serve."""
+    from gateway.settings import DEFAULT_PRICES
+
+    price = next(p for p in DEFAULT_PRICES if p.tier == "cloud")
+    out: dict[str, float] = {}
+    for r in results:
+        usage = r.get("usage")
+        if r["status"] != 200 or not usage:
+            continue
+        cost = (
+            usage["prompt"] * price.prompt_per_1k / 1000
+            + usage["completion"] * price.completion_per_1k / 1000
+            + r.get("images", 0) * price.per_image
+        )
+        out[r["kind"]] = out.get(r["kind"], 0.0) + cost
+    return out
 
 
 def _median(values: list[Any]) -> Any:
@@ -328,8 +451,8 @@ def table(rows: list[dict[str, Any]], cloud_cost: float | None) -> str:
 
     lines = [
         "| strategy | cost USD | vs always-cloud | SLO attained | p50 / p95 / p99 s | edge share "
-        "| MAPE (n) | statuses |",
-        "|---|---|---|---|---|---|---|---|",
+        "| MAPE total (n) | MAPE TTFT, streams (n) | statuses |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         change = None if not cloud_cost else r["cost_usd"] / cloud_cost - 1
@@ -338,7 +461,7 @@ def table(rows: list[dict[str, Any]], cloud_cost: float | None) -> str:
             f"| {f(r['slo_attainment'], '.0%')} "
             f"| {f(r['p50_s'], '.1f')} / {f(r['p95_s'], '.1f')} / {f(r['p99_s'], '.1f')} "
             f"| {f(r['share'].get('edge', 0.0), '.0%')} | {f(r['mape'], '.0%')} ({r['mape_n']}) "
-            f"| {r['statuses']} |"
+            f"| {f(r.get('ttft_mape'), '.0%')} ({r.get('ttft_mape_n', 0)}) | {r['statuses']} |"
         )
     return "\n".join(lines)
 
@@ -386,13 +509,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--requests", type=int, default=30)
+    parser.add_argument("--requests", type=int, default=60)
     parser.add_argument("--rate", type=float, default=0.5, help="arrivals per second")
-    parser.add_argument("--slo-ms", type=float, default=30000)
+    parser.add_argument("--slo-ms", type=float, default=15000)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument(
-        "--calibrate", type=int, default=16, help="probes per tier before the replays (0: none)"
+        "--calibrate", type=int, default=40, help="probes per tier before the replays (0: none)"
     )
     parser.add_argument("--strategies", default=",".join(STRATEGIES))
     parser.add_argument("--trace", type=Path, help="replay this JSONL trace instead of generating one")
@@ -476,11 +599,20 @@ def main() -> None:
                 "share": {t: _median([r["share"].get(t, 0.0) for r in results]) for t in ("edge", "cloud")},
                 "mape": _median([r["mape"] for r in results]),
                 "mape_n": sum(r["mape_n"] for r in results),
+                "ttft_mape": _median([r["ttft_mape"] for r in results]),
+                "ttft_mape_n": sum(r["ttft_mape_n"] for r in results),
                 "statuses": results[-1]["statuses"],
                 "unservable": results[-1]["unservable"],
             }
         )
     cloud = next((r["cost_usd"] for r in rows if r["strategy"] == "always-cloud"), None)
+    by_kind = cloud_cost_by_kind(runs["always-cloud"][-1]["results"]) if runs.get("always-cloud") else {}
+    if by_kind:
+        whole = sum(by_kind.values())
+        print(
+            "always-cloud's cost by kind (estimated from usage): "
+            + ", ".join(f"{k} {v / whole:.0%}" for k, v in sorted(by_kind.items()))
+        )
     decision = decision_time()
     print(table(rows, cloud))
     print(
@@ -501,6 +633,7 @@ def main() -> None:
                 },
                 "calibration": calibration,
                 "decision": decision,
+                "cloud_cost_by_kind": by_kind,
                 "summary": rows,
                 "runs": runs,
                 "router": router_state,

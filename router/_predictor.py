@@ -1,24 +1,34 @@
 """Latency predictors: per tier, time to first token and total time, a median and a high quantile.
 
-Each target is a linear quantile regression (scikit-learn's ``QuantileRegressor``, weighted by
-1/observed so it minimises *relative* error) over a few engineered features of the request and
-the tier's live state (:func:`design`).  The request path only takes dot products of the
-fitted coefficients (microseconds); fitting happens in the background on a window of recent
-observations (:func:`fit_tier`, run in a worker process by the gateway).
+Each target is a linear quantile regression with **non-negative** coefficients over a few
+engineered features of the request and the tier's live state (:func:`design`), fitted as a
+linear programme (scipy's HiGHS) that minimises the *relative* error: each observation's
+absolute error is weighted by 1/observed, so the median fit minimises the mean absolute
+percentage error.  Every feature is an amount of work or of waiting (prompt tokens, expected
+output tokens, images, video frames, requests ahead, the other tiers' load, and output tokens
+times load), so non-negative coefficients are physical (seconds per unit) and the model cannot
+predict a negative time for a request unlike those it saw.  The total-time model is in effect
+time to first token + expected output tokens × seconds per token at the current load; the
+expected output is ``max_tokens`` × the share answers to requests like this one used
+(:mod:`router._output`).
 
-Between refits every observation updates an online correction: an exponentially weighted
-mean of log(observed / predicted median), applied to both quantiles, so a tier that slows
-down (a busier machine, a longer model) is seen within a few requests.  Before a tier has
+The request path only takes dot products of the fitted coefficients (microseconds); fitting
+happens in the background on a window of recent observations (:func:`fit_tier`, run in a
+worker process by the gateway).  Recording an observation is an append plus an update of an
+online correction (an exponentially weighted mean of log(observed / predicted median) applied
+to both quantiles, so a tier that slows down is seen within a few requests), from the
+prediction made when the request was routed: nothing is predicted again.  Before a tier has
 ``min_samples`` observations a prior (a rough tokens/s guess) stands in.
 
 Error is measured on data the model did not train on: at each refit the newest 20% of the
-window is held out for a fit on the rest (``holdout_mape``), and every live prediction is
-scored against what then happened before the observation joins the window (``live_mape``).
+window is held out for a fit on the rest (``holdout_mape``), and every live prediction (made
+before its request ran) is kept beside what then happened (``live_mape``, computed when asked).
 """
 
 from __future__ import annotations
 
 import math
+import operator
 import statistics
 import time
 from collections import deque
@@ -38,17 +48,32 @@ FEATURE_NAMES = (
     "one",
     "prompt_k",  # prompt tokens / 1000
     "out_k",  # expected output tokens / 1000: max_tokens × the share answers like it use
-    "load",  # requests in flight or queued at the tier
-    "out_k_x_load",  # decoding slows with the batch a request shares
-    "ahead_s",  # queued work ahead: waiting requests × the tier's recent mean service time
     "images",
     "pixels_m",
     "media_s",  # video + audio seconds
     "frames",
+    "busy_s",  # requests being served at the tier × its recent mean service time
+    "ahead_s",  # requests queued at the tier × its recent mean service time
+    "out_k_x_load",  # decoding slows with the batch a request shares
     "others_load",  # requests at the other tiers: co-located tiers share the machine's cores
-    "out_k_x_others",
+    "prompt_k_x_others",  # ... which slows the prompt's evaluation
+    "out_k_x_others",  # ... and every generated token
 )
 WIDTH = len(FEATURE_NAMES)
+_BUSY, _AHEAD = FEATURE_NAMES.index("busy_s"), FEATURE_NAMES.index("ahead_s")
+# The columns proportional to the request's output tokens.
+_OUTPUT = tuple(FEATURE_NAMES.index(n) for n in ("out_k", "out_k_x_load", "out_k_x_others"))
+
+
+def with_output(x: Sequence[float], factor: float) -> list[float]:
+    """``x`` with its output-token columns scaled by ``factor``: the same request producing
+    ``factor`` times the tokens ``x`` expected."""
+    out = list(x)
+    for i in _OUTPUT:
+        out[i] *= factor
+    return out
+
+
 _NORMAL = statistics.NormalDist()
 
 
@@ -75,33 +100,34 @@ def design(
     """The feature vector of ``features`` at a tier now (order: :data:`FEATURE_NAMES`);
     ``share``: the expected share of ``max_tokens`` the answer will use; ``others_load``: requests
     in flight or queued at the other tiers."""
-    out = (features.max_tokens or DEFAULT_OUTPUT_TOKENS) * share
-    load = float(state.in_flight + state.queued)
+    out_k = (features.max_tokens or DEFAULT_OUTPUT_TOKENS) * share / 1000
+    prompt_k = features.prompt_tokens / 1000
     media = features.media
     return (
         1.0,
-        features.prompt_tokens / 1000,
-        out / 1000,
-        load,
-        out / 1000 * load,
-        state.queued * mean_service_s,
+        prompt_k,
+        out_k,
         float(media.images),
         media.image_pixels / 1e6,
         media.video_seconds + media.audio_seconds,
         float(media.video_frames),
+        state.in_flight * mean_service_s,
+        state.queued * mean_service_s,
+        out_k * (state.in_flight + state.queued),
         others_load,
-        out / 1000 * others_load,
+        prompt_k * others_load,
+        out_k * others_load,
     )
 
 
 def _dot(a: Sequence[float], b: Sequence[float]) -> float:
-    return sum(x * y for x, y in zip(a, b, strict=True))
+    return sum(map(operator.mul, a, b))  # the widths match: load() drops a file of another width
 
 
 # A prior for a tier nobody has measured: ~0.3 s to the first token + 1 ms per prompt token,
 # ~25 generated tokens/s, and waiting work counted in full; the high quantile 1.5x.
-_PRIOR_TTFT = (0.3, 1.0, 0.0, 0.0, 0.0, 1.0, 0.2, 0.0, 0.05, 0.02, 0.0, 0.0)
-_PRIOR_TOTAL = (0.3, 1.0, 40.0, 0.0, 0.0, 1.0, 0.2, 0.0, 0.05, 0.02, 0.0, 0.0)
+_PRIOR_TTFT = (0.3, 1.0, 0.0, 0.2, 0.0, 0.05, 0.02, 0.5, 1.0, 0.0, 0.0, 0.0, 0.0)
+_PRIOR_TOTAL = (0.3, 1.0, 40.0, 0.2, 0.0, 0.05, 0.02, 0.5, 1.0, 0.0, 0.0, 0.0, 0.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +164,10 @@ class Observation(msgspec.Struct, array_like=True):
     x: list[float]
     ttft: float | None  # seconds; None when not streamed
     total: float
+    # The medians predicted when the request was routed (before it ran): its held-out error.
+    predicted_ttft: float | None = None
+    predicted_total: float | None = None
+    tokens: int | None = None  # the completion tokens it generated, when the tier said
 
 
 @dataclass(slots=True)
@@ -148,42 +178,52 @@ class TierPredictor:
     coefficients: Coefficients | None = None
     window: deque[Observation] = field(default_factory=deque)
     correction: dict[str, float] = field(default_factory=lambda: {"ttft": 0.0, "total": 0.0})
-    mean_service_s: float = 1.0  # EWMA of observed total latency
+    # EWMA of the total latency of requests that found the tier idle (nothing served or queued
+    # there): its service time, without the waiting that the busy/ahead features account for.
+    mean_service_s: float = 1.0
     completion_ratio: float = 0.6  # EWMA of completion tokens / max_tokens
     since_refit: int = 0
-    live_errors: dict[str, deque[float]] = field(
-        default_factory=lambda: {t: deque(maxlen=500) for t in TARGETS}
-    )
 
-    def predict(self, x: Sequence[float]) -> tuple[float, float, float, float]:
-        """(ttft p50, ttft high, total p50, total high) in seconds."""
+    def predict(self, x: Sequence[float], ceiling: float = 1.0) -> tuple[float, float, float, float]:
+        """(ttft p50, ttft high, total p50, total high) in seconds.  The models are of latency
+        given the output's length: the median is taken at the expected output (``x``), the high
+        quantile at the longest the answer can be, ``ceiling`` times that (max_tokens / expected)."""
         c = self.coefficients
+        top = with_output(x, ceiling) if ceiling != 1.0 else x
         out = []
         for target, prior in (("ttft", _PRIOR_TTFT), ("total", _PRIOR_TOTAL)):
             if c is None:
                 mid = _dot(prior, x)
-                hi = mid * 1.5
+                hi = (_dot(prior, top) if top is not x else mid) * 1.5
             else:
                 coefs = c.ttft if target == "ttft" else c.total
-                mid, hi = _dot(coefs[0], x), _dot(coefs[1], x)
+                mid, hi = _dot(coefs[0], x), _dot(coefs[1], top)
             scale = math.exp(self.correction[target])
             mid = max(mid * scale, 0.01)
             out += [mid, max(hi * scale, mid)]
         return out[0], out[1], out[2], out[3]
 
-    def observe(self, x: Sequence[float], ttft: float | None, total: float) -> None:
-        """Learn from one served request (its features as they were when it was routed)."""
-        t50, _, tot50, _ = self.predict(x)
+    def observe(
+        self,
+        x: Sequence[float],
+        ttft: float | None,
+        total: float,
+        predicted: tuple[float | None, float | None] = (None, None),
+        tokens: int | None = None,
+    ) -> None:
+        """Learn from one served request (its features as they were when it was routed);
+        ``predicted``: the (ttft, total) medians predicted then, if any (else none are scored
+        and the correction stands); ``tokens``: the completion tokens it generated."""
         rate = self.config.correction_rate
-        for target, seen, predicted in (("ttft", ttft, t50), ("total", total, tot50)):
-            if seen is None or seen <= 0:
+        for target, seen, guess in (("ttft", ttft, predicted[0]), ("total", total, predicted[1])):
+            if seen is None or seen <= 0 or guess is None or guess <= 0:
                 continue
-            self.live_errors[target].append(abs(predicted - seen) / seen)
-            self.correction[target] += rate * (math.log(seen / predicted))
-            self.correction[target] = max(-3.0, min(3.0, self.correction[target]))
-        self.mean_service_s += 0.1 * (total - self.mean_service_s)
-        self.window.append(Observation(list(x), ttft, total))
-        while len(self.window) > self.config.window:
+            value = self.correction[target] + rate * math.log(seen / guess)
+            self.correction[target] = max(-3.0, min(3.0, value))
+        if x[_BUSY] == 0 and x[_AHEAD] == 0:
+            self.mean_service_s += 0.1 * (total - self.mean_service_s)
+        self.window.append(Observation(list(x), ttft, total, predicted[0], predicted[1], tokens))
+        if len(self.window) > self.config.window:
             self.window.popleft()
         self.since_refit += 1
 
@@ -202,8 +242,16 @@ class TierPredictor:
         self.correction = {"ttft": 0.0, "total": 0.0}
         self.since_refit = 0
 
-    def live_mape(self, target: str) -> float | None:
-        errors = self.live_errors[target]
+    def live_mape(self, target: str, last: int = 500) -> float | None:
+        """Mean |predicted − observed| / observed of the medians predicted before the newest
+        ``last`` requests ran."""
+        errors = []
+        for o in reversed(self.window):
+            seen, guess = (o.ttft, o.predicted_ttft) if target == "ttft" else (o.total, o.predicted_total)
+            if seen is not None and seen > 0 and guess is not None:
+                errors.append(abs(guess - seen) / seen)
+                if len(errors) >= last:
+                    break
         return sum(errors) / len(errors) if errors else None
 
     def snapshot(self) -> dict[str, Any]:
@@ -224,14 +272,28 @@ class TierPredictor:
 
 
 def _fit_one(x: Any, y: Any, quantile: float, alpha: float) -> list[float]:
-    import numpy as np
-    from sklearn.linear_model import QuantileRegressor
+    """Quantile regression with non-negative coefficients, minimising the quantile loss of the
+    *relative* error (weights 1/y), as a linear programme:
 
+        min  Σ_i w_i (q u_i + (1 − q) v_i) + alpha Σ_j b_j
+        s.t. X_s b + u − v = y,   b, u, v ≥ 0
+
+    over columns scaled to at most 1 (``alpha`` then penalises every feature alike)."""
+    import numpy as np
+    from scipy import sparse
+    from scipy.optimize import linprog
+
+    n, width = x.shape
     scale = np.maximum(np.abs(x).max(axis=0), 1e-9)
     scale[0] = 1.0
-    model = QuantileRegressor(quantile=quantile, alpha=alpha, fit_intercept=False, solver="highs")
-    model.fit(x / scale, y, sample_weight=1.0 / np.maximum(y, 0.01))
-    return [float(v) for v in model.coef_ / scale]
+    weights = 1.0 / np.maximum(y, 0.01) / n
+    cost = np.concatenate([np.full(width, alpha), quantile * weights, (1 - quantile) * weights])
+    eye = sparse.identity(n, format="csr")
+    constraints = sparse.hstack([sparse.csr_matrix(x / scale), eye, -eye], format="csr")
+    found = linprog(cost, A_eq=constraints, b_eq=y, bounds=(0, None), method="highs")
+    if not found.success:
+        raise RuntimeError(f"quantile fit failed: {found.message}")
+    return [float(v) for v in found.x[:width] / scale]
 
 
 def _mape(coefs: list[float], x: Any, y: Any) -> float:
@@ -247,14 +309,27 @@ def _coverage(coefs: list[float], x: Any, y: Any) -> float:
     return float(np.mean(y <= x @ np.asarray(coefs)))
 
 
+def _actual(o: list[Any]) -> list[float]:
+    """An observation's features with the output it actually generated in place of the output
+    expected when it was routed (when the tier reported its tokens)."""
+    x, tokens = o[0], o[5] if len(o) > 5 else None
+    expected = x[_OUTPUT[0]]
+    if tokens is None or expected <= 0:
+        return list(x)
+    return with_output(x, max(tokens, 1) / 1000 / expected)
+
+
 def fit_tier(observations: list[list[Any]], config_raw: dict[str, Any]) -> dict[str, Any]:
     """Fit one tier's models on ``observations`` (``Observation`` as lists); plain data in and
-    out, so it can run in another process.  Returns ``Coefficients`` as builtins."""
+    out, so it can run in another process.  Returns ``Coefficients`` as builtins.  The models
+    learn latency given the output actually generated (so their output coefficients are
+    seconds per generated token); :meth:`TierPredictor.predict` supplies the expected output."""
     import numpy as np
 
     config = msgspec.convert(config_raw, PredictorConfig)
     quantiles = (0.5, config.high_quantile)
     result: dict[str, Any] = {"fitted_at": time.time(), "samples": len(observations), "metrics": {}}
+    observations = [[_actual(o), *o[1:3]] for o in observations]
     for target in TARGETS:
         rows = [o for o in observations if (o[1] if target == "ttft" else o[2]) is not None]
         if target == "ttft" and len(rows) < config.min_samples:

@@ -78,7 +78,7 @@ class Router:
         predictor = self.predictor(view.name)
         others = load - (view.state.in_flight + view.state.queued)
         x = design(features, view.state, predictor.mean_service_s, share, others)
-        t50, thi, tot50, tothi = predictor.predict(x)
+        t50, thi, tot50, tothi = predictor.predict(x, 1 / share if share > 0 else 1.0)
         price = self.prices.get(view.name, FREE)
         cost = price.estimate(features, share, tot50)
         return x, Prediction(t50, thi, tot50, tothi, self.config.high_quantile, cost)
@@ -92,7 +92,7 @@ class Router:
         spend: Spend | None = None,
     ) -> Decision:
         """Route a request for ``model`` (``tiergate-auto`` or a tier's name)."""
-        keys = output_keys(features.text, features.max_tokens)
+        keys = output_keys(features.text, features.max_tokens, (m.value for m in features.modalities))
         share = self.output.predict(keys)
         load = float(sum(v.state.in_flight + v.state.queued for v in views))
         if any(v.name == model for v in views):
@@ -148,7 +148,9 @@ class Router:
         if detail is None or tier not in detail.vectors:
             return
         predictor = self.predictor(tier)
-        predictor.observe(detail.vectors[tier], ttft_s, total_s)
+        made = detail.predictions.get(tier)
+        predicted = (made.ttft_p50, made.total_p50) if made is not None else (None, None)
+        predictor.observe(detail.vectors[tier], ttft_s, total_s, predicted, completion_tokens)
         if completion_tokens is not None:
             predictor.observe_usage(detail.features.max_tokens, completion_tokens)
             ceiling = detail.features.max_tokens or DEFAULT_OUTPUT_TOKENS

@@ -23,9 +23,10 @@ def test_the_feature_vector_carries_size_media_and_live_load() -> None:
     x = dict(
         zip(router.FEATURE_NAMES, router.design(f, TierState("edge", Health.READY, 1, 2), 2.0), strict=True)
     )
-    assert x["prompt_k"] == 0.3 and x["out_k"] == 0.128 and x["load"] == 3 and x["out_k_x_load"] == 0.128 * 3
+    assert x["prompt_k"] == 0.3 and x["out_k"] == 0.128 and x["out_k_x_load"] == 0.128 * 3
     assert (
-        x["ahead_s"] == 4.0
+        x["busy_s"] == 2.0
+        and x["ahead_s"] == 4.0
         and x["images"] == 2
         and x["pixels_m"] == 0.5
         and x["media_s"] == 3
@@ -81,7 +82,8 @@ def test_the_online_correction_follows_a_tier_that_slows_down() -> None:
     rows = synthetic(60, seed=5)
     before = [abs(p.predict(x)[2] - 2 * total) / (2 * total) for x, _, total in rows[:10]]
     for x, ttft, total in rows:
-        p.observe(x, 2 * ttft, 2 * total)  # the machine got twice as slow
+        t50, _, tot50, _ = p.predict(x)  # what the router predicted when it routed the request
+        p.observe(x, 2 * ttft, 2 * total, (t50, tot50))  # the machine got twice as slow
     after = [abs(p.predict(x)[2] - 2 * total) / (2 * total) for x, _, total in synthetic(20, seed=6)]
     assert sum(before) / 10 > 0.3 and sum(after) / 20 < 0.15
     assert math.exp(p.correction["total"]) == pytest.approx(2, rel=0.15)
@@ -171,6 +173,35 @@ def test_the_output_share_learns_which_requests_stop_early() -> None:
     assert again.predict(chat) == pytest.approx(model.predict(chat))
 
 
+def test_the_output_share_is_the_median_share_so_the_usual_answer_is_predicted() -> None:
+    """Seven answers in ten run to max_tokens, three stop at a tenth: the median is all of it
+    (the mean, 0.73, would under-predict the usual answer by a quarter)."""
+    from router._output import OutputShare, output_keys
+
+    model = OutputShare()
+    keys = output_keys("write a story about a robot gardener", 48)
+    for i in range(400):
+        model.update(keys, 1.0 if i % 10 < 7 else 0.1)
+    assert model.predict(keys) > 0.9
+    early = output_keys("say hello to ada", 48)
+    for i in range(400):
+        model.update(early, 0.2 if i % 10 < 7 else 1.0)
+    assert 0.1 < model.predict(early) < 0.35
+
+
+def test_the_output_share_tells_modalities_apart() -> None:
+    from router._output import OutputShare, output_keys
+
+    model = OutputShare()
+    video = output_keys("describe this", 64, ["text", "video"])
+    image = output_keys("describe this", 64, ["text", "image"])
+    assert video != image
+    for _ in range(300):
+        model.update(video, 1 / 64)
+        model.update(image, 1.0)
+    assert model.predict(video) < 0.2 and model.predict(image) > 0.8
+
+
 def test_the_router_feeds_the_expected_output_to_the_latency_model() -> None:
     r = router.Router(router.AutoRule(), {})
     views = [
@@ -201,8 +232,108 @@ def test_the_load_on_the_other_tiers_is_a_feature() -> None:
     assert d.detail is not None
     edge = dict(zip(router.FEATURE_NAMES, d.detail.vectors["edge"], strict=True))
     cloud = dict(zip(router.FEATURE_NAMES, d.detail.vectors["cloud"], strict=True))
-    assert edge["others_load"] == 4 and edge["load"] == 0 and cloud["others_load"] == 0 and cloud["load"] == 4
+    assert edge["others_load"] == 4 and edge["busy_s"] == 0 and cloud["others_load"] == 0
+    assert cloud["busy_s"] == 3 * r.predictor("cloud").mean_service_s and cloud["out_k_x_load"] > 0
     stale = {"format": 1, "tiers": {"edge": {"coefficients": None, "window": [[[1.0] * 10, None, 1.0]]}}}
     fresh = router.Router(router.AutoRule(), {})
     fresh.load(stale)  # a file written with fewer features is ignored, not misread
     assert "edge" not in fresh.predictors
+
+
+def test_observing_is_cheap_bookkeeping_scored_against_the_prediction_made_when_routed() -> None:
+    """observe() predicts nothing: it keeps the routed prediction beside what happened, and
+    live MAPE is computed from those pairs when asked."""
+    calls = []
+
+    class Counting(TierPredictor):
+        def predict(self, x):  # type: ignore[no-untyped-def]
+            calls.append(x)
+            return super().predict(x)
+
+    p = Counting(router.PredictorConfig())
+    rows = synthetic(10)
+    for x, ttft, total in rows:
+        p.observe(x, ttft, total, (ttft * 1.2, total * 0.5))
+    p.observe(rows[0][0], None, 2.0)  # no prediction: kept, not scored
+    assert calls == [] and len(p.window) == 11
+    assert p.live_mape("ttft") == pytest.approx(0.2) and p.live_mape("total") == pytest.approx(0.5)
+    assert p.window[0].predicted_total == pytest.approx(rows[0][2] * 0.5)
+    assert math.exp(p.correction["total"]) > 1.5  # observed twice the prediction: it corrects upwards
+
+
+def test_the_mean_service_time_learns_only_from_requests_that_found_the_tier_idle() -> None:
+    p = TierPredictor(router.PredictorConfig())
+    f = router.Features(50, 64, 1, TEXT, False)
+    idle = router.design(f, TierState("edge", Health.READY), p.mean_service_s)
+    queued = router.design(f, TierState("edge", Health.READY, 1, 3), p.mean_service_s)
+    for _ in range(50):
+        p.observe(queued, None, 20.0)  # waited behind four others
+    assert p.mean_service_s == 1.0
+    for _ in range(50):
+        p.observe(idle, None, 2.0)
+    assert p.mean_service_s == pytest.approx(2.0, rel=0.01)
+
+
+def test_fitted_coefficients_are_non_negative_and_extrapolate_sanely() -> None:
+    """Few, collinear observations (like a small calibration) gave negative coefficients and
+    predictions floored at 10 ms; the constrained fit keeps every feature's time >= 0."""
+    rng = random.Random(2)
+    rows = []
+    for _ in range(16):
+        f = router.Features(rng.randint(10, 600), rng.choice((8, 32, 96, 256)), 1, TEXT, True)
+        x = router.design(f, TierState("t", Health.READY, rng.choice((0, 1)), 0), 1.0)
+        total = (0.1 + 0.035 * f.max_tokens) * rng.uniform(0.7, 1.4)
+        rows.append([list(x), 0.1 * rng.uniform(0.7, 1.4), total])
+    fitted = router.fit_tier(rows, {"min_samples": 8})
+    for target in ("ttft", "total"):
+        for coefficients in fitted[target]:
+            assert min(coefficients) >= -1e-9
+    p = TierPredictor(router.PredictorConfig())
+    p.adopt(msgspec.convert(fitted, router._predictor.Coefficients))
+    for out in (8, 24, 48, 256):
+        x = router.design(router.Features(40, out, 1, TEXT, True), TierState("t", Health.READY), 1.0)
+        _, _, total, _ = p.predict(x)
+        assert 0.5 < total / (0.1 + 0.035 * out) < 2.0
+
+
+def test_the_models_learn_seconds_per_generated_token_from_the_tokens_actually_generated() -> None:
+    """The router expected half of max_tokens every time; answers used anywhere from 4% to all of
+    it.  Fitted on the tokens generated, the output coefficient is the tier's time per token,
+    the median is taken at the expected output and the high quantile at max_tokens."""
+    rng = random.Random(4)
+    f = router.Features(40, 256, 1, TEXT, True)
+    x = router.design(f, TierState("t", Health.READY), 1.0, share=0.5)
+    observations = []
+    for _ in range(120):
+        tokens = rng.randint(10, 256)
+        total = (0.1 + 0.04 * tokens) * rng.uniform(0.95, 1.05)
+        observations.append(router._predictor.Observation(list(x), 0.1, total, None, None, tokens))
+    fitted = router.fit_tier(msgspec.to_builtins(observations), {})
+    per_token = dict(zip(router.FEATURE_NAMES, fitted["total"][0], strict=True))["out_k"] / 1000
+    assert per_token == pytest.approx(0.04, rel=0.1)
+    p = TierPredictor(router.PredictorConfig())
+    p.adopt(msgspec.convert(fitted, router._predictor.Coefficients))
+    _, _, median, high = p.predict(x, ceiling=2.0)
+    assert median == pytest.approx(0.1 + 0.04 * 128, rel=0.15)
+    assert high >= 0.95 * (0.1 + 0.04 * 256)
+    # without the tokens, the fit could only learn the average over all lengths at one x
+    blind = router.fit_tier([[o.x, o.ttft, o.total] for o in observations], {})
+    assert dict(zip(router.FEATURE_NAMES, blind["total"][0], strict=True))["out_k"] / 1000 != pytest.approx(
+        0.04, rel=0.1
+    )
+
+
+def test_the_router_records_the_routed_prediction_and_the_tokens_generated() -> None:
+    r = router.Router(router.AutoRule(), {})
+    views = [
+        router.TierView(
+            "edge", router._decision.Capabilities(TEXT, 4096, "m"), TierState("edge", Health.READY)
+        )
+    ]
+    d = r.decide("tiergate-auto", views, router.Features(10, 100, 1, TEXT, True), router.DEFAULT_POLICY)
+    assert d.detail is not None
+    r.observe(d, "edge", 0.2, 1.5, 37)
+    (o,) = r.predictor("edge").window
+    made = d.detail.predictions["edge"]
+    assert (o.predicted_ttft, o.predicted_total, o.tokens) == (made.ttft_p50, made.total_p50, 37)
+    assert made.total_hi > made.total_p50  # the high quantile is taken at max_tokens
