@@ -121,22 +121,36 @@ class LoadGenerator:
         self.idle: list[_Connection] = []
         self.connections: list[_Connection] = []
         self.errors = 0
+        self.reconnects = 0
 
-    async def _connection(self) -> _Connection:
-        if self.idle:
-            return self.idle.pop()
+    async def _connection(self, *, fresh: bool = False) -> tuple[_Connection, bool]:
+        """An idle connection (and True: reused), else a new one."""
+        while self.idle and not fresh:
+            conn = self.idle.pop()
+            if not conn.closed.done():
+                return conn, True
         _, conn = await asyncio.get_running_loop().create_connection(_Connection, self.host, self.port)
         self.connections.append(conn)
-        return conn
+        return conn, False
 
     async def _one(self, sample: Sample, t0: float) -> None:
-        conn = await self._connection()
+        conn, reused = await self._connection()
         sample.lag = max(0.0, time.perf_counter() - t0 - sample.sent)
         try:
             await conn.send(self.request, sample)
         except (ConnectionError, httptools.HttpParserError):
-            self.errors += 1
-            return
+            if not (reused and sample.status == 0):
+                self.errors += 1
+                return
+            # The server closed this idle keep-alive connection as the request went out (its
+            # idle timeout), as any HTTP client meets: once more on a new connection.
+            self.reconnects += 1
+            conn, _ = await self._connection(fresh=True)
+            try:
+                await conn.send(self.request, sample)
+            except (ConnectionError, httptools.HttpParserError):
+                self.errors += 1
+                return
         if not conn.closed.done():
             self.idle.append(conn)
 
@@ -168,7 +182,7 @@ class LoadGenerator:
             conn: _Connection | None = None
             while time.perf_counter() < end:
                 if conn is None or conn.closed.done():
-                    conn = await self._connection()
+                    conn, _ = await self._connection(fresh=True)
                 sample = Sample(sent=time.perf_counter() - t0)
                 samples.append(sample)
                 try:

@@ -53,6 +53,7 @@ class _Connection(asyncio.Protocol):
         self.complete = False
         self.keep_alive = False
         self._framed = False
+        self.answered = False  # any byte of the current exchange's answer arrived
         self.closed = False
         self.error: BaseException | None = None
 
@@ -62,6 +63,7 @@ class _Connection(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]  # uvloop's is not an asyncio.Transport
 
     def data_received(self, data: bytes) -> None:
+        self.answered = True
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
@@ -127,7 +129,7 @@ class _Connection(asyncio.Protocol):
         assert self.transport is not None
         self._parser = httptools.HttpResponseParser(self)
         self.status, self.headers_done, self.complete, self.error = 0, False, False, None
-        self.keep_alive = self._framed = False
+        self.keep_alive = self._framed = self.answered = False
         self._chunks, self._buffered = [], 0
         self.transport.write(request)
 
@@ -279,16 +281,26 @@ class HttpPool:
         origin, head = self._head(url)
         extra = "".join(f"{k}: {v}\r\n" for k, v in headers.items()) if headers else ""
         request = b"%s%sContent-Length: %d\r\n\r\n%s" % (head, extra.encode("latin-1"), len(body), body)
-        conn = await self._acquire(origin, deadline)
-        try:
-            conn.begin(request)
-            while not conn.headers_done:
-                await conn.wait(min(loop.time() + self.read_s, deadline))
-        except BaseException:
-            conn.close()
-            self._release(conn)
-            raise
-        return Response(self, conn, deadline)
+        for attempt in range(2):
+            conn, reused = await self._acquire(origin, deadline)
+            try:
+                conn.begin(request)
+                while not conn.headers_done:
+                    await conn.wait(min(loop.time() + self.read_s, deadline))
+            except UpstreamError:
+                conn.close()
+                self._release(conn)
+                # A kept-alive connection the server closed as this request went out (its idle
+                # timeout): nothing was answered, so the request goes once more on a new one.
+                if reused and attempt == 0 and not conn.answered:
+                    continue
+                raise
+            except BaseException:
+                conn.close()
+                self._release(conn)
+                raise
+            return Response(self, conn, deadline)
+        raise AssertionError("unreachable")
 
     async def aclose(self) -> None:
         self._closed = True
@@ -310,9 +322,9 @@ class HttpPool:
             self._heads[key] = head
         return origin, head
 
-    async def _acquire(self, origin: str, deadline: float) -> _Connection:
-        """An idle connection to ``origin``, else a new one, else wait (within ``connect_s``)
-        until one is released or closed."""
+    async def _acquire(self, origin: str, deadline: float) -> tuple[_Connection, bool]:
+        """An idle connection to ``origin`` (and True: reused), else a new one, else wait
+        (within ``connect_s``) until one is released or closed."""
         loop = asyncio.get_running_loop()
         until = min(loop.time() + self.connect_s, deadline)
         while True:
@@ -320,11 +332,12 @@ class HttpPool:
             while idle:
                 conn = idle.pop()
                 if not conn.closed and conn.transport is not None and not conn.transport.is_closing():
-                    return conn
+                    return conn, True
             if self._open < self.max_connections:
                 self._open += 1  # reserved now, so concurrent callers cannot overshoot
                 try:
-                    return await asyncio.wait_for(self._connect(origin), max(0.0, until - loop.time()))
+                    conn = await asyncio.wait_for(self._connect(origin), max(0.0, until - loop.time()))
+                    return conn, False
                 except BaseException:
                     self._open -= 1
                     self._wake_one()

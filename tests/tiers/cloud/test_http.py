@@ -241,3 +241,33 @@ async def test_what_arrives_while_a_chunk_is_handled_is_not_lost_when_the_body_e
     assert b"".join(seen) == b"first\nlast!\n"
     resp.release()
     await pool.aclose()
+
+
+async def test_a_kept_alive_connection_closed_by_the_server_is_retried_once_on_a_new_one(serve) -> None:  # type: ignore[no-untyped-def]
+    served = 0
+
+    def second_request_on_a_connection_is_dropped(w: asyncio.StreamWriter, body: bytes) -> None:
+        nonlocal served
+        served += 1
+        if served == 2:  # the server's idle timeout closed it as the request arrived
+            w.close()
+        else:
+            w.write(OK)
+
+    server = await serve(second_request_on_a_connection_is_dropped)
+    pool = HttpPool()
+    for _ in range(2):
+        resp = await pool.post(server.url, b"{}")
+        assert await resp.read() == b'{"ok":true}'
+        resp.release()
+    await pool.aclose()
+    assert (served, server.connections) == (3, 2)
+
+
+async def test_a_new_connection_closed_without_an_answer_is_not_retried(serve) -> None:  # type: ignore[no-untyped-def]
+    server = await serve(lambda w, body: w.close())
+    pool = HttpPool()
+    with pytest.raises(UpstreamError):
+        await pool.post(server.url, b"{}")
+    await pool.aclose()
+    assert len(server.requests) == 1
