@@ -65,6 +65,7 @@ from typing import Any
 import httpx
 
 from bench.overhead import free_port
+from gateway.calibration import mp4_clip
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "route_replay.json"
@@ -122,35 +123,12 @@ def _png(size: int = 16) -> bytes:
     )
 
 
-def _mp4(seconds: int, fps: int = 8, size: tuple[int, int] = (160, 120)) -> bytes:
-    """A real MPEG-4 clip (frames that change brightness), made with PyAV."""
-    import io
-
-    import av
-    import numpy as np
-
-    out = io.BytesIO()
-    with av.open(out, "w", format="mp4") as c:
-        stream = c.add_stream("mpeg4", rate=fps)
-        stream.width, stream.height = size
-        stream.pix_fmt = "yuv420p"
-        stream.codec_context.gop_size = fps
-        for i in range(seconds * fps):
-            pixels = np.full((size[1], size[0], 3), (i * 7) % 256, np.uint8)
-            pixels[:, : size[0] // 4, 0] = 255 - (i * 7) % 256
-            for packet in stream.encode(av.VideoFrame.from_ndarray(pixels, format="rgb24")):
-                c.mux(packet)
-        for packet in stream.encode():
-            c.mux(packet)
-    return out.getvalue()
-
-
 def generate(requests: int, rate: float, seed: int = 1) -> list[dict[str, Any]]:
     """A mixed trace: 50% short chats, 20% long generations, 14% hard questions, 8% images,
     8% video; half of them streamed; Poisson arrivals at ``rate`` per second."""
     rng = random.Random(seed)
     pngs = {n: "data:image/png;base64," + base64.b64encode(_png(n)).decode() for n in (64, 128, 256)}
-    videos = {n: "data:video/mp4;base64," + base64.b64encode(_mp4(n)).decode() for n in (2, 3, 4)}
+    videos = {n: "data:video/mp4;base64," + base64.b64encode(mp4_clip(n)).decode() for n in (2, 3, 4)}
     fill = {"name": "", "place": "", "thing": ""}
     # The mix in exact proportions (shuffled), so a small trace is still the mix it claims to be.
     weights = {"short": 0.50, "long": 0.20, "hard": 0.14, "image": 0.08, "video": 0.08}

@@ -66,8 +66,8 @@ def _image_part(side: int, seed: int) -> dict[str, Any]:
     return {"type": "image_url", "image_url": {"url": url}}
 
 
-def _video_part(seconds: int, fps: int = 8, size: tuple[int, int] = (160, 120)) -> dict[str, Any]:
-    """A real MPEG-4 clip whose frames change brightness."""
+def mp4_clip(seconds: int, fps: int = 8, size: tuple[int, int] = (160, 120)) -> bytes:
+    """A real MPEG-4 clip whose frames change brightness (made with PyAV)."""
     import av
     import numpy as np
 
@@ -78,12 +78,17 @@ def _video_part(seconds: int, fps: int = 8, size: tuple[int, int] = (160, 120)) 
         stream.pix_fmt = "yuv420p"
         stream.codec_context.gop_size = fps
         for i in range(seconds * fps):
-            pixels = np.full((size[1], size[0], 3), (i * 11) % 256, np.uint8)
+            pixels = np.full((size[1], size[0], 3), (i * 7) % 256, np.uint8)
+            pixels[:, : size[0] // 4, 0] = 255 - (i * 7) % 256
             for packet in stream.encode(av.VideoFrame.from_ndarray(pixels, format="rgb24")):
                 c.mux(packet)
         for packet in stream.encode():
             c.mux(packet)
-    url = "data:video/mp4;base64," + base64.b64encode(out.getvalue()).decode()
+    return out.getvalue()
+
+
+def _video_part(seconds: int) -> dict[str, Any]:
+    url = "data:video/mp4;base64," + base64.b64encode(mp4_clip(seconds)).decode()
     return {"type": "video_url", "video_url": {"url": url}}
 
 
