@@ -282,7 +282,7 @@ class HttpPool:
         extra = "".join(f"{k}: {v}\r\n" for k, v in headers.items()) if headers else ""
         request = b"%s%sContent-Length: %d\r\n\r\n%s" % (head, extra.encode("latin-1"), len(body), body)
         for attempt in range(2):
-            conn, reused = await self._acquire(origin, deadline)
+            conn, reused = await self._acquire(origin, deadline, fresh=attempt > 0)
             try:
                 conn.begin(request)
                 while not conn.headers_done:
@@ -322,13 +322,15 @@ class HttpPool:
             self._heads[key] = head
         return origin, head
 
-    async def _acquire(self, origin: str, deadline: float) -> tuple[_Connection, bool]:
-        """An idle connection to ``origin`` (and True: reused), else a new one, else wait
-        (within ``connect_s``) until one is released or closed."""
+    async def _acquire(
+        self, origin: str, deadline: float, *, fresh: bool = False
+    ) -> tuple[_Connection, bool]:
+        """An idle connection to ``origin`` (and True: reused) unless ``fresh``, else a new one,
+        else wait (within ``connect_s``) until one is released or closed."""
         loop = asyncio.get_running_loop()
         until = min(loop.time() + self.connect_s, deadline)
         while True:
-            idle = self._idle.get(origin)
+            idle = None if fresh else self._idle.get(origin)
             while idle:
                 conn = idle.pop()
                 if not conn.closed and conn.transport is not None and not conn.transport.is_closing():
