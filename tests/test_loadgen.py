@@ -51,7 +51,7 @@ def test_open_loop_keeps_its_schedule_when_some_answers_are_slow(slow_every_tent
     # arrivals 10 ms apart, whatever the slow answers did (a closed loop would have waited)
     assert [round(s.sent, 3) for s in samples[:3]] == [0.0, 0.01, 0.02]
     lags = sorted(s.lag for s in samples)
-    assert lags[50] < 0.005 and lags[-1] < 0.15  # none waited for a slow answer (200 ms)
+    assert lags[50] < 0.02 and lags[-1] < 0.15  # none waited for a slow answer (200 ms)
     slow = [s for s in samples if s.total > 0.15]
     fast = sorted(s.total for s in samples if s.total <= 0.15)
     assert len(slow) == 10 and fast[len(fast) // 2] < 0.01
