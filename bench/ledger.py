@@ -80,21 +80,23 @@ def pinned(cpu: int) -> list[str]:
 
 
 class GatewayProcess:
-    def __init__(self, workdir: Path, upstream: str, ledger: bool, writer_process: bool = True) -> None:
+    """A gateway on its own port and data folder, the fake upstream as its cloud, pinned to core 0;
+    ``config`` is appended to its tiergate.toml."""
+
+    def __init__(self, workdir: Path, upstream: str, config: str = "") -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.data = workdir / "data"
-        config = workdir / "tiergate.toml"
+        path = workdir / "tiergate.toml"
         workdir.mkdir(parents=True)
-        config.write_text(
+        path.write_text(
             f'data_dir = "{self.data}"\n[edge]\nenabled = false\n'
-            f'[cloud]\nurls = ["{upstream}"]\nhealth_interval_s = 0.5\n'
-            f"[ledger]\nenabled = {str(ledger).lower()}\nwriter_process = {str(writer_process).lower()}\n"
+            f'[cloud]\nurls = ["{upstream}"]\nhealth_interval_s = 0.5\n{config}'
         )
-        self.log = (workdir / "gateway.log").open("wb")
+        self.log_path = workdir / "gateway.log"
         self.process = subprocess.Popen(
-            [*pinned(0), TIERGATE, "serve", "--config", str(config), "--port", str(self.port)],
-            stdout=self.log,
+            [*pinned(0), TIERGATE, "serve", "--config", str(path), "--port", str(self.port)],
+            stdout=self.log_path.open("wb"),
             stderr=subprocess.STDOUT,
         )
         self.key = ""
@@ -111,7 +113,9 @@ class GatewayProcess:
             except aiohttp.ClientError:
                 pass
             await asyncio.sleep(0.2)
-        raise RuntimeError(f"gateway on {self.url} did not become ready")
+        raise RuntimeError(
+            f"gateway on {self.url} did not become ready:\n{self.log_path.read_text()[-2000:]}"
+        )
 
     def cpu_s(self) -> float:
         """CPU time used so far by the gateway process (all its threads) and its children (the
@@ -180,9 +184,13 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="tiergate-bench-ledger-"))
     gateways = {
         "ledger on": GatewayProcess(
-            workdir / "on", f"http://127.0.0.1:{port}", True, args.writer == "process"
+            workdir / "on",
+            f"http://127.0.0.1:{port}",
+            f"[ledger]\nenabled = true\nwriter_process = {str(args.writer == 'process').lower()}\n",
         ),
-        "ledger off": GatewayProcess(workdir / "off", f"http://127.0.0.1:{port}", False),
+        "ledger off": GatewayProcess(
+            workdir / "off", f"http://127.0.0.1:{port}", "[ledger]\nenabled = false\n"
+        ),
     }
     rounds: dict[str, list[dict[str, Any]]] = {name: [] for name in gateways}
     warm_up: dict[str, dict[str, Any]] = {}

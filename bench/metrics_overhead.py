@@ -34,7 +34,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -44,67 +43,15 @@ from typing import Any
 import aiohttp
 
 from bench._asgi_ab import measure
-from bench.ledger import free_port, load, pinned
+from bench.ledger import GatewayProcess, free_port, load, pinned
 
 ROOT = Path(__file__).resolve().parent.parent
-TIERGATE = str(Path(sys.executable).with_name("tiergate"))
 VARIANTS = {
     "off": 'metrics = false\nlog_format = "text"\n',
     "default": "",
     "all on": "request_log = true\n",
 }
 SCRAPED = {"all on"}
-
-
-class GatewayProcess:
-    def __init__(self, workdir: Path, upstream: str, observability: str) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.data = workdir / "data"
-        config = workdir / "tiergate.toml"
-        workdir.mkdir(parents=True)
-        config.write_text(
-            f'data_dir = "{self.data}"\n[edge]\nenabled = false\n'
-            f'[cloud]\nurls = ["{upstream}"]\nhealth_interval_s = 0.5\n'
-            f"[cache]\nenabled = false\n[observability]\n{observability}"
-        )
-        self.log_path = workdir / "gateway.log"
-        self.process = subprocess.Popen(
-            [*pinned(0), TIERGATE, "serve", "--config", str(config), "--port", str(self.port)],
-            stdout=self.log_path.open("wb"),
-            stderr=subprocess.STDOUT,
-        )
-        self.key = ""
-
-    async def ready(self, session: aiohttp.ClientSession) -> None:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                async with session.get(f"{self.url}/readyz") as resp:
-                    if resp.status == 200:
-                        creds = json.loads((self.data / "initial-credentials.json").read_text())
-                        self.key = creds["tenant_key"]
-                        return
-            except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.2)
-        raise RuntimeError(
-            f"gateway on {self.url} did not become ready:\n{self.log_path.read_text()[-2000:]}"
-        )
-
-    def cpu_s(self) -> float:
-        pids = {self.process.pid}
-        for task in Path(f"/proc/{self.process.pid}/task").glob("*"):
-            pids.update(int(p) for p in (task / "children").read_text().split())
-        ticks = 0
-        for pid in pids:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            ticks += int(fields[11]) + int(fields[12])
-        return ticks / os.sysconf("SC_CLK_TCK")
-
-    def stop(self) -> None:
-        self.process.terminate()
-        self.process.wait(30)
 
 
 async def scrape_every(session: aiohttp.ClientSession, gw: GatewayProcess, interval: float) -> int:
@@ -142,7 +89,10 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="tiergate-bench-obs-"))
     url = f"http://127.0.0.1:{port}"
     gateways = {
-        name: GatewayProcess(workdir / name.replace(" ", "-"), url, obs) for name, obs in VARIANTS.items()
+        name: GatewayProcess(
+            workdir / name.replace(" ", "-"), url, f"[cache]\nenabled = false\n[observability]\n{obs}"
+        )
+        for name, obs in VARIANTS.items()
     }
     rounds: dict[str, list[dict[str, Any]]] = {name: [] for name in gateways}
     log_lines: dict[str, int] = {}
