@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from litestar import Request, Response, get, post
 from litestar.datastructures import State
-from litestar.response import Stream
+from litestar.response.base import ASGIResponse
+from litestar.response.streaming import ASGIStreamingResponse
 
 from gateway.accounts import Accounts
 from gateway.chat import ChatService, RequestContext, Routed
@@ -59,7 +60,7 @@ def _context(headers: dict[str, str], tenant: str, accounts: Accounts) -> Reques
 
 
 @post("/v1/chat/completions", status_code=200)
-async def chat_completions(request: Request[object, object, State]) -> Response[bytes]:
+async def chat_completions(request: Request[object, object, State]) -> ASGIResponse:
     # request.app.state, not an injected `state: State`: injection copies the state per request
     accounts: Accounts = request.app.state.accounts
     observer: Observer = request.app.state.observer
@@ -70,15 +71,18 @@ async def chat_completions(request: Request[object, object, State]) -> Response[
     rid = request_id(request.scope)
     ctx = _context(headers, caller.tenant.name if caller.tenant else DEFAULT_TENANT, accounts)
     observer.note(request.scope, ctx.tenant, body.model)
+    # The ASGI responses themselves: Litestar's Response and Stream would be converted into these,
+    # at ~5% of a request's CPU.
     if body.stream:
         start = await accounts.metered.stream(caller, body, rid, ctx)
-        return Stream(
-            start.events,
+        return ASGIStreamingResponse(
+            iterator=start.events,
             media_type="text/event-stream",
             headers={**_route_headers(start.routed), "Cache-Control": "no-cache"},
+            content_length=0,
         )
     routed, completion = await accounts.metered.complete(caller, body, rid, ctx)
-    return Response(encode(completion), media_type=JSON, headers=_route_headers(routed))
+    return ASGIResponse(body=encode(completion), media_type=JSON, headers=_route_headers(routed))
 
 
 @get("/v1/models")

@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -20,7 +19,7 @@ from gateway.activity import Activity, Decision
 from gateway.caching import CacheStatus
 from gateway.chat import ChatService, RequestContext, Routed, StreamOutcome, StreamStart
 from gateway.errors import PermissionDenied, to_gateway_error
-from gateway.ledger import Charge, Ledger, LedgerRow, PriceBook
+from gateway.ledger import Charge, Ledger, LedgerRow, PriceBook, new_entry_id
 from gateway.media import MediaPipeline, has_media
 from gateway.protocol import AudioPart, ChatCompletion, ChatCompletionRequest, ImagePart, VideoPart
 from gateway.sse import DONE
@@ -233,7 +232,7 @@ class MeteredChat:
         if hit:
             charge = Charge(None, 0)
         return LedgerRow(
-            entry_id=uuid.uuid4().hex,
+            entry_id=new_entry_id(),
             request_id=call.request_id,
             tenant_id=call.tenant.id,
             key_id=call.caller.key_id,

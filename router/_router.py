@@ -6,7 +6,6 @@ the results to :meth:`Router.adopt`.
 
 from __future__ import annotations
 
-import dataclasses
 import random
 import time
 from collections import deque
@@ -100,7 +99,7 @@ class Router:
             view = next(v for v in views if v.name == model)
             x, p = self._predict(view, features, share, load)
             detail = RouteDetail(features, {model: x}, {model: p}, output_keys=keys, output_share=share)
-            return dataclasses.replace(decision, detail=detail)
+            return Decision(decision.tier, decision.fallbacks, decision.reason, detail)
         able = [v for v in views if why_not(v, features) is None]
         if not able:
             raise unavailable(views, features)
@@ -133,7 +132,7 @@ class Router:
         left_out = [why for v in views if v not in able and (why := why_not(v, features))]
         if left_out and strategy.name != "rule":  # why a tier was not a candidate (down, breaker, size)
             reason += "; " + "; ".join(left_out)
-        return dataclasses.replace(decision, reason=reason, detail=detail)
+        return Decision(decision.tier, decision.fallbacks, reason, detail)
 
     def observe(
         self,

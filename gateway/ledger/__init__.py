@@ -2,7 +2,7 @@
 
 from gateway.ledger._pricing import NANO, Charge, PriceBook
 from gateway.ledger._reports import FORMATS, GROUPS, ReportQuery, cost_report, report_csv
-from gateway.ledger._row import LedgerRow
+from gateway.ledger._row import LedgerRow, new_entry_id
 from gateway.ledger._wal import WriteAheadLog, read_segment
 from gateway.ledger._writer import Ledger, insert_rows
 
@@ -18,6 +18,7 @@ __all__ = [
     "WriteAheadLog",
     "cost_report",
     "insert_rows",
+    "new_entry_id",
     "read_segment",
     "report_csv",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import calendar
+import os
 import time
 import uuid
 from pathlib import Path
@@ -22,6 +23,7 @@ from gateway.ledger import (
     read_segment,
     report_csv,
 )
+from gateway.ledger._row import EntryIds
 from gateway.settings import Price
 from gateway.storage import ledger, open_database
 
@@ -206,3 +208,22 @@ async def test_ledger_on_postgresql(postgres_url: str, tmp_path: Path) -> None:
     book2 = PriceBook.sync(engine, [Price(tier="edge", prompt_per_1k=0.5)], "cloud")
     assert book2.charge("edge", "x", 2000, 0).cost_nusd == 1_000_000_000
     engine.dispose()
+
+
+def test_entry_ids_are_unique_hex_and_a_forked_child_draws_its_own() -> None:
+    ids = EntryIds()
+    made = [ids() for _ in range(10_000)]
+    assert len(set(made)) == len(made)
+    assert all(len(i) == 32 and int(i, 16) >= 0 for i in made)
+    assert EntryIds()() != ids()  # another instance (another process) starts from other random bits
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its next id must not repeat the parent's next one
+        os.write(write, ids().encode())
+        os._exit(0)
+    os.waitpid(pid, 0)
+    child = os.read(read, 64).decode()
+    os.close(read)
+    os.close(write)
+    assert child[:16] != made[0][:16]
+    assert child != ids()
