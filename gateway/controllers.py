@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from litestar import Request, Response, get, post
 from litestar.datastructures import State
-from litestar.response.base import ASGIResponse
 from litestar.response.streaming import ASGIStreamingResponse
 
 from gateway.accounts import Accounts
+from gateway.asgi_io import JSONAnswer, read_body
 from gateway.chat import ChatService, RequestContext, Routed
 from gateway.metrics import Metrics
 from gateway.observe import Observer
 from gateway.protocol import encode, parse_chat_request
 from gateway.request_id import request_id
+from gateway.settings import Settings
 from gateway.tenants import DEFAULT_TENANT
 
 JSON = "application/json"
@@ -35,7 +36,7 @@ def _route_headers(routed: Routed) -> dict[str, str]:
     return headers
 
 
-_CHAT_HEADERS = frozenset((b"authorization", b"cache-control", b"x-session-id"))
+_CHAT_HEADERS = frozenset((b"authorization", b"cache-control", b"x-session-id", b"content-length"))
 
 
 def _chat_headers(request: Request[object, object, State]) -> dict[str, str]:
@@ -60,19 +61,21 @@ def _context(headers: dict[str, str], tenant: str, accounts: Accounts) -> Reques
 
 
 @post("/v1/chat/completions", status_code=200)
-async def chat_completions(request: Request[object, object, State]) -> ASGIResponse:
+async def chat_completions(request: Request[object, object, State]) -> JSONAnswer:
     # request.app.state, not an injected `state: State`: injection copies the state per request
     accounts: Accounts = request.app.state.accounts
     observer: Observer = request.app.state.observer
     headers = _chat_headers(request)
     with observer.tracing.span("auth"):
         caller = await accounts.auth.caller(headers)
-    body = parse_chat_request(await request.body())
+    settings: Settings = request.app.state.settings
+    raw = await read_body(request.receive, headers.get("content-length"), settings.server.max_body_bytes)
+    body = parse_chat_request(raw)
     rid = request_id(request.scope)
     ctx = _context(headers, caller.tenant.name if caller.tenant else DEFAULT_TENANT, accounts)
     observer.note(request.scope, ctx.tenant, body.model)
-    # The ASGI responses themselves: Litestar's Response and Stream would be converted into these,
-    # at ~5% of a request's CPU.
+    # ASGI responses: Litestar's Response and Stream would be converted into these, at ~5% of a
+    # request's CPU.
     if body.stream:
         start = await accounts.metered.stream(caller, body, rid, ctx)
         return ASGIStreamingResponse(
@@ -82,7 +85,7 @@ async def chat_completions(request: Request[object, object, State]) -> ASGIRespo
             content_length=0,
         )
     routed, completion = await accounts.metered.complete(caller, body, rid, ctx)
-    return ASGIResponse(body=encode(completion), media_type=JSON, headers=_route_headers(routed))
+    return JSONAnswer(encode(completion), _route_headers(routed))
 
 
 @get("/v1/models")

@@ -1,0 +1,78 @@
+"""The chat handler's own body reader and JSON answer (gateway/asgi_io.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from gateway.asgi_io import JSONAnswer, read_body
+from gateway.errors import InvalidRequest, PayloadTooLarge
+
+
+def _receiver(*messages: dict[str, Any]) -> Any:
+    queue = list(messages)
+
+    async def receive() -> dict[str, Any]:
+        return queue.pop(0)
+
+    return receive
+
+
+def _read(receive: Any, content_length: str | None, limit: int = 10) -> bytes:
+    return asyncio.run(read_body(receive, content_length, limit))
+
+
+def test_joins_the_chunks_of_a_body() -> None:
+    receive = _receiver(
+        {"type": "http.request", "body": b"abc", "more_body": True},
+        {"type": "http.request", "body": b"", "more_body": True},
+        {"type": "http.request", "body": b"def", "more_body": False},
+    )
+    assert _read(receive, "6") == b"abcdef"
+    assert _read(_receiver({"type": "http.request", "body": b"", "more_body": False}), None) == b""
+
+
+def test_an_announced_length_over_the_limit_is_refused_before_reading() -> None:
+    def never() -> Any:
+        raise AssertionError("read a body announced too large")
+
+    with pytest.raises(PayloadTooLarge):
+        _read(never, "11")
+
+
+def test_a_body_longer_than_announced_or_unannounced_is_cut_at_the_limit() -> None:
+    chunks = [{"type": "http.request", "body": b"x" * 6, "more_body": True} for _ in range(3)]
+    with pytest.raises(PayloadTooLarge):
+        _read(_receiver(*chunks), None)
+    with pytest.raises(PayloadTooLarge):
+        _read(_receiver(*chunks), "5")
+
+
+def test_a_bad_length_or_a_client_that_leaves_is_a_400() -> None:
+    with pytest.raises(InvalidRequest, match="Content-Length"):
+        _read(_receiver(), "12abc")
+    receive = _receiver(
+        {"type": "http.request", "body": b"ab", "more_body": True}, {"type": "http.disconnect"}
+    )
+    with pytest.raises(InvalidRequest, match="disconnected"):
+        _read(receive, "4")
+
+
+def test_json_answer_sends_its_headers_and_body_once() -> None:
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    answer = JSONAnswer(b'{"a":1}', {"X-Tiergate-Tier": "edge"}, status=201)
+    asyncio.run(answer({}, _receiver(), send))  # type: ignore[arg-type]
+    start, body = sent
+    assert start["status"] == 201
+    assert dict(start["headers"]) == {
+        b"content-type": b"application/json",
+        b"content-length": b"7",
+        b"x-tiergate-tier": b"edge",
+    }
+    assert body == {"type": "http.response.body", "body": b'{"a":1}', "more_body": False}
