@@ -1,14 +1,17 @@
-"""The chat handler's request body and JSON answer, straight on ASGI messages.
+"""The chat handler's request body and answers, straight on ASGI messages.
 
 Litestar's ``Request.body()`` builds the header mapping and a stream generator, and its
 ``ASGIResponse`` a mutable header mapping with generic ``setdefault``: together ~8% of a
-proxied request's CPU.  The chat path reads one body and sends one JSON answer, so it does
-both itself, with the same limit and the same errors.
+proxied request's CPU.  Its streaming response watches for the client leaving in an anyio task
+group (cancel scopes, a spawned task per response).  The chat path reads one body and sends one
+JSON answer or one event stream, so it does these itself, with the same limits, errors and
+cancellation.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+from collections.abc import AsyncIterator, Mapping
 
 from litestar.types import Receive, Scope, Send
 
@@ -43,6 +46,10 @@ async def read_body(receive: Receive, content_length: str | None, limit: int) ->
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
+def _encoded(headers: Mapping[str, str]) -> list[tuple[bytes, bytes]]:
+    return [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in headers.items()]
+
+
 class JSONAnswer:
     """A complete ``application/json`` response (an ASGI app a handler may return)."""
 
@@ -54,9 +61,59 @@ class JSONAnswer:
         self.headers = [
             (b"content-type", b"application/json"),
             (b"content-length", str(len(body)).encode()),
-            *((name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in headers.items()),
+            *_encoded(headers),
         ]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": self.status, "headers": self.headers})
         await send({"type": "http.response.body", "body": self.body, "more_body": False})
+
+
+async def _until_disconnect(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+class EventStream:
+    """A ``text/event-stream`` response sending each event as ``events`` yields it.
+
+    When the client leaves, the request's task is cancelled wherever it waits (for the upstream's
+    next chunk, typically) and ``events`` is closed, which cancels the upstream request.
+    """
+
+    __slots__ = ("events", "headers")
+
+    def __init__(self, events: AsyncIterator[bytes], headers: Mapping[str, str]) -> None:
+        self.events = events
+        self.headers = [
+            (b"content-type", b"text/event-stream"),
+            (b"cache-control", b"no-cache"),
+            *_encoded(headers),
+        ]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        left = finished = False
+
+        def on_disconnect(watch: asyncio.Future[None]) -> None:
+            nonlocal left
+            if not finished and not watch.cancelled() and watch.exception() is None:
+                left = True
+                task.cancel()
+
+        watch = asyncio.ensure_future(_until_disconnect(receive))
+        watch.add_done_callback(on_disconnect)
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": self.headers})
+            async for event in self.events:
+                await send({"type": "http.response.body", "body": event, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except asyncio.CancelledError:
+            if not left:
+                raise
+            task.uncancel()  # our own cancellation: the client left, the response ends here
+        finally:
+            finished = True
+            watch.cancel()
+            await self.events.aclose()  # type: ignore[attr-defined]

@@ -22,6 +22,7 @@ With ``enabled=False`` every family is a no-op (the benchmark's baseline; /metri
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -55,6 +56,18 @@ PREPROCESS_STAGES = frozenset(
 )
 OTHER = "other"
 MAX_VALUES_PER_LABEL = 32
+
+
+class _Histogram(Histogram):
+    """prometheus_client's Histogram, observed with one bisection instead of a Python loop over
+    the buckets (a request observes ~6 histograms). Only bound children are observed here."""
+
+    def observe(self, amount: float, exemplar: dict[str, str] | None = None) -> None:
+        if exemplar is not None or amount != amount:  # exemplars, NaN: the library's own way
+            super().observe(amount, exemplar)
+            return
+        self._sum.inc(amount)
+        self._buckets[bisect_left(self._upper_bounds, amount)].inc(1)
 
 
 class _NullChild:
@@ -292,6 +305,8 @@ class Metrics:
     def _family(self, kind: type, name: str, doc: str, labels: Iterable[str] = (), **kw: Any) -> Any:
         if not self.enabled:
             return _NULL
+        if kind is Histogram:
+            kind = _Histogram
         return kind(name, doc, list(labels), registry=self.registry, **kw)
 
     def child(self, family: Any, *values: str, free: tuple[int, ...] = ()) -> Any:

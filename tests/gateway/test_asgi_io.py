@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gateway.asgi_io import JSONAnswer, read_body
+from gateway.asgi_io import EventStream, JSONAnswer, read_body
 from gateway.errors import InvalidRequest, PayloadTooLarge
 
 
@@ -76,3 +76,91 @@ def test_json_answer_sends_its_headers_and_body_once() -> None:
         b"x-tiergate-tier": b"edge",
     }
     assert body == {"type": "http.response.body", "body": b'{"a":1}', "more_body": False}
+
+
+def test_event_stream_sends_each_event_then_ends_the_body() -> None:
+    sent: list[dict[str, Any]] = []
+
+    async def events() -> Any:
+        yield b"data: 1\n\n"
+        yield b"data: 2\n\n"
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    async def main() -> None:
+        stay = asyncio.Event()
+
+        async def receive() -> dict[str, Any]:
+            await stay.wait()  # the client stays
+            return {"type": "http.disconnect"}
+
+        await EventStream(events(), {"X-Tiergate-Tier": "cloud"})({}, receive, send)  # type: ignore[arg-type]
+
+    asyncio.run(main())
+    start, *bodies = sent
+    assert start["status"] == 200
+    assert (b"content-type", b"text/event-stream") in start["headers"]
+    assert (b"x-tiergate-tier", b"cloud") in start["headers"]
+    assert [b["body"] for b in bodies] == [b"data: 1\n\n", b"data: 2\n\n", b""]
+    assert [b["more_body"] for b in bodies] == [True, True, False]
+
+
+def test_event_stream_closes_its_events_when_the_client_leaves_mid_wait() -> None:
+    closed, first_sent = asyncio.Event(), asyncio.Event()
+    sent: list[dict[str, Any]] = []
+
+    async def events() -> Any:
+        try:
+            yield b"data: 1\n\n"
+            await asyncio.sleep(3600)  # an upstream that hangs after its first chunk
+            yield b"never"
+        finally:
+            closed.set()
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+        if message.get("body"):
+            first_sent.set()
+
+    async def main() -> None:
+        leave = asyncio.Event()
+
+        async def receive() -> dict[str, Any]:
+            await leave.wait()
+            return {"type": "http.disconnect"}
+
+        task = asyncio.ensure_future(EventStream(events(), {})({}, receive, send))  # type: ignore[arg-type]
+        await asyncio.wait_for(first_sent.wait(), 5)
+        leave.set()
+        await asyncio.wait_for(task, 5)  # returns normally: the cancellation was the stream's own
+        assert closed.is_set()
+        assert not task.cancelled()
+
+    asyncio.run(main())
+    assert [m.get("body") for m in sent[1:]] == [b"data: 1\n\n"]
+
+
+def test_event_stream_lets_an_outside_cancellation_through() -> None:
+    async def events() -> Any:
+        yield b"data: 1\n\n"
+        await asyncio.sleep(3600)
+        yield b"never"
+
+    async def send(message: dict[str, Any]) -> None:
+        pass
+
+    async def main() -> None:
+        stay = asyncio.Event()
+
+        async def receive() -> dict[str, Any]:
+            await stay.wait()
+            return {"type": "http.disconnect"}
+
+        task = asyncio.ensure_future(EventStream(events(), {})({}, receive, send))  # type: ignore[arg-type]
+        await asyncio.sleep(0.01)
+        task.cancel()  # a server shutting down, say
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())

@@ -124,3 +124,30 @@ def test_metrics_turned_off_record_nothing_and_render_empty() -> None:
     m.breaker_transitions.labels("edge", "text", "open").inc()
     m.ledger_written(0.001)
     assert m.render() == b""
+
+
+def test_the_bisecting_histogram_counts_exactly_as_the_library_does() -> None:
+    from prometheus_client import CollectorRegistry, Histogram
+
+    from gateway.metrics import _Histogram
+
+    buckets = (0.001, 0.01, 0.1, 1, 10)
+    values = [0.0, 0.0005, 0.001, 0.0010001, 0.01, 0.05, 0.1, 1, 9.99, 10, 10.5, 1e9, -3.0]
+    samples = []
+    for kind in (Histogram, _Histogram):
+        registry = CollectorRegistry()
+        family = kind("h", "h", ["tier"], registry=registry, buckets=buckets)
+        child = family.labels("edge")
+        for v in values:
+            child.observe(v)
+        child.observe(0.5, {"trace_id": "abc"})  # an exemplar takes the library's own path
+        samples.append(
+            [
+                (s.name, s.labels, s.value)
+                for m in registry.collect()
+                for s in m.samples
+                if "created" not in s.name
+            ]
+        )
+    assert samples[0] == samples[1]
+    assert ("h_bucket", {"tier": "edge", "le": "0.001"}, 4.0) in samples[1]  # 0, 0.0005, 0.001 and -3
