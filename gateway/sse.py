@@ -66,11 +66,13 @@ class ChunkWriter:
         An error after the first byte cannot change the status any more; it is
         sent as an OpenAI-shaped error event and the stream ends.
         """
-        yield self.role()
+        # The role and the first piece of text go out in one write: both are here already.
+        opening = first.text if first.finish_reason is None else ""
+        yield self.role() + self.text(opening) if opening else self.role()
         delta = first
         try:
             while delta.finish_reason is None:
-                if delta.text:
+                if delta.text and delta is not first:
                     yield self.text(delta.text)
                 delta = await anext(rest)
         except StopAsyncIteration:
