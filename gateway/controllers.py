@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from litestar import Request, Response, get, post
+from litestar import Request, Response, asgi, get
 from litestar.datastructures import State
-from litestar.types import ASGIApp
+from litestar.exceptions import MethodNotAllowedException
+from litestar.types import Receive, Scope, Send
 
 from gateway.accounts import Accounts
 from gateway.asgi_io import EventStream, JSONAnswer, read_body
@@ -39,12 +40,12 @@ def _route_headers(routed: Routed) -> dict[str, str]:
 _CHAT_HEADERS = frozenset((b"authorization", b"cache-control", b"x-session-id", b"content-length"))
 
 
-def _chat_headers(request: Request[object, object, State]) -> dict[str, str]:
+def _chat_headers(scope: Scope) -> dict[str, str]:
     """The few headers the chat path reads, from one scan of the raw ASGI headers: cheaper than
     building ``request.headers`` (a full case-insensitive mapping) on the hot path."""
     return {
         name.decode("latin-1"): value.decode("latin-1")
-        for name, value in request.scope["headers"]
+        for name, value in scope["headers"]
         if name in _CHAT_HEADERS
     }
 
@@ -60,25 +61,33 @@ def _context(headers: dict[str, str], tenant: str, accounts: Accounts) -> Reques
     )
 
 
-@post("/v1/chat/completions", status_code=200)
-async def chat_completions(request: Request[object, object, State]) -> ASGIApp:
-    # request.app.state, not an injected `state: State`: injection copies the state per request
-    accounts: Accounts = request.app.state.accounts
-    observer: Observer = request.app.state.observer
-    headers = _chat_headers(request)
+@asgi("/v1/chat/completions", copy_scope=False)
+async def chat_completions(scope: Scope, receive: Receive, send: Send) -> None:
+    """POST only. A raw ASGI handler: the chat path reads its body and builds its answers itself
+    (gateway/asgi_io.py), so Litestar's request parsing and response conversion are skipped;
+    its routing, middleware and exception handlers still apply."""
+    if scope["method"] != "POST":  # type: ignore[typeddict-item]
+        raise MethodNotAllowedException(headers={"Allow": "POST"})
+    state = scope["app"].state  # type: ignore[typeddict-item]
+    accounts: Accounts = state.accounts
+    observer: Observer = state.observer
+    settings: Settings = state.settings
+    headers = _chat_headers(scope)
     with observer.tracing.span("auth"):
         caller = await accounts.auth.caller(headers)
-    settings: Settings = request.app.state.settings
-    raw = await read_body(request.receive, headers.get("content-length"), settings.server.max_body_bytes)
+    raw = await read_body(receive, headers.get("content-length"), settings.server.max_body_bytes)
     body = parse_chat_request(raw)
-    rid = request_id(request.scope)
+    rid = request_id(scope)
     ctx = _context(headers, caller.tenant.name if caller.tenant else DEFAULT_TENANT, accounts)
-    observer.note(request.scope, ctx.tenant, body.model)
+    observer.note(scope, ctx.tenant, body.model)
+    answer: JSONAnswer | EventStream
     if body.stream:
         start = await accounts.metered.stream(caller, body, rid, ctx)
-        return EventStream(start.events, _route_headers(start.routed))
-    routed, completion = await accounts.metered.complete(caller, body, rid, ctx)
-    return JSONAnswer(encode(completion), _route_headers(routed))
+        answer = EventStream(start.events, _route_headers(start.routed))
+    else:
+        routed, completion = await accounts.metered.complete(caller, body, rid, ctx)
+        answer = JSONAnswer(encode(completion), _route_headers(routed))
+    await answer(scope, receive, send)
 
 
 @get("/v1/models")
