@@ -19,6 +19,7 @@ from collections.abc import Callable
 from sqlalchemy import Engine, func, select
 
 import router
+from gateway.background import background_thread
 from gateway.ledger import NANO
 from gateway.storage import ledger, tenants
 
@@ -67,6 +68,7 @@ class BudgetBook:
         # tenant → (period, period start, USD spent); tenants appear once they send a request.
         self._spent: dict[str, tuple[str, float, float]] = {}
         self._task: asyncio.Task[None] | None = None
+        self._reader = background_thread("budget-refresh")  # lowest priority: see gateway.background
 
     def spend(self, tenant: str, policy: router.TenantPolicy) -> router.Spend | None:
         """The tenant's spend in its policy's current period (None: no budget, or not read yet)."""
@@ -87,7 +89,8 @@ class BudgetBook:
             if budget.amount_usd <= 0:
                 continue
             start, _ = period_bounds(budget.period, self._clock())
-            spent = await asyncio.to_thread(spent_usd, self._engine, tenant, start)
+            loop = asyncio.get_running_loop()
+            spent = await loop.run_in_executor(self._reader, spent_usd, self._engine, tenant, start)
             self._spent[tenant] = (budget.period, start, spent)
 
     async def start(self) -> None:
@@ -106,3 +109,4 @@ class BudgetBook:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        self._reader.shutdown(wait=False)

@@ -26,6 +26,7 @@ from typing import Any
 import msgspec
 
 import router
+from gateway.background import lower_priority
 from gateway.budgets import BudgetBook
 from gateway.settings import RouterSettings
 from tiers import Tier
@@ -57,7 +58,9 @@ def tier_prices(prices: Sequence[Any], tiers: Mapping[str, Tier]) -> dict[str, r
 
 
 def exit_with_parent(parent: int) -> None:
-    """In the refit worker: exit as soon as the gateway is gone, even if it was killed."""
+    """In the refit worker: run at the lowest priority (a refit never delays a request), and exit
+    as soon as the gateway is gone, even if it was killed."""
+    lower_priority(whole_process=True)
 
     def watch() -> None:
         while os.getppid() == parent:

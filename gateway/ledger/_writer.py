@@ -20,6 +20,7 @@ from pathlib import Path
 import msgspec
 from sqlalchemy import Engine
 
+from gateway.background import background_thread
 from gateway.ledger._procwriter import ProcessWriter, Waiters
 from gateway.ledger._row import LedgerRow, encode_row
 from gateway.ledger._wal import WriteAheadLog, read_segment, segment_number
@@ -68,7 +69,7 @@ class Ledger:
         self._wal: WriteAheadLog | None = None
         # The in-process fallback: one thread appends and rotates (order matters).
         self._wal_thread = ThreadPoolExecutor(1, thread_name_prefix="ledger-wal")
-        self._db_thread = ThreadPoolExecutor(1, thread_name_prefix="ledger-db")
+        self._db_thread = background_thread("ledger-db")
         self._pending: list[bytes] = []
         self._waiters: Waiters = []
         self._scheduled = False

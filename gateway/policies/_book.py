@@ -13,6 +13,7 @@ import contextlib
 import logging
 
 import router
+from gateway.background import background_thread
 from gateway.policies._store import DEFAULT_KEY, PolicyChange, PolicyRecord, PolicyStore
 
 log = logging.getLogger(__name__)
@@ -26,6 +27,7 @@ class PolicyBook:
         self._default = store.configured_default
         self._stamp = -1
         self._task: asyncio.Task[None] | None = None
+        self._reader = background_thread("policy-refresh")  # lowest priority: see gateway.background
 
     async def start(self) -> None:
         await self.reload()
@@ -36,16 +38,18 @@ class PolicyBook:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        self._reader.shutdown(wait=False)
 
     def policy(self, tenant: str) -> router.TenantPolicy:
         """The policy a tenant's request is routed by now (no I/O)."""
         return self._policies.get(tenant, self._default)
 
     async def reload(self) -> None:
-        stamp = await asyncio.to_thread(self.store.stamp)
+        loop = asyncio.get_running_loop()
+        stamp = await loop.run_in_executor(self._reader, self.store.stamp)
         if stamp == self._stamp:
             return
-        current = await asyncio.to_thread(self.store.current)
+        current = await loop.run_in_executor(self._reader, self.store.current)
         policies = {tenant: policy for tenant, (_, policy) in current.items()}
         self._default = policies.pop(DEFAULT_KEY, self.store.configured_default)
         self._policies = policies
