@@ -51,6 +51,7 @@ import asyncio
 import base64
 import datetime as dt
 import json
+import os
 import random
 import statistics
 import struct
@@ -379,6 +380,7 @@ async def replay(
         resp = await client.put("/admin/api/tenants/default/policy", json=policy, headers=admin)
         resp.raise_for_status()
     since = dt.datetime.now(dt.UTC)
+    load_before = os.getloadavg()[0]
     headers = {"Authorization": f"Bearer {keys['key']}", "Cache-Control": "no-store"}
     limits = httpx.Limits(max_connections=200)
     async with httpx.AsyncClient(base_url=url, headers=headers, timeout=900, limits=limits) as client:
@@ -394,7 +396,10 @@ async def replay(
             "group_by": "tier",
         }
         report = (await client.get("/admin/api/reports/costs", params=params, headers=admin)).json()
-    return summarise(strategy, results, report, slo_ms, tier_quality())
+    row = summarise(strategy, results, report, slo_ms, tier_quality())
+    # The machine's 1-minute load average before and after (2 cores: above ~3, something else ran).
+    row["load"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
+    return row
 
 
 def summarise(
@@ -610,7 +615,8 @@ def main() -> None:
                 runs[strategy].append(result)
                 print(
                     f"repeat {repeat + 1} {strategy}: cost ${result['cost_usd']:.6f}, "
-                    f"SLO {result['slo_attainment']}, share {result['share']}, statuses {result['statuses']}",
+                    f"SLO {result['slo_attainment']}, share {result['share']}, "
+                    f"statuses {result['statuses']}, load {result['load']}",
                     flush=True,
                 )
         with httpx.Client(base_url=url, timeout=60) as client:
@@ -643,6 +649,7 @@ def main() -> None:
                 "ttft_mape": _median([r["ttft_mape"] for r in results]),
                 "ttft_mape_n": sum(r["ttft_mape_n"] for r in results),
                 "statuses": results[-1]["statuses"],
+                "load": [r.get("load") for r in results],
                 "unservable": results[-1]["unservable"],
             }
         )

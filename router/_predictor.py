@@ -65,7 +65,7 @@ FEATURE_NAMES = (
     "out_k_x_others",  # ... and every generated token
 )
 WIDTH = len(FEATURE_NAMES)
-_BUSY, _AHEAD = FEATURE_NAMES.index("busy_s"), FEATURE_NAMES.index("ahead_s")
+BUSY, AHEAD = FEATURE_NAMES.index("busy_s"), FEATURE_NAMES.index("ahead_s")
 # The columns proportional to the request's output tokens.
 _OUTPUT = tuple(FEATURE_NAMES.index(n) for n in ("out_k", "out_k_x_load", "out_k_x_others"))
 
@@ -249,7 +249,7 @@ class TierPredictor:
             if high is not None and high > 0:
                 # Pinball loss of the high quantile: up q steps past it, down 1 - q steps within it.
                 self._correct(f"{target}_hi", 2 * step * (q if seen > high else q - 1))
-        if x[_BUSY] == 0 and x[_AHEAD] == 0:
+        if x[BUSY] == 0 and x[AHEAD] == 0:
             self.mean_service_s += 0.1 * (total - self.mean_service_s)
         self.window.append(Observation(list(x), ttft, total, predicted[0], predicted[1], tokens))
         if len(self.window) > self.config.window:

@@ -34,6 +34,8 @@ from router._features import Features
 from router._output import OutputShare, output_keys
 from router._policy import TenantPolicy
 from router._predictor import (
+    AHEAD,
+    BUSY,
     DEFAULT_OUTPUT_TOKENS,
     NO_CORRECTION,
     WIDTH,
@@ -96,6 +98,16 @@ class Router:
         cost = price.estimate(features, share, tot50)
         return x, Prediction(t50, thi, tot50, tothi, self.config.high_quantile, cost)
 
+    def _book(self, view: TierView, x: Sequence[float], now: float) -> int:
+        """Enter a request sent to ``view`` (feature vector ``x``) in the book of work in hand,
+        with its predicted service time: its median total with nothing ahead of it."""
+        idle = list(x)
+        idle[BUSY] = idle[AHEAD] = 0.0
+        service = self.predictor(view.name).predict(idle)[2]
+        state = view.state
+        queues = self.work.queues(view.name, state.in_flight, state.queued)
+        return self.work.add(view.name, service, now, (x[BUSY], x[AHEAD]), queues)
+
     def decide(
         self,
         model: str,
@@ -113,7 +125,7 @@ class Router:
             decision = pinned(model, views, features)
             view = next(v for v in views if v.name == model)
             x, p = self._predict(view, features, share, load, now)
-            ticket = self.work.add(model, p.total_p50, now)
+            ticket = self._book(view, x, now)
             detail = RouteDetail(
                 features, {model: x}, {model: p}, output_keys=keys, output_share=share, ticket=ticket
             )
@@ -148,8 +160,8 @@ class Router:
         )
         request = RouteRequest(features, able, views, policy, predictions, difficulty, spend, unmeasured)
         decision = strategy.choose(request)
-        made = predictions.get(decision.tier)
-        ticket = self.work.add(decision.tier, made.total_p50, now) if made is not None else 0
+        chosen = next((v for v in able if v.name == decision.tier), None)
+        ticket = self._book(chosen, vectors[chosen.name], now) if chosen is not None else 0
         detail = RouteDetail(features, vectors, predictions, difficulty, strategy.name, keys, share, ticket)
         reason = decision.reason
         if features.modalities & policy.modality_rules.keys():

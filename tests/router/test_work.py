@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 import router
+from router._predictor import Coefficients
 from router._work import WorkBook
 from tiers import Capabilities, Health, Modality, TierState
 
@@ -15,35 +16,50 @@ TEXT = frozenset({Modality.TEXT})
 
 def test_the_wait_behind_a_request_about_to_finish_is_short() -> None:
     book = WorkBook()
-    book.add("edge", 10.0, now=0.0)  # a long generation, predicted to take 10 s
+    book.add("edge", 10.0, now=0.0, wait=(0.0, 0.0), queues=False)  # a long generation: 10 s
     assert book.wait("edge", 1, 0, now=1.0, mean_service_s=3.0) == (9.0, 0.0)  # just started
     assert book.wait("edge", 1, 0, now=8.0, mean_service_s=3.0) == (2.0, 0.0)  # almost done
     # Past its predicted finish it is still running: a tenth of its prediction is assumed left.
     assert book.wait("edge", 1, 0, now=12.0, mean_service_s=3.0) == (1.0, 0.0)
 
 
-def test_queued_requests_wait_until_the_last_predicted_finish() -> None:
+def test_queued_requests_add_their_service_times_and_start_when_the_work_ahead_drains() -> None:
     book = WorkBook()
-    book.add("edge", 4.0, now=0.0)  # being served, done at 4 s
-    book.add("edge", 6.0, now=1.0)  # queued behind it: its 6 s include its wait, done at 7 s
-    book.add("edge", 8.0, now=2.0)  # done at 10 s
-    busy, ahead = book.wait("edge", 1, 2, now=3.0, mean_service_s=3.0)
-    assert (busy, ahead) == (1.0, 6.0)  # the whole queue drains 7 s from now
+    assert not book.queues("edge", 0, 0) and book.queues("edge", 1, 0)  # one slot until seen more
+    book.add("edge", 4.0, now=0.0, wait=(0.0, 0.0), queues=False)  # served at once, done at 4 s
+    book.add("edge", 6.0, now=1.0, wait=book.wait("edge", 1, 0, 1.0, 3.0), queues=True)  # starts at 4 s
+    book.add("edge", 8.0, now=2.0, wait=book.wait("edge", 1, 1, 2.0, 3.0), queues=True)  # starts at 10 s
+    assert book.wait("edge", 1, 2, now=3.0, mean_service_s=3.0) == (1.0, 14.0)
+    # The first is done; the second began at 4 s (its predicted start), the third waits.
+    assert book.wait("edge", 1, 1, now=5.0, mean_service_s=3.0) == (5.0, 8.0)
+
+
+def test_a_long_queue_waits_the_sum_of_its_service_times_not_more() -> None:
+    """Booking predicted totals (wait included) fed each wait back into the next: 20 queued
+    requests reached 10^8 s in a replay.  Service times keep the wait linear in the queue."""
+    book = WorkBook()
+    for i in range(30):
+        wait = book.wait("edge", min(i, 1), max(i - 1, 0), float(i) * 0.01, 1.0)
+        book.add("edge", 1.0, now=i * 0.01, wait=wait, queues=book.queues("edge", min(i, 1), max(i - 1, 0)))
+    busy, ahead = book.wait("edge", 1, 29, now=0.3, mean_service_s=1.0)
+    assert busy == pytest.approx(0.7) and ahead == pytest.approx(29.0)
 
 
 def test_the_tiers_counts_decide_how_many_requests_are_ahead() -> None:
     book = WorkBook()
-    first = book.add("edge", 5.0, now=0.0)
-    book.add("edge", 5.0, now=0.0)
+    first = book.add("edge", 5.0, now=0.0, wait=(0.0, 0.0), queues=False)
+    book.add("edge", 5.0, now=0.0, wait=(0.0, 0.0), queues=False)
     book.done("edge", first)
     assert book.pending("edge") == 1
     # An entry the router never heard back about (its request failed) is older than the tier's count.
-    book.add("edge", 2.0, now=1.0)
+    book.add("edge", 2.0, now=1.0, wait=(0.0, 0.0), queues=False)
     assert book.wait("edge", 1, 0, now=2.0, mean_service_s=3.0) == (1.0, 0.0)
     # Requests the router did not route itself count as the mean service time each.
     assert book.wait("cloud", 2, 1, now=2.0, mean_service_s=3.0) == (6.0, 3.0)
     assert book.wait("edge", 0, 0, now=2.0, mean_service_s=3.0) == (0.0, 0.0)
-    book.add("edge", 1.0, now=500.0)  # entries long past their finish are forgotten
+    # A tier seen serving two at once has two slots: a request that finds one busy starts at once.
+    assert not book.queues("cloud", 1, 0) and book.queues("cloud", 2, 0)
+    book.add("edge", 1.0, now=500.0, wait=(0.0, 0.0), queues=False)  # long-finished entries are forgotten
     assert book.pending("edge") == 1
 
 
@@ -61,7 +77,7 @@ def test_the_router_books_what_it_sends_and_feeds_the_wait_to_the_predictor() ->
     f = router.Features(20, 64, 1, TEXT, True)
     first = r.decide("edge", views(), f, router.DEFAULT_POLICY)
     assert first.detail is not None and r.work.pending("edge") == 1
-    predicted = first.detail.predictions["edge"].total_p50
+    predicted = first.detail.predictions["edge"].total_p50  # nothing ahead: its service time
     clock[0] += predicted / 2
     second = r.decide("edge", views(edge_in_flight=1), f, router.DEFAULT_POLICY)
     assert second.detail is not None
@@ -71,6 +87,25 @@ def test_the_router_books_what_it_sends_and_feeds_the_wait_to_the_predictor() ->
     r.observe(first, "edge", 0.1, predicted, 10)
     r.observe(second, "edge", 0.1, predicted, 10)
     assert r.work.pending("edge") == 0
+
+
+def test_predictions_for_a_growing_queue_grow_linearly() -> None:
+    """A fitted model that counts every second of waiting twice must not compound it."""
+    r = router.Router(router.AutoRule(), {}, clock=lambda: 0.0)
+    width = len(router.FEATURE_NAMES)
+    coefs = [0.0] * width
+    coefs[0] = 1.0  # 1 s of service
+    coefs[router.FEATURE_NAMES.index("busy_s")] = coefs[router.FEATURE_NAMES.index("ahead_s")] = 2.0
+    r.predictor("edge").adopt(Coefficients(ttft=[coefs, coefs], total=[coefs, coefs]))
+    f = router.Features(20, 64, 1, TEXT, False)
+    totals = []
+    for queued in range(30):
+        view = views(edge_in_flight=1)[0]
+        view = router.TierView("edge", view.capabilities, TierState("edge", Health.READY, 1, queued))
+        d = r.decide("edge", [view], f, router.DEFAULT_POLICY)
+        assert d.detail is not None
+        totals.append(d.detail.predictions["edge"].total_p50)
+    assert totals[-1] == pytest.approx(1 + 2 * 30, rel=0.05)  # 29 queued + 1 unknown in service
 
 
 def test_a_tier_that_serves_requests_anyway_is_not_explored() -> None:
