@@ -17,10 +17,11 @@ Method
   ``request_does_not_fit``) would count as *unservable* and be left out of SLO and cost.
 * For each strategy the default tenant's policy is set through the admin API (the strategy and
   the objective: total time <= ``--slo-ms`` at p95, for every request, streamed or not), then
-  the trace is replayed open-loop at its arrival times.  Per request: status, tier, the
-  client's total time and time to first byte (for a stream the gateway sends its headers with
-  the first token), usage, and the router's median predictions for the tier that served it
-  (``X-Tiergate-Predicted``, made before the request ran).
+  the trace is replayed open-loop at its arrival times.  ``learned-no-difficulty`` is the learned
+  strategy with ``weigh_difficulty = false`` (only the quality floor, 0, like the baselines).
+  Per request: status, tier, the client's total time and time to first byte (for a stream the
+  gateway sends its headers with the first token), usage, and the router's median predictions
+  for the tier that served it (``X-Tiergate-Predicted``, made before the request ran).
 * The objective is chosen to be a real constraint: the edge is the cheapest tier and, idle, the
   fastest, but it serves one request at a time, so in bursts its queue pushes latency past the
   objective (always-edge misses it); the cloud batches and meets it, at many times the price.
@@ -34,9 +35,12 @@ Method
   (``mape``), and of the predicted time to first token against the client's time to first byte
   over the streams (``ttft_mape``); per tier in ``errors``.  The learned strategy runs last, so
   it also learned online from the baselines' requests.  ``--repeats`` runs the whole cycle
-  again; the table shows medians over repeats.  ``cloud_cost_by_kind`` splits always-cloud's
-  bill by request kind (from usage at the default cloud price): the images, video and hard
-  questions' share is what no strategy that respects capabilities and quality can save.
+  again; the table shows medians over repeats.  ``below_quality`` counts the answers from a tier
+  whose declared quality is below the request's difficulty (the gateway's built-in estimate)
+  while a better tier could take it; ``load`` is the machine's 1-minute load average before and
+  after each strategy's run (other work on the cores shows there).  ``cloud_cost_by_kind``
+  splits always-cloud's bill by request kind (from usage at the default cloud price): the
+  images, video and hard questions' share is what no strategy that respects capabilities and quality can save.
 
     flock /tmp/tiergate-heavy.lock .venv/bin/python -m bench.route_replay \\
         [--requests 60] [--rate 0.5] [--slo-ms 15000] [--calibrate 40]
