@@ -60,6 +60,12 @@ def fields(tiers: list[str]) -> list[tuple[str, list[Field]]]:
                     "0–1: the least declared quality a tier's model must have",
                     step="0.05",
                 ),
+                Field(
+                    "weigh_difficulty",
+                    "Weigh difficulty",
+                    "checkbox",
+                    "learned: a tier's quality must also reach each request's estimated difficulty",
+                ),
             ],
         ),
         (
@@ -188,6 +194,6 @@ def changes(before: router.TenantPolicy | None, after: router.TenantPolicy) -> l
     for name in sorted(set(old) | set(new)):
         a, b = old.get(name, ""), new.get(name, "")
         if a != b:
-            empty = "off" if name == "cache" else "–"
+            empty = "off" if name in ("cache", "weigh_difficulty") else "–"
             out.append(f"{name}: {a or empty} → {b or empty}")
     return out or ["no change"]

@@ -17,10 +17,11 @@ Method
   ``request_does_not_fit``) would count as *unservable* and be left out of SLO and cost.
 * For each strategy the default tenant's policy is set through the admin API (the strategy and
   the objective: total time <= ``--slo-ms`` at p95, for every request, streamed or not), then
-  the trace is replayed open-loop at its arrival times.  Per request: status, tier, the
-  client's total time and time to first byte (for a stream the gateway sends its headers with
-  the first token), usage, and the router's median predictions for the tier that served it
-  (``X-Tiergate-Predicted``, made before the request ran).
+  the trace is replayed open-loop at its arrival times.  ``learned-no-difficulty`` is the learned
+  strategy with ``weigh_difficulty = false`` (only the quality floor, 0, like the baselines).
+  Per request: status, tier, the client's total time and time to first byte (for a stream the
+  gateway sends its headers with the first token), usage, and the router's median predictions
+  for the tier that served it (``X-Tiergate-Predicted``, made before the request ran).
 * The objective is chosen to be a real constraint: the edge is the cheapest tier and, idle, the
   fastest, but it serves one request at a time, so in bursts its queue pushes latency past the
   objective (always-edge misses it); the cloud batches and meets it, at many times the price.
@@ -34,9 +35,12 @@ Method
   (``mape``), and of the predicted time to first token against the client's time to first byte
   over the streams (``ttft_mape``); per tier in ``errors``.  The learned strategy runs last, so
   it also learned online from the baselines' requests.  ``--repeats`` runs the whole cycle
-  again; the table shows medians over repeats.  ``cloud_cost_by_kind`` splits always-cloud's
-  bill by request kind (from usage at the default cloud price): the images, video and hard
-  questions' share is what no strategy that respects capabilities and quality can save.
+  again; the table shows medians over repeats.  ``below_quality`` counts the answers from a tier
+  whose declared quality is below the request's difficulty (the gateway's built-in estimate)
+  while a better tier could take it; ``load`` is the machine's 1-minute load average before and
+  after each strategy's run (other work on the cores shows there).  ``cloud_cost_by_kind``
+  splits always-cloud's bill by request kind (from usage at the default cloud price): the
+  images, video and hard questions' share is what no strategy that respects capabilities and quality can save.
 
     flock /tmp/tiergate-heavy.lock .venv/bin/python -m bench.route_replay \\
         [--requests 60] [--rate 0.5] [--slo-ms 15000] [--calibrate 40]
@@ -51,6 +55,7 @@ import asyncio
 import base64
 import datetime as dt
 import json
+import os
 import random
 import statistics
 import struct
@@ -70,7 +75,12 @@ from gateway.calibration import mp4_clip
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "route_replay.json"
 STANDIN_RESULTS = ROOT / "bench" / "results" / "route_replay_standin.json"
-STRATEGIES = ("always-cloud", "always-edge", "round-robin", "rule", "learned")
+STRATEGIES = ("always-cloud", "always-edge", "round-robin", "rule", "learned-no-difficulty", "learned")
+# Rows that are a strategy with more policy: the learned router with only the quality floor (0),
+# like the baselines, which know nothing of difficulty.
+VARIANTS: dict[str, dict[str, Any]] = {
+    "learned-no-difficulty": {"strategy": "learned", "weigh_difficulty": False}
+}
 
 # -- the trace ---------------------------------------------------------------------------------
 
@@ -237,6 +247,7 @@ async def _one(client: httpx.AsyncClient, entry: dict[str, Any], t0: float) -> d
         "kind": entry["kind"],
         "stream": entry["stream"],
         "images": images,
+        "difficulty": entry.get("difficulty"),
     }
     try:
         async with client.stream("POST", "/v1/chat/completions", json=body) as resp:
@@ -325,15 +336,55 @@ def _pct(values: list[float], q: float) -> float | None:
     return values[min(len(values) - 1, int(q * len(values)))]
 
 
+def with_difficulty(trace: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The trace with each request's difficulty by the gateway's built-in estimate (what the
+    learned router weighs against the tiers' declared quality), to count the answers every
+    strategy gave from a tier below it."""
+    import router
+    from tiers import Modality
+
+    model = router.builtin_model()
+    out = []
+    for entry in trace:
+        content = entry["messages"][-1]["content"]
+        text = content if isinstance(content, str) else " ".join(p.get("text", "") for p in content)
+        kinds = {p["type"] for p in content} if isinstance(content, list) else set()
+        modalities = {Modality.TEXT}
+        modalities |= {Modality.IMAGE} if "image_url" in kinds else set()
+        modalities |= {Modality.VIDEO} if "video_url" in kinds else set()
+        media = router.MediaSummary(images=int("image_url" in kinds), videos=int("video_url" in kinds))
+        features = router.Features.estimate(
+            text_chars=len(text),
+            turns=len(entry["messages"]),
+            max_tokens=entry["max_tokens"],
+            modalities=frozenset(modalities),
+            stream=entry["stream"],
+            media=media,
+            text=text,
+        )
+        out.append({**entry, "difficulty": round(model.estimate(text, features), 3)})
+    return out
+
+
+def tier_quality() -> dict[str, float]:
+    """The tiers' declared quality levels on the embedded defaults."""
+    from gateway.settings import Settings
+
+    settings = Settings()
+    return {"edge": settings.edge.quality, "cloud": settings.cloud.quality}
+
+
 async def replay(
     url: str, keys: dict[str, str], trace: list[dict[str, Any]], strategy: str, slo_ms: float
 ) -> dict[str, Any]:
     admin = {"Authorization": f"Bearer {keys['admin']}"}
     policy = {"strategy": strategy, "latency": {"total_ms": slo_ms, "percentile": 95}, "cache": False}
+    policy |= VARIANTS.get(strategy, {})
     async with httpx.AsyncClient(base_url=url, timeout=900) as client:
         resp = await client.put("/admin/api/tenants/default/policy", json=policy, headers=admin)
         resp.raise_for_status()
     since = dt.datetime.now(dt.UTC)
+    load_before = os.getloadavg()[0]
     headers = {"Authorization": f"Bearer {keys['key']}", "Cache-Control": "no-store"}
     limits = httpx.Limits(max_connections=200)
     async with httpx.AsyncClient(base_url=url, headers=headers, timeout=900, limits=limits) as client:
@@ -349,11 +400,18 @@ async def replay(
             "group_by": "tier",
         }
         report = (await client.get("/admin/api/reports/costs", params=params, headers=admin)).json()
-    return summarise(strategy, results, report, slo_ms)
+    row = summarise(strategy, results, report, slo_ms, tier_quality())
+    # The machine's 1-minute load average before and after (2 cores: above ~3, something else ran).
+    row["load"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
+    return row
 
 
 def summarise(
-    strategy: str, results: list[dict[str, Any]], report: dict[str, Any], slo_ms: float
+    strategy: str,
+    results: list[dict[str, Any]],
+    report: dict[str, Any],
+    slo_ms: float,
+    quality: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     unservable = [r for r in results if r["status"] == 400 and "request_does_not_fit" in r.get("error", "")]
     servable = [r for r in results if r not in unservable]
@@ -366,6 +424,16 @@ def summarise(
         if ok
         else {}
     )
+    # Answered by a tier whose declared quality is below the request's estimated difficulty while
+    # a better one was there (the best tier's quality is as good as it gets).
+    best = max(quality.values()) if quality else 1.0
+    below = [
+        r
+        for r in ok
+        if quality
+        and r.get("difficulty") is not None
+        and quality.get(r["tier"], 1.0) < min(r["difficulty"], best)
+    ]
     statuses: dict[str, int] = {}
     for r in results:
         statuses[str(r["status"])] = statuses.get(str(r["status"]), 0) + 1
@@ -381,6 +449,7 @@ def summarise(
         "p95_s": _pct(latencies, 0.95),
         "p99_s": _pct(latencies, 0.99),
         "share": share,
+        "below_quality": len(below),
         "mape": errors["all"]["total_mape"],
         "mape_n": errors["all"]["total_n"],
         "ttft_mape": errors["all"]["ttft_mape"],
@@ -429,8 +498,8 @@ def table(rows: list[dict[str, Any]], cloud_cost: float | None) -> str:
 
     lines = [
         "| strategy | cost USD | vs always-cloud | SLO attained | p50 / p95 / p99 s | edge share "
-        "| MAPE total (n) | MAPE TTFT, streams (n) | statuses |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| below quality | MAPE total (n) | MAPE TTFT, streams (n) | statuses |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         change = None if not cloud_cost else r["cost_usd"] / cloud_cost - 1
@@ -438,7 +507,8 @@ def table(rows: list[dict[str, Any]], cloud_cost: float | None) -> str:
             f"| {r['strategy']} | {r['cost_usd']:.6f} | {f(change, '+.0%')} "
             f"| {f(r['slo_attainment'], '.0%')} "
             f"| {f(r['p50_s'], '.1f')} / {f(r['p95_s'], '.1f')} / {f(r['p99_s'], '.1f')} "
-            f"| {f(r['share'].get('edge', 0.0), '.0%')} | {f(r['mape'], '.0%')} ({r['mape_n']}) "
+            f"| {f(r['share'].get('edge', 0.0), '.0%')} | {f(r.get('below_quality'), '.0f')} "
+            f"| {f(r['mape'], '.0%')} ({r['mape_n']}) "
             f"| {f(r.get('ttft_mape'), '.0%')} ({r.get('ttft_mape_n', 0)}) | {r['statuses']} |"
         )
     return "\n".join(lines)
@@ -512,6 +582,7 @@ def main() -> None:
         trace = [json.loads(line) for line in args.trace.read_text().splitlines() if line.strip()]
     else:
         trace = generate(args.requests, args.rate, args.seed)
+    trace = with_difficulty(trace)
     if args.write_trace:
         args.write_trace.write_text("".join(json.dumps(e) + "\n" for e in trace))
         print(f"wrote {len(trace)} requests to {args.write_trace}")
@@ -548,7 +619,8 @@ def main() -> None:
                 runs[strategy].append(result)
                 print(
                     f"repeat {repeat + 1} {strategy}: cost ${result['cost_usd']:.6f}, "
-                    f"SLO {result['slo_attainment']}, share {result['share']}, statuses {result['statuses']}",
+                    f"SLO {result['slo_attainment']}, share {result['share']}, "
+                    f"statuses {result['statuses']}, load {result['load']}",
                     flush=True,
                 )
         with httpx.Client(base_url=url, timeout=60) as client:
@@ -575,11 +647,13 @@ def main() -> None:
                 "p95_s": _median([r["p95_s"] for r in results]),
                 "p99_s": _median([r["p99_s"] for r in results]),
                 "share": {t: _median([r["share"].get(t, 0.0) for r in results]) for t in ("edge", "cloud")},
+                "below_quality": _median([r.get("below_quality") for r in results]),
                 "mape": _median([r["mape"] for r in results]),
                 "mape_n": sum(r["mape_n"] for r in results),
                 "ttft_mape": _median([r["ttft_mape"] for r in results]),
                 "ttft_mape_n": sum(r["ttft_mape_n"] for r in results),
                 "statuses": results[-1]["statuses"],
+                "load": [r.get("load") for r in results],
                 "unservable": results[-1]["unservable"],
             }
         )

@@ -57,6 +57,7 @@ class RouteDetail:
     strategy: str = ""
     output_keys: tuple[int, ...] = ()  # the request's features for the output-share model
     output_share: float = 1.0  # the share of max_tokens its answer was expected to use
+    ticket: int = 0  # its entry in the router's book of work in hand at the chosen tier
 
 
 @dataclass(frozen=True, slots=True)

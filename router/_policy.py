@@ -8,6 +8,9 @@ A :class:`TenantPolicy` is a plain value (msgspec, JSON on the wire and in the d
     budget          spend allowed per period (day, week, month; UTC), and what to do once spent
     preferred_tier  taken whenever it meets the objective and the quality floor, even if dearer
     quality_floor   the least declared quality level (0..1) a tier's model must have
+    weigh_difficulty  (learned) whether a tier must also have a quality level of at least the
+                    request's estimated difficulty (a strong/weak threshold router); off, only
+                    the floor counts, like the other strategies
     modality_rules  a modality → the tier that must serve requests carrying it (``video = cloud``)
     cache           whether the result cache may answer this tenant
     degrade         when a medium's path is broken everywhere: ``serve`` it text-only, ``fail``
@@ -67,6 +70,7 @@ class TenantPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     budget: Budget = msgspec.field(default_factory=Budget)
     preferred_tier: str | None = None
     quality_floor: Fraction = 0.0
+    weigh_difficulty: bool = True
     modality_rules: dict[Modality, str] = msgspec.field(default_factory=dict)
     cache: bool = True
     degrade: Literal["default", "serve", "fail"] = "default"

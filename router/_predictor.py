@@ -14,10 +14,15 @@ expected output is ``max_tokens`` × the share answers to requests like this one
 
 The request path only takes dot products of the fitted coefficients (microseconds); fitting
 happens in the background on a window of recent observations (:func:`fit_tier`, run in a
-worker process by the gateway).  Recording an observation is an append plus an update of an
-online correction (an exponentially weighted mean of log(observed / predicted median) applied
-to both quantiles, so a tier that slows down is seen within a few requests), from the
-prediction made when the request was routed: nothing is predicted again.  Before a tier has
+worker process by the gateway).  Recording an observation is an append plus an update of two
+online corrections per target, from the predictions made when the request was routed (nothing
+is predicted again): the median's, a running *median* of log(observed / predicted median) (a
+fixed step towards the sign of each error, so a tier that slows down is followed within a few
+requests but one 20x stall moves it no more than an ordinary miss), and the high quantile's, a
+pinball-loss step on whether the request went past its predicted high quantile (up by ``q``
+times the step when it did, down by ``1 - q`` times it when not: it settles where a share
+``1 - q`` go past).  An earlier mean of the log-ratios was pulled up by the rare stalls of a
+shared machine and inflated every prediction of the tier after them.  Before a tier has
 ``min_samples`` observations a prior (a rough tokens/s guess) stands in.
 
 Error is measured on data the model did not train on: at each refit the newest 20% of the
@@ -52,15 +57,15 @@ FEATURE_NAMES = (
     "pixels_m",
     "media_s",  # video + audio seconds
     "frames",
-    "busy_s",  # requests being served at the tier × its recent mean service time
-    "ahead_s",  # requests queued at the tier × its recent mean service time
+    "busy_s",  # predicted time left of the requests the tier is serving
+    "ahead_s",  # ... and then of the requests queued there
     "out_k_x_load",  # decoding slows with the batch a request shares
     "others_load",  # requests at the other tiers: co-located tiers share the machine's cores
     "prompt_k_x_others",  # ... which slows the prompt's evaluation
     "out_k_x_others",  # ... and every generated token
 )
 WIDTH = len(FEATURE_NAMES)
-_BUSY, _AHEAD = FEATURE_NAMES.index("busy_s"), FEATURE_NAMES.index("ahead_s")
+BUSY, AHEAD = FEATURE_NAMES.index("busy_s"), FEATURE_NAMES.index("ahead_s")
 # The columns proportional to the request's output tokens.
 _OUTPUT = tuple(FEATURE_NAMES.index(n) for n in ("out_k", "out_k_x_load", "out_k_x_others"))
 
@@ -75,6 +80,8 @@ def with_output(x: Sequence[float], factor: float) -> list[float]:
 
 
 _NORMAL = statistics.NormalDist()
+NO_CORRECTION = {"ttft": 0.0, "total": 0.0, "ttft_hi": 0.0, "total_hi": 0.0}
+_MAX_CORRECTION = 3.0  # |log| of the corrections: at most ~20x either way
 
 
 def z_of(percentile: float) -> float:
@@ -90,16 +97,24 @@ class PredictorConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     # ... and at least this long between them: a refit costs a core for a while, and a busy gateway
     # reaches refit_every many times a second.
     refit_interval_s: float = 30.0
-    correction_rate: float = 0.1  # weight of each observation in the online correction
+    correction_rate: float = 0.05  # step (in log) of the online corrections per observation
     alpha: float = 0.0005  # L1 penalty of the quantile regressions (on scaled features)
 
 
 def design(
-    features: Features, state: TierState, mean_service_s: float, share: float = 1.0, others_load: float = 0.0
+    features: Features,
+    state: TierState,
+    mean_service_s: float,
+    share: float = 1.0,
+    others_load: float = 0.0,
+    wait: tuple[float, float] | None = None,
 ) -> tuple[float, ...]:
     """The feature vector of ``features`` at a tier now (order: :data:`FEATURE_NAMES`);
     ``share``: the expected share of ``max_tokens`` the answer will use; ``others_load``: requests
-    in flight or queued at the other tiers."""
+    in flight or queued at the other tiers; ``wait``: (busy_s, ahead_s), the predicted time left
+    of the requests the tier is serving and of those queued (:class:`router._work.WorkBook`),
+    else their counts × ``mean_service_s``."""
+    busy_s, ahead_s = wait or (state.in_flight * mean_service_s, state.queued * mean_service_s)
     out_k = (features.max_tokens or DEFAULT_OUTPUT_TOKENS) * share / 1000
     prompt_k = features.prompt_tokens / 1000
     media = features.media
@@ -111,8 +126,8 @@ def design(
         media.image_pixels / 1e6,
         media.video_seconds + media.audio_seconds,
         float(media.video_frames),
-        state.in_flight * mean_service_s,
-        state.queued * mean_service_s,
+        busy_s,
+        ahead_s,
         out_k * (state.in_flight + state.queued),
         others_load,
         prompt_k * others_load,
@@ -177,7 +192,9 @@ class TierPredictor:
     config: PredictorConfig
     coefficients: Coefficients | None = None
     window: deque[Observation] = field(default_factory=deque)
-    correction: dict[str, float] = field(default_factory=lambda: {"ttft": 0.0, "total": 0.0})
+    # log-scale corrections: "ttft"/"total" shift both quantiles (a running median of the log
+    # error), "ttft_hi"/"total_hi" the high quantile further (its exceedance rate kept at 1 - q).
+    correction: dict[str, float] = field(default_factory=lambda: dict(NO_CORRECTION))
     # EWMA of the total latency of requests that found the tier idle (nothing served or queued
     # there): its service time, without the waiting that the busy/ahead features account for.
     mean_service_s: float = 1.0
@@ -198,10 +215,12 @@ class TierPredictor:
             else:
                 coefs = c.ttft if target == "ttft" else c.total
                 mid, hi = _dot(coefs[0], x), _dot(coefs[1], top)
-            scale = math.exp(self.correction[target])
-            mid = max(mid * scale, 0.01)
-            out += [mid, max(hi * scale, mid)]
-        return out[0], out[1], out[2], out[3]
+            shift = self.correction.get(target, 0.0)
+            mid = max(mid * math.exp(shift), 0.01)
+            hi = hi * math.exp(shift + self.correction.get(f"{target}_hi", 0.0))
+            out += [mid, max(hi, mid)]
+        # The whole answer takes at least as long as its first token.
+        return out[0], out[1], max(out[2], out[0]), max(out[3], out[1])
 
     def observe(
         self,
@@ -210,22 +229,36 @@ class TierPredictor:
         total: float,
         predicted: tuple[float | None, float | None] = (None, None),
         tokens: int | None = None,
+        predicted_hi: tuple[float | None, float | None] = (None, None),
     ) -> None:
         """Learn from one served request (its features as they were when it was routed);
         ``predicted``: the (ttft, total) medians predicted then, if any (else none are scored
-        and the correction stands); ``tokens``: the completion tokens it generated."""
-        rate = self.config.correction_rate
-        for target, seen, guess in (("ttft", ttft, predicted[0]), ("total", total, predicted[1])):
-            if seen is None or seen <= 0 or guess is None or guess <= 0:
+        and the corrections stand); ``tokens``: the completion tokens it generated;
+        ``predicted_hi``: the (ttft, total) high quantiles predicted then."""
+        step, q = self.config.correction_rate, self.config.high_quantile
+        targets = (
+            ("ttft", ttft, predicted[0], predicted_hi[0]),
+            ("total", total, predicted[1], predicted_hi[1]),
+        )
+        for target, seen, guess, high in targets:
+            if seen is None or seen <= 0:
                 continue
-            value = self.correction[target] + rate * math.log(seen / guess)
-            self.correction[target] = max(-3.0, min(3.0, value))
-        if x[_BUSY] == 0 and x[_AHEAD] == 0:
+            if guess is not None and guess > 0 and seen != guess:
+                # A running median of the log error: a step towards its sign, whatever its size.
+                self._correct(target, step if seen > guess else -step)
+            if high is not None and high > 0:
+                # Pinball loss of the high quantile: up q steps past it, down 1 - q steps within it.
+                self._correct(f"{target}_hi", 2 * step * (q if seen > high else q - 1))
+        if x[BUSY] == 0 and x[AHEAD] == 0:
             self.mean_service_s += 0.1 * (total - self.mean_service_s)
         self.window.append(Observation(list(x), ttft, total, predicted[0], predicted[1], tokens))
         if len(self.window) > self.config.window:
             self.window.popleft()
         self.since_refit += 1
+
+    def _correct(self, key: str, by: float) -> None:
+        value = self.correction.get(key, 0.0) + by
+        self.correction[key] = max(-_MAX_CORRECTION, min(_MAX_CORRECTION, value))
 
     def observe_usage(self, max_tokens: int | None, completion_tokens: int) -> None:
         wanted = max_tokens or DEFAULT_OUTPUT_TOKENS
@@ -239,7 +272,7 @@ class TierPredictor:
     def adopt(self, coefficients: Coefficients) -> None:
         """Take a refit's result; the online correction starts over from it."""
         self.coefficients = coefficients
-        self.correction = {"ttft": 0.0, "total": 0.0}
+        self.correction = dict(NO_CORRECTION)
         self.since_refit = 0
 
     def live_mape(self, target: str, last: int = 500) -> float | None:

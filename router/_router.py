@@ -6,10 +6,11 @@ the results to :meth:`Router.adopt`.
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -32,7 +33,10 @@ from router._features import Features
 from router._output import OutputShare, output_keys
 from router._policy import TenantPolicy
 from router._predictor import (
+    AHEAD,
+    BUSY,
     DEFAULT_OUTPUT_TOKENS,
+    NO_CORRECTION,
     WIDTH,
     Coefficients,
     Observation,
@@ -42,6 +46,7 @@ from router._predictor import (
     design,
 )
 from router._strategies import RouteRequest, Spend, Strategy, strategies
+from router._work import WorkBook
 
 DUMP_FORMAT = 1
 
@@ -56,6 +61,7 @@ class Router:
         predictor: PredictorConfig | None = None,
         difficulty: DifficultyModel | None = None,
         seed: int | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.prices = dict(prices)
         self.config = predictor or PredictorConfig()
@@ -64,6 +70,13 @@ class Router:
         self.output = OutputShare()
         self.strategies: dict[str, Strategy] = strategies(rule, exploration, random.Random(seed))
         self.version = 0  # grows with every refit adopted
+        self.work = WorkBook()  # what each tier has in hand: its wait for the next request
+        self._clock = clock
+        # Exploration is for keeping every tier measured: a tier that served one of the last
+        # 1/exploration requests routed is measured already and is not explored.
+        self._horizon = math.ceil(1 / exploration) if exploration > 0 else 0
+        self._routed = 0
+        self._last_served: dict[str, int] = {}
 
     def predictor(self, tier: str) -> TierPredictor:
         found = self.predictors.get(tier)
@@ -72,15 +85,27 @@ class Router:
         return found
 
     def _predict(
-        self, view: TierView, features: Features, share: float, load: float
+        self, view: TierView, features: Features, share: float, load: float, now: float
     ) -> tuple[tuple[float, ...], Prediction]:
         predictor = self.predictor(view.name)
-        others = load - (view.state.in_flight + view.state.queued)
-        x = design(features, view.state, predictor.mean_service_s, share, others)
+        state = view.state
+        others = load - (state.in_flight + state.queued)
+        wait = self.work.wait(view.name, state.in_flight, state.queued, now, predictor.mean_service_s)
+        x = design(features, state, predictor.mean_service_s, share, others, wait)
         t50, thi, tot50, tothi = predictor.predict(x, 1 / share if share > 0 else 1.0)
         price = self.prices.get(view.name, FREE)
         cost = price.estimate(features, share, tot50)
         return x, Prediction(t50, thi, tot50, tothi, self.config.high_quantile, cost)
+
+    def _book(self, view: TierView, x: Sequence[float], now: float) -> int:
+        """Enter a request sent to ``view`` (feature vector ``x``) in the book of work in hand,
+        with its predicted service time: its median total with nothing ahead of it."""
+        idle = list(x)
+        idle[BUSY] = idle[AHEAD] = 0.0
+        service = self.predictor(view.name).predict(idle)[2]
+        state = view.state
+        queues = self.work.queues(view.name, state.in_flight, state.queued)
+        return self.work.add(view.name, service, now, (x[BUSY], x[AHEAD]), queues)
 
     def decide(
         self,
@@ -94,11 +119,15 @@ class Router:
         keys = output_keys(features.text, features.max_tokens, (m.value for m in features.modalities))
         share = self.output.predict(keys)
         load = float(sum(v.state.in_flight + v.state.queued for v in views))
+        now = self._clock()
         if any(v.name == model for v in views):
             decision = pinned(model, views, features)
             view = next(v for v in views if v.name == model)
-            x, p = self._predict(view, features, share, load)
-            detail = RouteDetail(features, {model: x}, {model: p}, output_keys=keys, output_share=share)
+            x, p = self._predict(view, features, share, load, now)
+            ticket = self._book(view, x, now)
+            detail = RouteDetail(
+                features, {model: x}, {model: p}, output_keys=keys, output_share=share, ticket=ticket
+            )
             return Decision(decision.tier, decision.fallbacks, decision.reason, detail)
         able = [v for v in views if why_not(v, features) is None]
         if not able:
@@ -117,14 +146,22 @@ class Router:
             able = kept
         vectors, predictions = {}, {}
         for view in able:
-            vectors[view.name], predictions[view.name] = self._predict(view, features, share, load)
+            vectors[view.name], predictions[view.name] = self._predict(view, features, share, load, now)
         strategy = self.strategies[policy.strategy]
         difficulty = None
-        if strategy.name == "learned" and self.difficulty is not None:
+        if strategy.name == "learned" and self.difficulty is not None and policy.weigh_difficulty:
             difficulty = self.difficulty.estimate(features.text, features)
-        request = RouteRequest(features, able, views, policy, predictions, difficulty, spend)
+        self._routed += 1
+        unmeasured = frozenset(
+            v.name
+            for v in able
+            if self._routed - self._last_served.get(v.name, -self._horizon) > self._horizon
+        )
+        request = RouteRequest(features, able, views, policy, predictions, difficulty, spend, unmeasured)
         decision = strategy.choose(request)
-        detail = RouteDetail(features, vectors, predictions, difficulty, strategy.name, keys, share)
+        chosen = next((v for v in able if v.name == decision.tier), None)
+        ticket = self._book(chosen, vectors[chosen.name], now) if chosen is not None else 0
+        detail = RouteDetail(features, vectors, predictions, difficulty, strategy.name, keys, share, ticket)
         reason = decision.reason
         if features.modalities & policy.modality_rules.keys():
             rules = ", ".join(f"{m.value} to {t}" for m, t in sorted(policy.modality_rules.items()))
@@ -144,12 +181,17 @@ class Router:
     ) -> None:
         """Learn from a request ``tier`` served (features as they were when it was routed)."""
         detail = decision.detail
-        if detail is None or tier not in detail.vectors:
+        if detail is None:
+            return
+        self.work.done(decision.tier, detail.ticket)
+        self._last_served[tier] = self._routed
+        if tier not in detail.vectors:
             return
         predictor = self.predictor(tier)
         made = detail.predictions.get(tier)
         predicted = (made.ttft_p50, made.total_p50) if made is not None else (None, None)
-        predictor.observe(detail.vectors[tier], ttft_s, total_s, predicted, completion_tokens)
+        high = (made.ttft_hi, made.total_hi) if made is not None else (None, None)
+        predictor.observe(detail.vectors[tier], ttft_s, total_s, predicted, completion_tokens, high)
         if completion_tokens is not None:
             predictor.observe_usage(detail.features.max_tokens, completion_tokens)
             ceiling = detail.features.max_tokens or DEFAULT_OUTPUT_TOKENS
@@ -208,7 +250,8 @@ class Router:
                 p.coefficients = msgspec.convert(saved["coefficients"], Coefficients)
             window = msgspec.convert(saved.get("window", []), list[Observation])
             p.window = deque(window[-self.config.window :])
-            p.correction = {k: float(v) for k, v in saved.get("correction", p.correction).items()}
+            saved_correction = saved.get("correction", {})
+            p.correction = {**NO_CORRECTION, **{k: float(v) for k, v in saved_correction.items()}}
             p.mean_service_s = float(saved.get("mean_service_s", p.mean_service_s))
             p.completion_ratio = float(saved.get("completion_ratio", p.completion_ratio))
 

@@ -6,7 +6,7 @@ prediction for each) and returns a :class:`Decision`.  So the baselines run thro
 same code as the learned router, and a benchmark compares like with like.
 
     learned        cheapest predicted cost that meets the latency objective and quality; else
-                   the tier most likely to; explores a little
+                   the tier most likely to; explores a tier that has served nothing lately
     always-edge    the edge when it can, else the rest
     always-cloud   the cloud when it can, else the rest
     round-robin    the able tiers in turn
@@ -53,6 +53,8 @@ class RouteRequest:
     predictions: Mapping[str, Prediction]
     difficulty: float | None
     spend: Spend | None
+    # Able tiers that served none of the last requests routed (None: not known, all may be explored).
+    unmeasured: frozenset[str] | None = None
 
 
 class Strategy(ABC):
@@ -187,8 +189,13 @@ class Learned(Strategy):
         order = [pick[0], *(s[0] for s in rest)]
 
         if self._exploration > 0 and len(order) > 1 and self._rng.random() < self._exploration:
-            floor = policy.quality_floor
-            others = [v for v in order[1:] if v.capabilities.quality >= floor]
+            # Only a tier not measured lately: one that serves requests anyway needs no detour.
+            floor, unmeasured = policy.quality_floor, request.unmeasured
+            others = [
+                v
+                for v in order[1:]
+                if v.capabilities.quality >= floor and (unmeasured is None or v.name in unmeasured)
+            ]
             if others:
                 chosen = self._rng.choice(others)
                 order = [chosen, *(v for v in order if v is not chosen)]

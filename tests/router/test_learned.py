@@ -144,6 +144,16 @@ def test_quality_floor_and_difficulty_and_preferred_tier(learned: router.Router)
     assert d.tier == "cloud" and "(preferred tier)" in d.reason
 
 
+def test_a_tenant_may_leave_difficulty_out_and_keep_only_its_quality_floor(learned: router.Router) -> None:
+    hard = feats(text="Prove that there are infinitely many primes of the form 4k+3, step by step.")
+    blind = router.TenantPolicy(latency=POLICY.latency, weigh_difficulty=False)
+    d = learned.decide("tiergate-auto", tiers(), hard, blind)
+    assert d.tier == "edge" and "difficulty" not in d.reason
+    assert d.detail is not None and d.detail.difficulty is None
+    floored = router.TenantPolicy(latency=POLICY.latency, weigh_difficulty=False, quality_floor=0.5)
+    assert learned.decide("tiergate-auto", tiers(), hard, floored).tier == "cloud"
+
+
 def test_the_baselines_run_through_the_same_code(learned: router.Router) -> None:
     for strategy, tier in (("always-edge", "edge"), ("always-cloud", "cloud")):
         d = learned.decide("tiergate-auto", tiers(), feats(), router.TenantPolicy(strategy=strategy))

@@ -7,7 +7,14 @@ import json
 
 import pytest
 
-from bench.route_replay import _usage, cloud_cost_by_kind, generate, prediction_errors, summarise
+from bench.route_replay import (
+    _usage,
+    cloud_cost_by_kind,
+    generate,
+    prediction_errors,
+    summarise,
+    with_difficulty,
+)
 
 
 def _result(**kw: object) -> dict[str, object]:
@@ -83,3 +90,19 @@ def test_the_trace_mixes_every_kind_with_real_media() -> None:
     url = video["messages"][0]["content"][1]["video_url"]["url"]
     assert url.startswith("data:video/mp4;base64,") and len(url) > 1000  # a real clip, not a stub
     assert trace == generate(60, 0.5, seed=1)
+
+
+def test_answers_from_a_tier_below_the_requests_difficulty_are_counted() -> None:
+    trace = with_difficulty(generate(60, 0.5, seed=1))
+    hard = [e["difficulty"] for e in trace if e["kind"] == "hard"]
+    short = [e["difficulty"] for e in trace if e["kind"] == "short"]
+    assert min(hard) > 0.7 and max(short) < 0.4  # the hard questions are above the edge's 0.4
+    results = [
+        _result(tier="edge", difficulty=0.9),  # a hard question answered by the edge
+        _result(tier="cloud", difficulty=0.9),
+        _result(tier="edge", difficulty=0.1),
+        _result(tier="edge", difficulty=0.9, status=500),  # not answered: not counted
+    ]
+    report = {"total": {"cost_usd": 1.0, "counterfactual_usd": 2.0}}
+    row = summarise("rule", results, report, 15000, {"edge": 0.4, "cloud": 0.7})
+    assert row["below_quality"] == 1
