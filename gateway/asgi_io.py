@@ -15,9 +15,7 @@ from collections.abc import AsyncIterator, Mapping
 
 from litestar.types import Receive, Scope, Send
 
-from gateway.errors import InvalidRequest, PayloadTooLarge
-
-TOO_LARGE = "the request body is larger than this gateway accepts (setting server.max_body_bytes)"
+from gateway.errors import BODY_TOO_LARGE, InvalidRequest, PayloadTooLarge
 
 
 async def read_body(receive: Receive, content_length: str | None, limit: int) -> bytes:
@@ -29,7 +27,7 @@ async def read_body(receive: Receive, content_length: str | None, limit: int) ->
         except ValueError:
             raise InvalidRequest(f"invalid Content-Length: {content_length!r}") from None
         if announced > limit:
-            raise PayloadTooLarge(TOO_LARGE)
+            raise PayloadTooLarge(BODY_TOO_LARGE)
     chunks: list[bytes] = []
     size = 0
     while True:
@@ -40,7 +38,7 @@ async def read_body(receive: Receive, content_length: str | None, limit: int) ->
         if chunk:
             size += len(chunk)
             if size > limit:
-                raise PayloadTooLarge(TOO_LARGE)
+                raise PayloadTooLarge(BODY_TOO_LARGE)
             chunks.append(chunk)
         if not message.get("more_body", False):  # type: ignore[union-attr]
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)

@@ -86,6 +86,9 @@ class Conflict(GatewayError):
     code = "conflict"
 
 
+BODY_TOO_LARGE = "the request body is larger than this gateway accepts (setting server.max_body_bytes)"
+
+
 class PayloadTooLarge(GatewayError):
     status = 413
     type = "invalid_request_error"
@@ -180,9 +183,7 @@ def to_gateway_error(exc: Exception) -> GatewayError:
         return NoTierAvailable(f"no tier can serve this request now: {exc}")
     if isinstance(exc, HTTPException):
         if exc.status_code == 413:
-            return PayloadTooLarge(
-                "the request body is larger than this gateway accepts (setting server.max_body_bytes)"
-            )
+            return PayloadTooLarge(BODY_TOO_LARGE)
         cls = _HTTP_STATUS_ERRORS.get(exc.status_code, InvalidRequest)
         error = cls("no such endpoint" if exc.status_code == 404 else exc.detail or "bad request")
         error.status = exc.status_code
