@@ -186,14 +186,14 @@ def generate(requests: int, rate: float, seed: int = 1) -> list[dict[str, Any]]:
 
 
 def start_gateway(
-    tmp: Path, cloud_url: str | None = None
+    tmp: Path, cloud_url: str | None = None, extra: str = ""
 ) -> tuple[subprocess.Popen[bytes], str, dict[str, str]]:
     port = free_port()
     config = tmp / "tiergate.toml"
     text = f'data_dir = "{tmp / "data"}"\n[cache]\nenabled = false\n[ledger]\nflush_interval_s = 0.2\n'
     if cloud_url:
         text += f'[cloud]\nurls = ["{cloud_url}"]\n'
-    config.write_text(text)
+    config.write_text(text + extra)
     tiergate = str(Path(sys.executable).with_name("tiergate"))
     proc = subprocess.Popen(
         [tiergate, "serve", "--config", str(config), "--port", str(port)],

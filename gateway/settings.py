@@ -26,6 +26,7 @@ from gateway.media import MediaSettings
 from gateway.observe import ObservabilitySettings
 from gateway.scaling import ScalingSettings
 from router import AutoRule, BreakerConfig, PredictorConfig, TenantPolicy
+from tiers import split_cpus, usable_cpus
 from tiers.cloud import DEFAULT_VLLM_PYTHON, DEFAULT_VLM_DIR, CloudConfig, LocalServer
 from tiers.edge import DEFAULT_ONNX_MODEL_DIR, EdgeConfig
 
@@ -213,7 +214,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
         edge = self.edge
         cache = Path(self.build_cache_dir).expanduser()
         return msgspec.structs.replace(
-            edge, onnx_model_dir=edge.onnx_model_dir or str(cache / DEFAULT_ONNX_MODEL_DIR)
+            edge,
+            onnx_model_dir=edge.onnx_model_dir or str(cache / DEFAULT_ONNX_MODEL_DIR),
+            cpus=edge.cpus or self._cpu_shares()[0],
         )
 
     def local_vllm(self) -> LocalServer:
@@ -224,7 +227,16 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
             local,
             python=local.python or str(cache / DEFAULT_VLLM_PYTHON),
             model_dir=local.model_dir or str(cache / DEFAULT_VLM_DIR),
+            cpus=local.cpus or self._cpu_shares()[1],
         )
+
+    def _cpu_shares(self) -> tuple[list[int], list[int]]:
+        """The edge's and the local vLLM server's CPUs when both run here (tiers/_cpus.py), else none."""
+        both = self.edge.enabled and self.cloud.enabled and not self.cloud.urls and self.cloud.local.enabled
+        if not both:
+            return [], []
+        edge, server = split_cpus(usable_cpus())
+        return (edge, server) if edge != server else ([], [])
 
 
 def load_settings(

@@ -1,6 +1,7 @@
 """Tiers: where a generation runs. ``tiers.edge`` runs a small model in-process,
 ``tiers.cloud`` talks to a pool of vLLM servers. Both implement :class:`Tier`."""
 
+from tiers._cpus import split_cpus, usable_cpus
 from tiers._errors import (
     TierError,
     TierFailed,
@@ -40,4 +41,6 @@ __all__ = [
     "TierTimeout",
     "TierUnavailable",
     "Usage",
+    "split_cpus",
+    "usable_cpus",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import time
@@ -11,6 +12,7 @@ import httpx
 import pytest
 
 from tests.conftest import TIERGATE, Gateway, alive, children
+from tiers import split_cpus, usable_cpus
 
 
 def test_help_explains_every_command() -> None:
@@ -69,6 +71,33 @@ def test_sigterm_finishes_the_stream_in_flight_then_exits(edge_only: Gateway) ->
     assert "Application shutdown complete" in edge_only.log()
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"{edge_only.url}/healthz")
+
+
+def _descendants(pid: int) -> set[int]:
+    found = children(pid)
+    for child in list(found):
+        found |= _descendants(child)
+    return found
+
+
+@pytest.mark.cloud
+@pytest.mark.skipif(len(usable_cpus()) < 2, reason="one CPU is not split")
+def test_the_edge_and_the_local_vllm_server_run_on_their_own_cpus(cloud_gateway: Gateway) -> None:
+    edge, server = split_cpus(usable_cpus())
+    vllm = [
+        pid
+        for pid in _descendants(cloud_gateway.process.pid)
+        if b"vllm" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    ]
+    assert vllm, "the gateway should have started a vLLM server"
+    # the server, its engine process and every thread they run (OpenMP's too)
+    threads = [int(t.name) for pid in vllm for t in Path(f"/proc/{pid}/task").iterdir()]
+    assert {frozenset(os.sched_getaffinity(t)) for t in threads} == {frozenset(server)}
+    # the edge's worker thread in the gateway's process (the event loop's is not pinned)
+    gateway_threads = [int(t.name) for t in Path(f"/proc/{cloud_gateway.process.pid}/task").iterdir()]
+    affinities = {frozenset(os.sched_getaffinity(t)) for t in gateway_threads}
+    assert frozenset(edge) in affinities
+    assert frozenset(server) not in affinities
 
 
 @pytest.mark.cloud

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -41,6 +41,9 @@ class LocalServer(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     enforce_eager: bool = True
     extra_args: list[str] = msgspec.field(default_factory=list)
     max_restarts: int = 5
+    # CPUs the server's processes and OpenMP threads run on; empty: vLLM's own choice, or, beside
+    # the in-process edge, the upper half (tiers/_cpus.py).
+    cpus: list[Annotated[int, msgspec.Meta(ge=0)]] = msgspec.field(default_factory=list)
 
 
 class CloudMediaLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -15,8 +15,10 @@ import logging
 import os
 import signal
 import socket
+from collections.abc import Callable
 from pathlib import Path
 
+from tiers._cpus import cpu_list, pin_this_thread
 from tiers.cloud._config import LocalServer
 
 log = logging.getLogger(__name__)
@@ -27,6 +29,14 @@ _PR_SET_PDEATHSIG = 1
 def _die_with_parent() -> None:  # runs in the child between fork and exec
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _child_setup(cpus: list[int]) -> Callable[[], None]:
+    def setup() -> None:  # in the child between fork and exec: what it starts inherits both
+        _die_with_parent()
+        pin_this_thread(cpus)
+
+    return setup
 
 
 def free_loopback_port() -> int:
@@ -122,6 +132,8 @@ class LocalVLLMServer:
             "VLLM_NO_USAGE_STATS": "1",
             "DO_NOT_TRACK": "1",
         }
+        if self._config.cpus:  # its OpenMP threads bound to these too (instead of vLLM's own pick)
+            env["VLLM_CPU_OMP_THREADS_BIND"] = cpu_list(self._config.cpus)
         with self._log_path.open("ab") as sink:
             self._process = await asyncio.create_subprocess_exec(
                 *self.command(),
@@ -130,7 +142,7 @@ class LocalVLLMServer:
                 stderr=sink,
                 env=env,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,
+                preexec_fn=_child_setup(self._config.cpus),
             )
         self.status = f"starting (pid {self._process.pid}, log {self._log_path})"
         log.info("local vLLM server %s on %s", self.status, self.url)

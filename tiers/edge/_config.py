@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Annotated, Literal
 
 import msgspec
@@ -63,6 +64,9 @@ class EdgeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     # Engine instances of the active model, each with its own thread(s) and queue; 0: from the cores.
     instances: Annotated[int, msgspec.Meta(ge=0)] = 0
     threads: Annotated[int, msgspec.Meta(ge=0)] = 0  # per instance; 0: the cores less one, shared out
+    # CPUs the engine threads run on; empty: any, or, beside a local vLLM server, the lower half
+    # (tiers/_cpus.py).  With a list, the default threads are its CPUs shared out among instances.
+    cpus: list[Annotated[int, msgspec.Meta(ge=0)]] = msgspec.field(default_factory=list)
     batch_tokens: int = 512
     # Requests waiting for one instance beyond this many are answered 429 at once.
     max_queue: int = 32
@@ -114,7 +118,7 @@ class EdgeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
             model_name=model.name,
             context_tokens=model.context_tokens,
             quality=model.quality,
-            threads=self.threads or default_threads(self.instance_count()),
+            threads=self.threads or default_threads(self.instance_count(), self.cpus),
             models=[],
             active="",
         )
@@ -129,11 +133,13 @@ def default_instances() -> int:
     return max(1, ((os.cpu_count() or 1) - 1) // THREADS_PER_INSTANCE)
 
 
-def default_threads(instances: int = 1) -> int:
-    """The cores less one (at least one thread), shared out among ``instances``.
+def default_threads(instances: int = 1, cpus: Sequence[int] = ()) -> int:
+    """The cores less one (at least one thread), shared out among ``instances``; with ``cpus``
+    (the engine pinned to its own), those CPUs shared out.
 
     llama.cpp's threads (and onnxruntime's intra-op pool) spin while they wait for each other; when one
     of them shares a core with the event loop or a vLLM server, a generation can slow down tenfold or
     more (measured here: 1.3 tok/s with 2 threads on 2 busy cores, 15 tok/s with 1).
     """
-    return max(1, ((os.cpu_count() or 1) - 1) // max(1, instances))
+    spare = len(cpus) if cpus else (os.cpu_count() or 1) - 1
+    return max(1, spare // max(1, instances))

@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from tiers._cpus import pin_this_thread
 from tiers._errors import TierError, TierOverloaded, TierUnavailable
 from tiers._types import Capabilities, Completion, Delta, Generation, Health, Modality, TierState, Usage
 from tiers.edge._config import EdgeConfig
@@ -45,7 +46,12 @@ class SerialEngineTier:
         self._config = config
         # Named in answers (X-Tiergate-Instance): which engine instance of which model served them.
         self.instance = instance or config.model_name
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=self.thread_name)
+        self._executor = ThreadPoolExecutor(
+            max_workers=1,
+            thread_name_prefix=self.thread_name,
+            initializer=pin_this_thread,  # the engine's own threads, started from it, inherit its CPUs
+            initargs=(config.cpus,),
+        )
         self._lock = asyncio.Lock()
         self._waiting = 0
         self._health = Health.STARTING
