@@ -27,20 +27,23 @@ Method
   objective (always-edge misses it); the cloud batches and meets it, at many times the price.
   The learned router has to predict the edge's queueing (and the slowdown each tier causes the
   other on the shared cores) to spill just enough to the cloud.
-* Per strategy: cost from the ledger (``/admin/api/reports/costs`` over the run's window: what
-  the requests were charged), SLO attainment (share of servable requests answered 200 within the
-  objective, by the client's clock), p50/p95/p99 latency, share per tier, and the predictor's
-  error on requests it had not trained on (each prediction is made before its request ran):
-  MAPE of the predicted total against the client's total time over every answered request
-  (``mape``), and of the predicted time to first token against the client's time to first byte
-  over the streams (``ttft_mape``); per tier in ``errors``.  The learned strategy runs last, so
-  it also learned online from the baselines' requests.  ``--repeats`` runs the whole cycle
-  again; the table shows medians over repeats.  ``below_quality`` counts the answers from a tier
-  whose declared quality is below the request's difficulty (the gateway's built-in estimate)
-  while a better tier could take it; ``load`` is the machine's 1-minute load average before and
-  after each strategy's run (other work on the cores shows there).  ``cloud_cost_by_kind``
-  splits always-cloud's bill by request kind (from usage at the default cloud price): the
-  images, video and hard questions' share is what no strategy that respects capabilities and quality can save.
+* Per strategy: cost from the ledger (``/admin/api/reports/costs`` over the run's window: what the
+  requests were charged), SLO attainment (share of servable requests answered 200 within the
+  objective, by the client's clock), p50/p95/p99 latency, share per tier, and the predictor's error
+  on requests it had not trained on (each prediction is made before its request ran): MAPE of the
+  predicted total against the client's total time over every answered request (``mape``), and of the
+  predicted time to first token against the client's time to first byte over the streams
+  (``ttft_mape``), and of the predicted total moved to the answer's actual length (``length_mape``:
+  the header also carries the expected output tokens and the total's seconds per token), the latency
+  model's error apart from its guess of how long the answer will be; MdAPE, the median of the same
+  errors, beside each; per tier in ``errors``.  The learned strategy runs last, so it also learned
+  online from the baselines' requests.  ``--repeats`` runs the whole cycle again; the table shows
+  medians over repeats.  ``below_quality`` counts the answers from a tier whose declared quality is
+  below the request's difficulty (the gateway's built-in estimate) while a better tier could take
+  it; ``load`` is the machine's 1-minute load average before and after each strategy's run (other
+  work on the cores shows there).  ``cloud_cost_by_kind`` splits always-cloud's bill by request kind
+  (from usage at the default cloud price): the images, video and hard questions' share is what no
+  strategy that respects capabilities and quality can save.
 
     flock /tmp/tiergate-heavy.lock .venv/bin/python -m bench.route_replay \\
         [--requests 60] [--rate 0.5] [--slo-ms 15000] [--calibrate 40]
@@ -292,25 +295,52 @@ def _usage(body: bytes) -> dict[str, int] | None:
 
 
 def _predicted(header: str, target: str) -> float | None:
-    """The median ``target`` (``ttft`` or ``total``) in seconds from ``X-Tiergate-Predicted``."""
+    """From ``X-Tiergate-Predicted``: the median ``ttft`` or ``total`` in seconds, ``per_token``
+    in seconds, or the expected output ``tokens``."""
     for part in header.split(","):
         name, _, value = part.strip().partition("=")
-        if name == target and value.endswith("ms"):
+        if name != target:
+            continue
+        if value.endswith("ms"):
             return float(value[:-2]) / 1000
+        return float(value) if value else None
     return None
 
 
+def _at_length(row: dict[str, Any]) -> float | None:
+    """The router's median total moved to the answer's actual length: its prediction had the
+    output's length been known (the predicted total plus, per token more or fewer than expected,
+    the total's predicted seconds per token)."""
+    header, usage = row["predicted"], row.get("usage")
+    total = _predicted(header, "total")
+    tokens, per_token = _predicted(header, "tokens"), _predicted(header, "per_token")
+    if total is None or tokens is None or per_token is None or not usage:
+        return None
+    return max(0.01, total + (usage["completion"] - tokens) * per_token)
+
+
+def _errors(pairs: list[tuple[float, float]]) -> list[float]:
+    """|predicted − observed| / observed over (predicted, observed) pairs."""
+    return [abs(p - o) / o for p, o in pairs if o > 0]
+
+
 def _mape(pairs: list[tuple[float, float]]) -> float | None:
-    """Mean |predicted − observed| / observed over (predicted, observed) pairs."""
-    errors = [abs(p - o) / o for p, o in pairs if o > 0]
+    errors = _errors(pairs)
     return statistics.fmean(errors) if errors else None
 
 
+def _mdape(pairs: list[tuple[float, float]]) -> float | None:
+    errors = _errors(pairs)
+    return statistics.median(errors) if errors else None
+
+
 def prediction_errors(ok: list[dict[str, Any]]) -> dict[str, Any]:
-    """MAPE of the router's median predictions (made before each request ran) against the
-    client's latency: ``total`` (every request: predicted total vs the client's whole time),
-    ``ttft`` (streams: predicted time to first token vs the client's time to first byte; the
-    gateway sends a stream's headers with its first token), per tier too."""
+    """The error of the router's median predictions (made before each request ran) against the
+    client's latency, as MAPE and MdAPE (the median of the same errors): ``total`` (every request:
+    predicted total vs the client's whole time), ``ttft`` (streams: predicted time to first token
+    vs the client's time to first byte; the gateway sends a stream's headers with its first
+    token), and ``length`` (the predicted total moved to the answer's actual length, see
+    :func:`_at_length`: the latency model's error apart from the output-length guess); per tier too."""
     out: dict[str, Any] = {}
     for scope in ("all", "edge", "cloud"):
         rows = [r for r in ok if scope == "all" or r["tier"] == scope]
@@ -320,11 +350,17 @@ def prediction_errors(ok: list[dict[str, Any]]) -> dict[str, Any]:
             for r in rows
             if r["stream"] and r["ttfb"] and (p := _predicted(r["predicted"], "ttft")) is not None
         ]
+        lengths = [(p, r["seconds"]) for r in rows if (p := _at_length(r)) is not None]
         out[scope] = {
             "total_mape": _mape(totals),
+            "total_mdape": _mdape(totals),
             "total_n": len(totals),
             "ttft_mape": _mape(ttfts),
+            "ttft_mdape": _mdape(ttfts),
             "ttft_n": len(ttfts),
+            "length_mape": _mape(lengths),
+            "length_mdape": _mdape(lengths),
+            "length_n": len(lengths),
         }
     return out
 
@@ -451,9 +487,14 @@ def summarise(
         "share": share,
         "below_quality": len(below),
         "mape": errors["all"]["total_mape"],
+        "mdape": errors["all"]["total_mdape"],
         "mape_n": errors["all"]["total_n"],
         "ttft_mape": errors["all"]["ttft_mape"],
+        "ttft_mdape": errors["all"]["ttft_mdape"],
         "ttft_mape_n": errors["all"]["ttft_n"],
+        "length_mape": errors["all"]["length_mape"],
+        "length_mdape": errors["all"]["length_mdape"],
+        "length_mape_n": errors["all"]["length_n"],
         "errors": errors,
         "by_kind": {
             kind: {
@@ -498,8 +539,9 @@ def table(rows: list[dict[str, Any]], cloud_cost: float | None) -> str:
 
     lines = [
         "| strategy | cost USD | vs always-cloud | SLO attained | p50 / p95 / p99 s | edge share "
-        "| below quality | MAPE total (n) | MAPE TTFT, streams (n) | statuses |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| below quality | MAPE / MdAPE total (n) | MAPE / MdAPE TTFT, streams (n) "
+        "| MAPE / MdAPE total at the actual length (n) | statuses |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         change = None if not cloud_cost else r["cost_usd"] / cloud_cost - 1
@@ -508,8 +550,10 @@ def table(rows: list[dict[str, Any]], cloud_cost: float | None) -> str:
             f"| {f(r['slo_attainment'], '.0%')} "
             f"| {f(r['p50_s'], '.1f')} / {f(r['p95_s'], '.1f')} / {f(r['p99_s'], '.1f')} "
             f"| {f(r['share'].get('edge', 0.0), '.0%')} | {f(r.get('below_quality'), '.0f')} "
-            f"| {f(r['mape'], '.0%')} ({r['mape_n']}) "
-            f"| {f(r.get('ttft_mape'), '.0%')} ({r.get('ttft_mape_n', 0)}) | {r['statuses']} |"
+            f"| {f(r['mape'], '.0%')} / {f(r.get('mdape'), '.0%')} ({r['mape_n']}) "
+            f"| {f(r.get('ttft_mape'), '.0%')} / {f(r.get('ttft_mdape'), '.0%')} ({r.get('ttft_mape_n', 0)}) "
+            f"| {f(r.get('length_mape'), '.0%')} / {f(r.get('length_mdape'), '.0%')} "
+            f"({r.get('length_mape_n', 0)}) | {r['statuses']} |"
         )
     return "\n".join(lines)
 
@@ -648,10 +692,14 @@ def main() -> None:
                 "p99_s": _median([r["p99_s"] for r in results]),
                 "share": {t: _median([r["share"].get(t, 0.0) for r in results]) for t in ("edge", "cloud")},
                 "below_quality": _median([r.get("below_quality") for r in results]),
-                "mape": _median([r["mape"] for r in results]),
-                "mape_n": sum(r["mape_n"] for r in results),
-                "ttft_mape": _median([r["ttft_mape"] for r in results]),
-                "ttft_mape_n": sum(r["ttft_mape_n"] for r in results),
+                **{
+                    key: _median([r.get(key) for r in results])
+                    for key in ("mape", "mdape", "ttft_mape", "ttft_mdape", "length_mape", "length_mdape")
+                },
+                **{
+                    key: sum(r.get(key, 0) for r in results)
+                    for key in ("mape_n", "ttft_mape_n", "length_mape_n")
+                },
                 "statuses": results[-1]["statuses"],
                 "load": [r.get("load") for r in results],
                 "unservable": results[-1]["unservable"],

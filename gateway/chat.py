@@ -97,9 +97,9 @@ class Routed:
     server_s: float = 0.0
     cache_s: float = 0.0
     instance: str = ""  # the replica or engine instance that served it
-    predicted: str = (
-        ""  # the router's median predictions for the tier that served, e.g. "ttft=80ms, total=900ms"
-    )
+    # The router's median predictions for the tier that served, e.g. "ttft=80ms, total=900ms,
+    # tokens=40, per_token=20.0ms" (the answer's expected length, and the total's seconds per token).
+    predicted: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -531,7 +531,10 @@ class ChatService:
         detail = plan.decision.detail if plan is not None else None
         if detail is not None and served in detail.predictions:
             p = detail.predictions[served]
-            predicted = f"ttft={p.ttft_p50 * 1000:.0f}ms, total={p.total_p50 * 1000:.0f}ms"
+            predicted = (
+                f"ttft={p.ttft_p50 * 1000:.0f}ms, total={p.total_p50 * 1000:.0f}ms,"
+                f" tokens={p.tokens:.0f}, per_token={p.per_token_s * 1000:.1f}ms"
+            )
         return Routed(tier, reason, lookup.status, degraded, elapsed, lookup.seconds, instance, predicted)
 
     @staticmethod

@@ -66,6 +66,7 @@ FEATURE_NAMES = (
 )
 WIDTH = len(FEATURE_NAMES)
 BUSY, AHEAD = FEATURE_NAMES.index("busy_s"), FEATURE_NAMES.index("ahead_s")
+OUT_K = FEATURE_NAMES.index("out_k")
 # The columns proportional to the request's output tokens.
 _OUTPUT = tuple(FEATURE_NAMES.index(n) for n in ("out_k", "out_k_x_load", "out_k_x_others"))
 
@@ -155,6 +156,10 @@ class Prediction:
     total_hi: float
     high_quantile: float
     cost_usd: float = 0.0
+    # The answer's expected length, and the median total's seconds per output token at it: how far
+    # the median moves when the answer turns out longer or shorter than expected.
+    tokens: float = 0.0
+    per_token_s: float = 0.0
 
     def at(self, target: str, percentile: float) -> float:
         """The latency at ``percentile``: between the median and the high quantile on a normal
@@ -221,6 +226,16 @@ class TierPredictor:
             out += [mid, max(hi, mid)]
         # The whole answer takes at least as long as its first token.
         return out[0], out[1], max(out[2], out[0]), max(out[3], out[1])
+
+    def per_token(self, x: Sequence[float]) -> float:
+        """Seconds the median total adds per output token beyond those ``x`` expects (its
+        output-proportional part over the expected tokens)."""
+        tokens = x[OUT_K] * 1000
+        if tokens <= 0:
+            return 0.0
+        coefs = self.coefficients.total[0] if self.coefficients is not None else _PRIOR_TOTAL
+        part = sum(coefs[i] * x[i] for i in _OUTPUT) * math.exp(self.correction.get("total", 0.0))
+        return part / tokens
 
     def observe(
         self,

@@ -37,6 +37,7 @@ from router._predictor import (
     BUSY,
     DEFAULT_OUTPUT_TOKENS,
     NO_CORRECTION,
+    OUT_K,
     WIDTH,
     Coefficients,
     Observation,
@@ -95,7 +96,9 @@ class Router:
         t50, thi, tot50, tothi = predictor.predict(x, 1 / share if share > 0 else 1.0)
         price = self.prices.get(view.name, FREE)
         cost = price.estimate(features, share, tot50)
-        return x, Prediction(t50, thi, tot50, tothi, self.config.high_quantile, cost)
+        tokens = x[OUT_K] * 1000
+        per_token = predictor.per_token(x)
+        return x, Prediction(t50, thi, tot50, tothi, self.config.high_quantile, cost, tokens, per_token)
 
     def _book(self, view: TierView, x: Sequence[float], now: float) -> int:
         """Enter a request sent to ``view`` (feature vector ``x``) in the book of work in hand,

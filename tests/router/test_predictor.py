@@ -316,6 +316,10 @@ def test_the_models_learn_seconds_per_generated_token_from_the_tokens_actually_g
     _, _, median, high = p.predict(x, ceiling=2.0)
     assert median == pytest.approx(0.1 + 0.04 * 128, rel=0.15)
     assert high >= 0.95 * (0.1 + 0.04 * 256)
+    # what the median moves per token more or fewer than expected (in X-Tiergate-Predicted)
+    assert p.per_token(x) == pytest.approx(0.04, rel=0.1)
+    p.correction["total"] = math.log(2.0)  # a tier running at half speed: twice the time per token
+    assert p.per_token(x) == pytest.approx(0.08, rel=0.1)
     # without the tokens, the fit could only learn the average over all lengths at one x
     blind = router.fit_tier([[o.x, o.ttft, o.total] for o in observations], {})
     assert dict(zip(router.FEATURE_NAMES, blind["total"][0], strict=True))["out_k"] / 1000 != pytest.approx(

@@ -49,6 +49,24 @@ def test_streams_are_scored_on_ttft_and_total_non_streams_on_total() -> None:
     assert errors["edge"]["ttft_n"] == 0 and errors["cloud"]["total_mape"] == pytest.approx(0.0)
 
 
+def test_the_total_at_the_actual_length_separates_the_latency_model_from_the_length_guess() -> None:
+    header = "ttft=100ms, total=1100ms, tokens=50, per_token=20.0ms"
+    ok = [
+        # 10 tokens where 50 were expected, in 0.3 s: the length guess was off, the latency model was
+        # right (1.1 s - 40 tokens x 20 ms = 0.3 s)
+        _result(seconds=0.3, predicted=header, usage={"prompt": 9, "completion": 10}),
+        # 50 tokens as expected, in 1.0 s: 10% off either way
+        _result(seconds=1.0, predicted=header, usage={"prompt": 9, "completion": 50}),
+        _result(seconds=1.0, predicted="ttft=100ms, total=1100ms"),  # an older header: total only
+    ]
+    errors = prediction_errors(ok)["all"]
+    assert errors["total_mape"] == pytest.approx((0.8 / 0.3 + 0.1 + 0.1) / 3)
+    assert errors["length_n"] == 2
+    assert errors["length_mape"] == pytest.approx(0.05)
+    assert errors["length_mdape"] == pytest.approx(0.05)
+    assert errors["total_mdape"] == pytest.approx(0.1)
+
+
 def test_slo_attainment_counts_the_clients_total_time_and_leaves_unservable_out() -> None:
     results = [
         _result(seconds=3.0),
