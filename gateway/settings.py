@@ -232,8 +232,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
 
     def _cpu_shares(self) -> tuple[list[int], list[int]]:
         """The edge's and the local vLLM server's CPUs when both run here (tiers/_cpus.py), else none."""
-        both = self.edge.enabled and self.cloud.enabled and not self.cloud.urls and self.cloud.local.enabled
-        if not both:
+        local = self.cloud.local
+        both = self.edge.enabled and self.cloud.enabled and not self.cloud.urls and local.enabled
+        if not both or not local.split_cpus:
             return [], []
         edge, server = split_cpus(usable_cpus())
         return (edge, server) if edge != server else ([], [])

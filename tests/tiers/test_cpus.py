@@ -68,8 +68,9 @@ def test_explicit_cpus_are_kept(eight_cpus: None) -> None:
         Settings(cloud=CloudConfig(local=LocalServer(enabled=False))),
         Settings(cloud=CloudConfig(enabled=False)),
         Settings(edge=EdgeConfig(enabled=False)),
+        Settings(cloud=CloudConfig(local=LocalServer(split_cpus=False))),
     ],
-    ids=["remote-cloud", "no-local-server", "no-cloud", "no-edge"],
+    ids=["remote-cloud", "no-local-server", "no-cloud", "no-edge", "split-off"],
 )
 def test_nothing_is_pinned_unless_both_engines_run_here(eight_cpus: None, settings: Settings) -> None:
     assert settings.edge_config().cpus == []

@@ -42,8 +42,11 @@ class LocalServer(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     extra_args: list[str] = msgspec.field(default_factory=list)
     max_restarts: int = 5
     # CPUs the server's processes and OpenMP threads run on; empty: vLLM's own choice, or, beside
-    # the in-process edge, the upper half (tiers/_cpus.py).
+    # the in-process edge with split_cpus, the upper half (tiers/_cpus.py).
     cpus: list[Annotated[int, msgspec.Meta(ge=0)]] = msgspec.field(default_factory=list)
+    # Beside the in-process edge: give each engine its own half of the CPUs (false: pin nothing
+    # that is not listed in `cpus` or `edge.cpus`).
+    split_cpus: bool = True
 
 
 class CloudMediaLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
