@@ -3,12 +3,12 @@
 Method
 ------
 * A gateway on its embedded defaults (the edge llama.cpp SmolLM2-135M in-process, the local vLLM
-  server on the CPU serving the SmolVLM-architecture VLM as the cloud, which takes images and
-  video; result cache off so every request reaches a tier) is started, or ``--url`` names a
-  running one.  Both share this machine's cores.  ``tiergate calibrate`` first sends its probe
-  workload (``--calibrate N`` probes per tier: text of many sizes, images, video clips, each
-  tier alone and both at once) and the predictors are fitted; this also warms both tiers up
-  before anything is scored.
+  server on the CPU serving the SmolVLM-architecture VLM as the cloud, which takes images and video;
+  result cache off so every request reaches a tier) is started, or ``--url`` names a running one.
+  Both run on this machine, each on its half of the cores (tiers/_cpus.py).  ``tiergate calibrate``
+  first sends its probe workload (``--calibrate N`` probes per tier: text of many sizes, images,
+  video clips, each tier alone and both at once) and the predictors are fitted; this also warms both
+  tiers up before anything is scored.
 * A seeded trace (``generate``; ``--write-trace``/``--trace`` to keep or reuse one) mixes short
   chats (50%), long generations (20%), hard questions (14%: reasoning, proofs), images (8%: a
   64-256 px PNG) and video (8%: a real 2-4 s MPEG-4 clip), half streamed, with Poisson arrival
