@@ -36,14 +36,16 @@ Method
   (``ttft_mape``), and of the predicted total moved to the answer's actual length (``length_mape``:
   the header also carries the expected output tokens and the total's seconds per token), the latency
   model's error apart from its guess of how long the answer will be; MdAPE, the median of the same
-  errors, beside each; per tier in ``errors``.  The learned strategy runs last, so it also learned
-  online from the baselines' requests.  ``--repeats`` runs the whole cycle again; the table shows
-  medians over repeats.  ``below_quality`` counts the answers from a tier whose declared quality is
-  below the request's difficulty (the gateway's built-in estimate) while a better tier could take
-  it; ``load`` is the machine's 1-minute load average before and after each strategy's run (other
-  work on the cores shows there).  ``cloud_cost_by_kind`` splits always-cloud's bill by request kind
-  (from usage at the default cloud price): the images, video and hard questions' share is what no
-  strategy that respects capabilities and quality can save.
+  errors, beside each; per tier in ``errors``; and ``hindsight_mape``, the MAPE of the best constant
+  per request kind and tier chosen after seeing the outcomes (what knowing each kind's latencies,
+  but not which answer would stop early, could score).  The learned strategy runs last, so it also
+  learned online from the baselines' requests.  ``--repeats`` runs the whole cycle again; the table
+  shows medians over repeats.  ``below_quality`` counts the answers from a tier whose declared
+  quality is below the request's difficulty (the gateway's built-in estimate) while a better tier
+  could take it; ``load`` is the machine's 1-minute load average before and after each strategy's
+  run (other work on the cores shows there).  ``cloud_cost_by_kind`` splits always-cloud's bill by
+  request kind (from usage at the default cloud price): the images, video and hard questions' share
+  is what no strategy that respects capabilities and quality can save.
 
     flock /tmp/tiergate-heavy.lock .venv/bin/python -m bench.route_replay \\
         [--requests 60] [--rate 0.5] [--slo-ms 15000] [--calibrate 40]
@@ -365,6 +367,21 @@ def prediction_errors(ok: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def hindsight_mape(ok: list[dict[str, Any]]) -> float | None:
+    """The MAPE of the best constant per (request kind, tier), chosen after seeing the outcomes:
+    what a predictor that knew each kind's latencies in hindsight, but not which answer would be
+    short, could score.  The spread within a kind is mostly the answers' random lengths."""
+    groups: dict[tuple[str, str], list[float]] = {}
+    for r in ok:
+        if r["seconds"] > 0:
+            groups.setdefault((r["kind"], r["tier"]), []).append(r["seconds"])
+    errors = []
+    for seen in groups.values():
+        best = min(seen, key=lambda c: sum(abs(c - y) / y for y in seen))  # optimal at an observation
+        errors += [abs(best - y) / y for y in seen]
+    return statistics.fmean(errors) if errors else None
+
+
 def _pct(values: list[float], q: float) -> float | None:
     if not values:
         return None
@@ -495,6 +512,7 @@ def summarise(
         "length_mape": errors["all"]["length_mape"],
         "length_mdape": errors["all"]["length_mdape"],
         "length_mape_n": errors["all"]["length_n"],
+        "hindsight_mape": hindsight_mape(ok),
         "errors": errors,
         "by_kind": {
             kind: {
@@ -540,8 +558,9 @@ def table(rows: list[dict[str, Any]], cloud_cost: float | None) -> str:
     lines = [
         "| strategy | cost USD | vs always-cloud | SLO attained | p50 / p95 / p99 s | edge share "
         "| below quality | MAPE / MdAPE total (n) | MAPE / MdAPE TTFT, streams (n) "
-        "| MAPE / MdAPE total at the actual length (n) | statuses |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| MAPE / MdAPE total at the actual length (n) | MAPE, best constant per kind in hindsight "
+        "| statuses |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         change = None if not cloud_cost else r["cost_usd"] / cloud_cost - 1
@@ -553,7 +572,7 @@ def table(rows: list[dict[str, Any]], cloud_cost: float | None) -> str:
             f"| {f(r['mape'], '.0%')} / {f(r.get('mdape'), '.0%')} ({r['mape_n']}) "
             f"| {f(r.get('ttft_mape'), '.0%')} / {f(r.get('ttft_mdape'), '.0%')} ({r.get('ttft_mape_n', 0)}) "
             f"| {f(r.get('length_mape'), '.0%')} / {f(r.get('length_mdape'), '.0%')} "
-            f"({r.get('length_mape_n', 0)}) | {r['statuses']} |"
+            f"({r.get('length_mape_n', 0)}) | {f(r.get('hindsight_mape'), '.0%')} | {r['statuses']} |"
         )
     return "\n".join(lines)
 
@@ -694,7 +713,15 @@ def main() -> None:
                 "below_quality": _median([r.get("below_quality") for r in results]),
                 **{
                     key: _median([r.get(key) for r in results])
-                    for key in ("mape", "mdape", "ttft_mape", "ttft_mdape", "length_mape", "length_mdape")
+                    for key in (
+                        "mape",
+                        "mdape",
+                        "ttft_mape",
+                        "ttft_mdape",
+                        "length_mape",
+                        "length_mdape",
+                        "hindsight_mape",
+                    )
                 },
                 **{
                     key: sum(r.get(key, 0) for r in results)

@@ -11,6 +11,7 @@ from bench.route_replay import (
     _usage,
     cloud_cost_by_kind,
     generate,
+    hindsight_mape,
     prediction_errors,
     summarise,
     with_difficulty,
@@ -124,3 +125,16 @@ def test_answers_from_a_tier_below_the_requests_difficulty_are_counted() -> None
     report = {"total": {"cost_usd": 1.0, "counterfactual_usd": 2.0}}
     row = summarise("rule", results, report, 15000, {"edge": 0.4, "cloud": 0.7})
     assert row["below_quality"] == 1
+
+
+def test_the_hindsight_floor_is_the_best_constant_per_kind_and_tier() -> None:
+    ok = [
+        _result(kind="video", tier="cloud", seconds=0.2),  # the answer that stopped after one token
+        _result(kind="video", tier="cloud", seconds=2.0),
+        _result(kind="video", tier="cloud", seconds=2.2),
+        _result(kind="short", tier="edge", seconds=0.5),
+    ]
+    # video: 0.2 s costs 0 + 0.9 + 0.91 = 1.81 in relative errors; 2.0 s costs 9 + 0 + 0.09 (one
+    # short answer predicted long is a 900% error), so the best constant is the shortest
+    assert hindsight_mape(ok) == pytest.approx((0 + 0.9 + 2.0 / 2.2 + 0) / 4)
+    assert hindsight_mape([]) is None
