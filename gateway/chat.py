@@ -371,7 +371,7 @@ class ChatService:
             took = time.perf_counter() - dispatched
             self._metrics.tier(name).latency.observe(took)
             self._metrics.generated(name, result.usage.completion_tokens, took)
-            self._learn(plan, name, None, took, result.usage.completion_tokens)
+            self._learn(plan, name, None, took, result.usage)
             if lookup.key is not None and self._answers is not None and not plan.degraded:
                 await self._answers.store(lookup.key, answer_of(result, [result.text], name))
             reason = plan.decision.reason if name == plan.decision.tier else f"{name}: {last}, failed over"
@@ -444,12 +444,14 @@ class ChatService:
         raise to_gateway_error(last) from last
 
     def _learn(
-        self, plan: _Plan, name: str, ttft_s: float | None, total_s: float, tokens: int | None
+        self, plan: _Plan, name: str, ttft_s: float | None, total_s: float, usage: Usage | None
     ) -> None:
-        """The router learns what ``name`` took; its prediction's error goes to /metrics."""
+        """The router learns what ``name`` took, and the tokens it counted; its prediction's error
+        goes to /metrics."""
         if self._routing is None:
             return
-        self._routing.observe(plan.decision, name, ttft_s, total_s, tokens)
+        completion, prompt = (usage.completion_tokens, usage.prompt_tokens) if usage else (None, None)
+        self._routing.observe(plan.decision, name, ttft_s, total_s, completion, prompt)
         detail = plan.decision.detail
         predicted = detail.predictions.get(name) if detail is not None else None
         if predicted is not None:
@@ -464,9 +466,7 @@ class ChatService:
             return None
 
         def finished(first_at: float, usage: Usage | None) -> None:
-            total = time.perf_counter() - dispatched
-            tokens = usage.completion_tokens if usage else None
-            self._learn(plan, name, first_at - dispatched, total, tokens)
+            self._learn(plan, name, first_at - dispatched, time.perf_counter() - dispatched, usage)
 
         return finished
 

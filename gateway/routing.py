@@ -143,8 +143,9 @@ class RoutingService:
         ttft_s: float | None,
         total_s: float,
         completion_tokens: int | None = None,
+        prompt_tokens: int | None = None,
     ) -> None:
-        self.router.observe(decision, tier, ttft_s, total_s, completion_tokens)
+        self.router.observe(decision, tier, ttft_s, total_s, completion_tokens, prompt_tokens)
         if not self._loaded or (self._refitting is not None and not self._refitting.done()):
             return
         now = time.monotonic()

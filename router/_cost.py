@@ -24,12 +24,16 @@ class TierPrice:
     per_media_second: float = 0.0
     per_gpu_second: float = 0.0
 
-    def estimate(self, features: Features, share: float, seconds: float) -> float:
-        """USD for ``features`` whose answer uses ``share`` of max_tokens and takes ``seconds``."""
+    def estimate(
+        self, features: Features, share: float, seconds: float, prompt_tokens: int | None = None
+    ) -> float:
+        """USD for ``features`` whose answer uses ``share`` of max_tokens and takes ``seconds``
+        (``prompt_tokens``: the prompt's length in the tier's tokens, else the plain estimate)."""
         out = (features.max_tokens or DEFAULT_OUTPUT_TOKENS) * share
         media = features.media
+        prompt = features.prompt_tokens if prompt_tokens is None else prompt_tokens
         return (
-            features.prompt_tokens * self.prompt_per_1k / 1000
+            prompt * self.prompt_per_1k / 1000
             + out * self.completion_per_1k / 1000
             + media.images * self.per_image
             + (media.video_seconds + media.audio_seconds) * self.per_media_second

@@ -109,15 +109,17 @@ def design(
     share: float = 1.0,
     others_load: float = 0.0,
     wait: tuple[float, float] | None = None,
+    prompt_tokens: int | None = None,
 ) -> tuple[float, ...]:
     """The feature vector of ``features`` at a tier now (order: :data:`FEATURE_NAMES`);
     ``share``: the expected share of ``max_tokens`` the answer will use; ``others_load``: requests
     in flight or queued at the other tiers; ``wait``: (busy_s, ahead_s), the predicted time left
     of the requests the tier is serving and of those queued (:class:`router._work.WorkBook`),
-    else their counts × ``mean_service_s``."""
+    else their counts × ``mean_service_s``; ``prompt_tokens``: the prompt's length in the tier's
+    tokens (:mod:`router._tokens`), else the request's plain estimate."""
     busy_s, ahead_s = wait or (state.in_flight * mean_service_s, state.queued * mean_service_s)
     out_k = (features.max_tokens or DEFAULT_OUTPUT_TOKENS) * share / 1000
-    prompt_k = features.prompt_tokens / 1000
+    prompt_k = (features.prompt_tokens if prompt_tokens is None else prompt_tokens) / 1000
     media = features.media
     return (
         1.0,

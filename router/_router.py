@@ -47,6 +47,7 @@ from router._predictor import (
     design,
 )
 from router._strategies import RouteRequest, Spend, Strategy, strategies
+from router._tokens import PromptTokens
 from router._work import WorkBook
 
 DUMP_FORMAT = 1
@@ -69,6 +70,7 @@ class Router:
         self.difficulty = difficulty
         self.predictors: dict[str, TierPredictor] = {}
         self.output = OutputShare()
+        self.tokens = PromptTokens()  # the prompt in each tier's tokens, from their usage
         self.strategies: dict[str, Strategy] = strategies(rule, exploration, random.Random(seed))
         self.version = 0  # grows with every refit adopted
         self.work = WorkBook()  # what each tier has in hand: its wait for the next request
@@ -92,10 +94,11 @@ class Router:
         state = view.state
         others = load - (state.in_flight + state.queued)
         wait = self.work.wait(view.name, state.in_flight, state.queued, now, predictor.mean_service_s)
-        x = design(features, state, predictor.mean_service_s, share, others, wait)
+        prompt = self.tokens.estimate(view.name, features)
+        x = design(features, state, predictor.mean_service_s, share, others, wait, prompt)
         t50, thi, tot50, tothi = predictor.predict(x, 1 / share if share > 0 else 1.0)
         price = self.prices.get(view.name, FREE)
-        cost = price.estimate(features, share, tot50)
+        cost = price.estimate(features, share, tot50, prompt)
         tokens = x[OUT_K] * 1000
         per_token = predictor.per_token(x)
         return x, Prediction(t50, thi, tot50, tothi, self.config.high_quantile, cost, tokens, per_token)
@@ -181,8 +184,10 @@ class Router:
         ttft_s: float | None,
         total_s: float,
         completion_tokens: int | None = None,
+        prompt_tokens: int | None = None,
     ) -> None:
-        """Learn from a request ``tier`` served (features as they were when it was routed)."""
+        """Learn from a request ``tier`` served (features as they were when it was routed);
+        the token counts are the tier's own, from its usage."""
         detail = decision.detail
         if detail is None:
             return
@@ -195,6 +200,8 @@ class Router:
         predicted = (made.ttft_p50, made.total_p50) if made is not None else (None, None)
         high = (made.ttft_hi, made.total_hi) if made is not None else (None, None)
         predictor.observe(detail.vectors[tier], ttft_s, total_s, predicted, completion_tokens, high)
+        if prompt_tokens is not None:
+            self.tokens.observe(tier, detail.features, prompt_tokens)
         if completion_tokens is not None:
             predictor.observe_usage(detail.features.max_tokens, completion_tokens)
             ceiling = detail.features.max_tokens or DEFAULT_OUTPUT_TOKENS
@@ -223,6 +230,7 @@ class Router:
             "version": self.version,
             "saved_at": time.time(),
             "output": self.output.dump(),
+            "prompt_tokens": self.tokens.dump(),
             "tiers": {
                 tier: {
                     "coefficients": msgspec.to_builtins(p.coefficients),
@@ -241,6 +249,7 @@ class Router:
         self.version = int(data.get("version", 0))
         if "output" in data:
             self.output.load(data["output"])
+        self.tokens.load(data.get("prompt_tokens", {}))
         for tier, saved in data.get("tiers", {}).items():
             coefficients = saved.get("coefficients") or {}
             widths = {len(c) for c in coefficients.get("total", [])} | {
@@ -264,6 +273,10 @@ class Router:
             "version": self.version,
             "tiers": {t: p.snapshot() for t, p in self.predictors.items()},
             "output_share": {"updates": self.output.updates},
+            "prompt_tokens": {
+                t: {"samples": c.samples, "weights": [round(w, 3) for w in c.weights]}
+                for t, c in self.tokens.tiers.items()
+            },
         }
         if self.difficulty is not None:
             d = self.difficulty

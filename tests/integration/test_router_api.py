@@ -122,6 +122,7 @@ def test_it_learns_refits_and_keeps_what_it_learned_across_a_restart(fake: FakeV
             assert ask(gw, model="cloud", stream=bool(i % 2)).status_code == 200
         state = admin(gw, "GET", "/router").json()
         assert state["tiers"]["cloud"]["samples"] == 8
+        assert state["prompt_tokens"]["cloud"]["samples"] == 8  # the prompt tokens each answer counted
         refit = admin(gw, "POST", "/router/refit")
         assert refit.status_code == 200, refit.text
         cloud = refit.json()["tiers"]["cloud"]
@@ -138,11 +139,13 @@ def test_it_learns_refits_and_keeps_what_it_learned_across_a_restart(fake: FakeV
     assert not any(alive(pid) for pid in workers), "a refit worker outlived the gateway"
     saved = json.loads((tmp_path / "data" / "router" / "predictor.json").read_text())
     assert saved["version"] == version and len(saved["tiers"]["cloud"]["window"]) == 8
+    assert saved["prompt_tokens"]["cloud"]["samples"] == 8
     again = start_gateway(tmp_path, (tmp_path / "tiergate.toml").read_text().split("\n", 1)[1])
     try:
         again.wait(lambda: again.tier_health("cloud") == "ready", 30, "the fake cloud")
         state = admin(again, "GET", "/router").json()
         assert state["version"] == version and state["tiers"]["cloud"]["fitted"]
+        assert state["prompt_tokens"]["cloud"]["samples"] == 8
     finally:
         again.stop()
 
