@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from litestar import get, post
 from litestar.response import Redirect, Template
 
@@ -80,7 +82,7 @@ async def create_tenant(request: AnyRequest, ui: UI) -> Template | Redirect:
     return Redirect(f"/admin/tenants/{name}", status_code=303)
 
 
-async def _tenant_page(request: AnyRequest, op: Operator, name: str, **extra: object) -> Template:
+async def _tenant_page(request: AnyRequest, op: Operator, name: str, **extra: Any) -> Template:
     admin = _admin(request)
     tenant = await admin.tenant(op.caller, name)
     keys = await admin.keys(op.caller, name)

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Mapping
+from typing import cast
 
-from litestar.types import Receive, Scope, Send
+from litestar.types import HTTPReceiveMessage, Receive, Scope, Send
 
 from gateway.errors import BODY_TOO_LARGE, InvalidRequest, PayloadTooLarge
 
@@ -31,16 +32,18 @@ async def read_body(receive: Receive, content_length: str | None, limit: int) ->
     chunks: list[bytes] = []
     size = 0
     while True:
-        message = await receive()
+        # An HTTP scope receives http.request or http.disconnect; Litestar's Receive type also
+        # lists the WebSocket messages.
+        message = cast(HTTPReceiveMessage, await receive())
         if message["type"] == "http.disconnect":
             raise InvalidRequest("the client disconnected before sending the whole body")
-        chunk = message.get("body", b"")  # type: ignore[union-attr]
+        chunk = message.get("body", b"")
         if chunk:
             size += len(chunk)
             if size > limit:
                 raise PayloadTooLarge(BODY_TOO_LARGE)
             chunks.append(chunk)
-        if not message.get("more_body", False):  # type: ignore[union-attr]
+        if not message.get("more_body", False):
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 

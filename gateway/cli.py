@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import msgspec
 import typer
@@ -32,7 +32,7 @@ ConfigOption = Annotated[
 ]
 
 
-def _settings(config: Path | None, **overrides: object) -> Settings:
+def _settings(config: Path | None, **overrides: Any) -> Settings:
     try:
         return load_settings(config, **overrides)
     except SettingsError as exc:
@@ -55,7 +55,7 @@ def serve(
     """
     from gateway.server import run
 
-    overrides = {"server.host": host, "server.port": port}
+    overrides: dict[str, Any] = {"server.host": host, "server.port": port}
     settings = _settings(config, **overrides)
     run(settings, lambda: load_settings(config, **overrides))
 

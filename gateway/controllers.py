@@ -68,7 +68,7 @@ async def chat_completions(scope: Scope, receive: Receive, send: Send) -> None:
     its routing, middleware and exception handlers still apply."""
     if scope["method"] != "POST":  # type: ignore[typeddict-item]
         raise MethodNotAllowedException(headers={"Allow": "POST"})
-    state = scope["app"].state  # type: ignore[typeddict-item]
+    state = scope["app"].state
     accounts: Accounts = state.accounts
     observer: Observer = state.observer
     settings: Settings = state.settings

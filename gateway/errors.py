@@ -27,6 +27,7 @@ import logging
 import math
 
 from litestar import Request, Response
+from litestar.datastructures import State
 from litestar.exceptions import HTTPException
 
 import router
@@ -196,7 +197,7 @@ def error_body(error: GatewayError) -> dict[str, dict[str, str | None]]:
     return {"error": {"message": error.message, "type": error.type, "param": error.param, "code": error.code}}
 
 
-def error_response(request: Request[object, object, object], exc: Exception) -> Response[object]:
+def error_response(request: Request[object, object, State], exc: Exception) -> Response[object]:
     """Litestar exception handler: every error leaves in OpenAI's shape."""
     error = to_gateway_error(exc)
     if isinstance(error, RateLimited):

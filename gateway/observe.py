@@ -14,9 +14,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, Literal
+from typing import Any, Final, Literal, TypedDict, cast
 
 import msgspec
+from litestar.enums import ScopeType
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.admission import AdmittedTier, Lane
@@ -27,11 +28,24 @@ from gateway.tracing import Tracing
 
 log = logging.getLogger("tiergate.request")
 
-_STARTED = "tiergate.started"
-_STATUS = "tiergate.status"
-_TIER = "tiergate.tier"
-_LABELS = "tiergate.labels"  # (tenant class, model)
-_SPAN = "tiergate.span"
+_STARTED: Final = "tiergate.started"
+_STATUS: Final = "tiergate.status"
+_TIER: Final = "tiergate.tier"
+_LABELS: Final = "tiergate.labels"  # (tenant class, model)
+_SPAN: Final = "tiergate.span"
+# The keys above and their values in a request's ASGI scope: Litestar's Scope type lists only
+# the keys it knows, so the scope is written through this view (a cast) to add ours.
+_Marks = TypedDict(
+    "_Marks",
+    {
+        "tiergate.started": float,
+        "tiergate.status": int,
+        "tiergate.tier": str,
+        "tiergate.labels": tuple[str, str],
+        "tiergate.span": Any,  # an OpenTelemetry span
+    },
+    total=False,
+)
 _TIER_HEADER = b"x-tiergate-tier"
 _UNLABELLED = ("none", "none")
 _REPLICA_SIGNALS = (
@@ -99,18 +113,19 @@ class Observer:
         tracing = self.tracing
 
         async def observed(scope: Scope, receive: Receive, send: Send) -> None:
-            if scope["type"] != "http":
+            if scope["type"] != ScopeType.HTTP:
                 await app(scope, receive, send)
                 return
-            scope[_STARTED] = time.perf_counter()  # type: ignore[typeddict-unknown-key]
+            marks = cast(_Marks, scope)
+            marks[_STARTED] = time.perf_counter()
             token = REQUEST_ID.set(request_id(scope))
             try:
                 if tracing.enabled:
-                    route = scope.get("path_template", scope["path"])  # type: ignore[call-overload]
-                    name = f"{scope['method']} {route}"  # type: ignore[typeddict-item]
+                    route = scope.get("path_template", scope["path"])
+                    name = f"{scope['method']} {route}"
                     attributes = {"http.route": route, "tiergate.request_id": request_id(scope)}
                     with tracing.server_span(name, **attributes) as span:
-                        scope[_SPAN] = span  # type: ignore[typeddict-unknown-key]
+                        marks[_SPAN] = span
                         await app(scope, receive, send)
                 else:
                     await app(scope, receive, send)
@@ -132,28 +147,28 @@ class Observer:
         metrics, request_log = self.metrics, self._request_log
 
         async def hook(message: Message, scope: Scope) -> None:
-            kind = message["type"]
-            if kind == "http.response.start":
+            marks = cast(_Marks, scope)
+            if message["type"] == "http.response.start":
                 headers = list(message.get("headers", ()))
                 headers.append((b"x-request-id", request_id(scope).encode("ascii")))
-                message["headers"] = headers  # type: ignore[typeddict-unknown-key]
-                scope[_STATUS] = message["status"]  # type: ignore[typeddict-unknown-key]
-                if _LABELS in scope:  # a chat request: which tier answered (Litestar lowercases names)
+                message["headers"] = headers
+                marks[_STATUS] = message["status"]
+                if _LABELS in marks:  # a chat request: which tier answered (Litestar lowercases names)
                     for name, value in headers:
                         if name == _TIER_HEADER:
-                            scope[_TIER] = value.decode("latin-1")  # type: ignore[typeddict-unknown-key]
+                            marks[_TIER] = value.decode("latin-1")
                             break
                 return
-            if kind != "http.response.body" or message.get("more_body", False):
+            if message["type"] != "http.response.body" or message.get("more_body", False):
                 return
-            status: int = scope.get(_STATUS, 0)  # type: ignore[call-overload]
-            route: str = scope.get("path_template", "unmatched")  # type: ignore[call-overload]
-            tier: str = scope.get(_TIER, "none")  # type: ignore[call-overload]
-            tenant, model = scope.get(_LABELS, _UNLABELLED)  # type: ignore[call-overload]
-            started = scope.get(_STARTED)  # type: ignore[call-overload]
+            status: int = marks.get(_STATUS, 0)
+            route: str = scope.get("path_template", "unmatched")
+            tier: str = marks.get(_TIER, "none")
+            tenant, model = marks.get(_LABELS, _UNLABELLED)
+            started = marks.get(_STARTED)
             seconds = time.perf_counter() - started if started is not None else None
             metrics.request_done(route, tenant, tier, model, status, seconds)
-            span = scope.get(_SPAN)  # type: ignore[call-overload]
+            span = marks.get(_SPAN)
             if span is not None:
                 span.set_attributes({"http.status_code": status, "tiergate.tier": tier})
             if request_log:

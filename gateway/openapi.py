@@ -78,7 +78,7 @@ def openapi_document(models: tuple[str, ...]) -> dict[str, Any]:
         {"properties": {"role": {"const": "assistant"}}},
         {"required": ["content"], "properties": {"content": {"not": {"type": "null"}}}},
     ]
-    secured = [{"bearer": []}]
+    secured: list[dict[str, list[str]]] = [{"bearer": []}]
     status = {"type": "object", "properties": {"status": {"type": "string"}}, "required": ["status"]}
     ready = {"type": "object", "properties": {"ready": {"type": "boolean"}}, "required": ["ready"]}
     return {

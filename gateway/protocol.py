@@ -118,10 +118,10 @@ def parse_chat_request(body: bytes) -> ChatCompletionRequest:
     try:
         request = _request_decoder.decode(body)
     except msgspec.ValidationError as exc:
-        message, _, path = str(exc).partition(" - at `$.")
+        text, _, path = str(exc).partition(" - at `$.")
         param = path.rstrip("`") or None
-        if message.startswith("Object missing required field"):
-            field = message.rsplit("`", 2)[-2] if "`" in message else None
+        if text.startswith("Object missing required field"):
+            field = text.rsplit("`", 2)[-2] if "`" in text else None
             param = f"{param}.{field}" if param and field else field
         raise InvalidRequest(f"invalid request: {exc}", param=param) from exc
     except msgspec.DecodeError as exc:

@@ -65,7 +65,11 @@ class Tracing:
         """A child of the current span (or a root); a no-op when tracing is off."""
         if self._tracer is None:
             return _NOOP
-        return self._tracer.start_as_current_span(name, attributes=attributes or None)
+        # The tracer is Any: OpenTelemetry is optional.
+        context: contextlib.AbstractContextManager[Any] = self._tracer.start_as_current_span(
+            name, attributes=attributes or None
+        )
+        return context
 
     @contextlib.contextmanager
     def server_span(self, name: str, **attributes: Any) -> Iterator[Any]:

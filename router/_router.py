@@ -142,13 +142,13 @@ class Router:
             tier = policy.modality_rules[modality]
             kept = [v for v in able if v.name == tier]
             if not kept:
-                view = next((v for v in views if v.name == tier), None)
+                ruled = next((v for v in views if v.name == tier), None)
                 said = f"the tenant's policy sends {modality.value} to {tier}"
-                if view is None:
+                if ruled is None:
                     raise RequestDoesNotFit(f"{said}, which is not configured")
-                if never := cannot_take(view, features):
+                if never := cannot_take(ruled, features):
                     raise RequestDoesNotFit(f"{said}, and {never}")
-                raise NoTierAvailable(f"{said}, and {why_not(view, features)}")
+                raise NoTierAvailable(f"{said}, and {why_not(ruled, features)}")
             able = kept
         vectors, predictions = {}, {}
         for view in able:

@@ -175,8 +175,8 @@ class Learned(Strategy):
             rest = sorted((s for s in scored if s is not pick), key=lambda s: (s[2], s[1] > 1, s[1]))
             reason = f"{pick[3] or 'no latency objective'}, {cost_text(pick[0].name)} ({why})"
         else:
-            ranked = sorted(scored, key=lambda s: (s[2], s[1]))
-            pick, rest = ranked[0], ranked[1:]
+            closest = sorted(scored, key=lambda s: (s[2], s[1]))
+            pick, rest = closest[0], closest[1:]
             what = []
             if pick[2] > 0:
                 what.append(f"no tier has quality >= {need:.2f}")

@@ -60,7 +60,7 @@ def duration_of(container: Any, stream: Any) -> float | None:
     if stream.duration is not None and stream.time_base is not None:
         return float(stream.duration * stream.time_base)
     if container.duration is not None:
-        return container.duration / 1_000_000
+        return float(container.duration / 1_000_000)
     return None
 
 

@@ -177,7 +177,7 @@ class MediaPipeline:
         if not has_media(request):
             return Prepared(request)
         prepared = Prepared(request)
-        jobs: list[tuple[int, int, Any]] = []
+        jobs: list[tuple[int, int, ImagePart | VideoPart | AudioPart]] = []
         for i, message in enumerate(request.messages):
             if isinstance(message.content, list):
                 for j, part in enumerate(message.content):
@@ -203,7 +203,7 @@ class MediaPipeline:
         for i, message in enumerate(request.messages):
             if isinstance(message.content, list):
                 content = [replaced.get((i, j), part) for j, part in enumerate(message.content)]
-                message = msgspec.structs.replace(message, content=content)  # type: ignore[arg-type]
+                message = msgspec.structs.replace(message, content=content)
             messages.append(message)
         prepared.request = msgspec.structs.replace(request, messages=messages)
         prepared.summary = _summary([result for _, result in done])
@@ -214,7 +214,9 @@ class MediaPipeline:
             self._metrics.observe(prepared)
         return prepared
 
-    async def _one(self, i: int, j: int, part: Any, prepared: Prepared) -> tuple[Any, Any]:
+    async def _one(
+        self, i: int, j: int, part: ImagePart | VideoPart | AudioPart, prepared: Prepared
+    ) -> tuple[Any, Any]:
         """(the part as the tiers get it, the decoder's result)."""
         where = f"messages[{i}].content[{j}]"
         try:

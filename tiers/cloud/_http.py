@@ -251,6 +251,11 @@ class Response:
             self._pool._release(self._conn)
 
 
+def _time_out(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_exception(TimeoutError())
+
+
 class HttpPool:
     def __init__(
         self,
@@ -349,7 +354,7 @@ class HttpPool:
                 other.close()  # an idle connection to another origin gives its place up
             waiter = loop.create_future()
             self._waiters.append(waiter)
-            timer = loop.call_at(until, lambda w=waiter: w.done() or w.set_exception(TimeoutError()))
+            timer = loop.call_at(until, _time_out, waiter)
             try:
                 await waiter
             finally:

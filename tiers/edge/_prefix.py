@@ -43,10 +43,10 @@ class PrefixStore(Generic[State]):
     def best(self, prompt: Sequence[int]) -> tuple[int, State | None]:
         """The saved state sharing the longest prefix with ``prompt``, and how many tokens it shares."""
         found: tuple[int, tuple[int, ...] | None] = (0, None)
-        for key in self._entries:
-            n = shared_prefix(key, prompt)
+        for saved in self._entries:
+            n = shared_prefix(saved, prompt)
             if n > found[0]:
-                found = (n, key)
+                found = (n, saved)
         length, key = found
         if key is None:
             return 0, None
