@@ -47,7 +47,8 @@ class TierTokens:
         self.samples = 0
 
     def predict(self, x: tuple[float, ...]) -> float:
-        return sum(map(operator.mul, self.weights, x))  # on the request path: no numpy call
+        total: float = sum(map(operator.mul, self.weights, x))  # on the request path: no numpy call
+        return total
 
     def update(self, inputs: tuple[float, ...], counted: float) -> None:
         x = np.asarray(inputs, dtype=float)
