@@ -10,6 +10,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from litestar import Response, get
+from litestar.params import FromQuery
 from litestar.response import Template
 
 from admin_ui._context import SECURITY_HEADERS, UI, page, services
@@ -58,10 +59,10 @@ async def report(request: AnyRequest, op: Operator, q: CostQuery, group_by: str)
 async def costs_page(
     request: AnyRequest,
     ui: UI,
-    tenant: str | None = None,
-    since: str | None = None,
-    until: str | None = None,
-    by: str | None = None,
+    tenant: FromQuery[str | None] = None,
+    since: FromQuery[str | None] = None,
+    until: FromQuery[str | None] = None,
+    by: FromQuery[str | None] = None,
 ) -> Template:
     op = await operator(request, ui.sessions)
     accounts, _, _ = services(request)
@@ -94,10 +95,10 @@ async def costs_page(
 async def costs_data(
     request: AnyRequest,
     ui: UI,
-    tenant: str | None = None,
-    since: str | None = None,
-    until: str | None = None,
-    by: str | None = None,
+    tenant: FromQuery[str | None] = None,
+    since: FromQuery[str | None] = None,
+    until: FromQuery[str | None] = None,
+    by: FromQuery[str | None] = None,
 ) -> Response[bytes]:
     op = await operator(request, ui.sessions, page=False)
     q = CostQuery.of(tenant, since, until, by)
@@ -109,10 +110,10 @@ async def costs_data(
 async def costs_csv(
     request: AnyRequest,
     ui: UI,
-    tenant: str | None = None,
-    since: str | None = None,
-    until: str | None = None,
-    by: str | None = None,
+    tenant: FromQuery[str | None] = None,
+    since: FromQuery[str | None] = None,
+    until: FromQuery[str | None] = None,
+    by: FromQuery[str | None] = None,
 ) -> Response[bytes]:
     op = await operator(request, ui.sessions, page=False)
     q = CostQuery.of(tenant, since, until, by)

@@ -11,6 +11,7 @@ import asyncio
 import re
 
 from litestar import get, post
+from litestar.params import FromQuery
 from litestar.response import Redirect, Template
 
 import router
@@ -91,7 +92,7 @@ async def _editor(
 
 
 @get("/policies/{slug:str}", name="admin_ui:policy")
-async def policy_page(request: AnyRequest, ui: UI, slug: str, saved: bool = False) -> Template:
+async def policy_page(request: AnyRequest, ui: UI, slug: str, saved: FromQuery[bool] = False) -> Template:
     return await _editor(request, await operator(request, ui.sessions), slug, saved=saved)
 
 

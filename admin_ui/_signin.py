@@ -6,6 +6,7 @@ import secrets
 
 from litestar import get, post
 from litestar.datastructures import Cookie
+from litestar.params import FromQuery
 from litestar.response import Redirect, Template
 
 from admin_ui._context import UI, page, services
@@ -59,7 +60,9 @@ async def home(request: AnyRequest, ui: UI) -> Redirect:
 
 
 @get("/login", name="admin_ui:login")
-async def sign_in_form(request: AnyRequest, ui: UI, next: str | None = None) -> Template | Redirect:
+async def sign_in_form(
+    request: AnyRequest, ui: UI, next: FromQuery[str | None] = None
+) -> Template | Redirect:
     if ui.sessions.get(request.cookies.get(COOKIE)) is not None:
         return Redirect(safe_next(next), status_code=303)
     return _form(request, safe_next(next))

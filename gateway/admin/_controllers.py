@@ -7,6 +7,7 @@ from typing import TypeVar
 import msgspec
 from litestar import Request, Response, delete, get, post
 from litestar.datastructures import State
+from litestar.params import FromQuery
 
 from gateway.accounts import Accounts
 from gateway.admin._service import AdminService
@@ -91,11 +92,11 @@ async def revoke_key(request: Request[object, object, State], state: State, key_
 async def cost_report(
     request: Request[object, object, State],
     state: State,
-    tenant: str | None = None,
-    since: str | None = None,
-    until: str | None = None,
-    group_by: str | None = None,
-    format: str = "json",
+    tenant: FromQuery[str | None] = None,
+    since: FromQuery[str | None] = None,
+    until: FromQuery[str | None] = None,
+    group_by: FromQuery[str | None] = None,
+    format: FromQuery[str] = "json",
 ) -> Response[bytes]:
     admin, caller = await _admin(request, state)
     if format not in FORMATS:

@@ -18,6 +18,7 @@ import asyncio
 import msgspec
 from litestar import Request, Response, get, post, put
 from litestar.datastructures import State
+from litestar.params import FromQuery
 
 import router
 from gateway.accounts import Accounts
@@ -115,7 +116,7 @@ async def put_policy(request: Request[object, object, State], name: str) -> Resp
 
 @get("/admin/api/tenants/{name:str}/policy/history")
 async def policy_history(
-    request: Request[object, object, State], name: str, limit: int = 100
+    request: Request[object, object, State], name: str, limit: FromQuery[int] = 100
 ) -> Response[bytes]:
     return await _history(request, name, limit)
 
@@ -137,7 +138,7 @@ async def put_default_policy(request: Request[object, object, State]) -> Respons
 
 @get("/admin/api/policies/default/history")
 async def default_policy_history(
-    request: Request[object, object, State], limit: int = 100
+    request: Request[object, object, State], limit: FromQuery[int] = 100
 ) -> Response[bytes]:
     return await _history(request, None, limit)
 
