@@ -10,6 +10,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from litestar import Response, get
+from litestar.di import NamedDependency
 from litestar.params import FromQuery
 from litestar.response import Template
 
@@ -58,7 +59,7 @@ async def report(request: AnyRequest, op: Operator, q: CostQuery, group_by: str)
 @get("/costs", name="admin_ui:costs")
 async def costs_page(
     request: AnyRequest,
-    ui: UI,
+    ui: NamedDependency[UI],
     tenant: FromQuery[str | None] = None,
     since: FromQuery[str | None] = None,
     until: FromQuery[str | None] = None,
@@ -94,7 +95,7 @@ async def costs_page(
 @get("/data/costs", name="admin_ui:costs_data")
 async def costs_data(
     request: AnyRequest,
-    ui: UI,
+    ui: NamedDependency[UI],
     tenant: FromQuery[str | None] = None,
     since: FromQuery[str | None] = None,
     until: FromQuery[str | None] = None,
@@ -109,7 +110,7 @@ async def costs_data(
 @get("/costs.csv", name="admin_ui:costs_csv")
 async def costs_csv(
     request: AnyRequest,
-    ui: UI,
+    ui: NamedDependency[UI],
     tenant: FromQuery[str | None] = None,
     since: FromQuery[str | None] = None,
     until: FromQuery[str | None] = None,

@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 from litestar import Response, get
+from litestar.di import NamedDependency
 from litestar.response import Template
 
 from admin_ui._context import SECURITY_HEADERS, UI, page, services
@@ -36,7 +37,7 @@ def live_state(request: AnyRequest) -> dict[str, Any]:
 
 
 @get("/live", name="admin_ui:live")
-async def live_page(request: AnyRequest, ui: UI) -> Template:
+async def live_page(request: AnyRequest, ui: NamedDependency[UI]) -> Template:
     op = await operator(request, ui.sessions)
     return page(
         op, "live.html", title="Live", nav="live", live=live_state(request), refresh_s=ui.settings.refresh_s
@@ -44,13 +45,13 @@ async def live_page(request: AnyRequest, ui: UI) -> Template:
 
 
 @get("/live/panel", name="admin_ui:live_panel")
-async def live_panel(request: AnyRequest, ui: UI) -> Template:
+async def live_panel(request: AnyRequest, ui: NamedDependency[UI]) -> Template:
     await operator(request, ui.sessions, page=False)
     return page(None, "live_panel.html", title="Live", live=live_state(request))
 
 
 @get("/data/live", name="admin_ui:live_data")
-async def live_data(request: AnyRequest, ui: UI) -> Response[bytes]:
+async def live_data(request: AnyRequest, ui: NamedDependency[UI]) -> Response[bytes]:
     await operator(request, ui.sessions, page=False)
     return Response(encode(live_state(request)), media_type="application/json", headers=SECURITY_HEADERS)
 

@@ -11,7 +11,8 @@ import asyncio
 import re
 
 from litestar import get, post
-from litestar.params import FromQuery
+from litestar.di import NamedDependency
+from litestar.params import FromPath, FromQuery
 from litestar.response import Redirect, Template
 
 import router
@@ -44,7 +45,7 @@ def _tiers(request: AnyRequest) -> list[str]:
 
 
 @get("/policies", name="admin_ui:policies")
-async def policies_page(request: AnyRequest, ui: UI) -> Template:
+async def policies_page(request: AnyRequest, ui: NamedDependency[UI]) -> Template:
     op = await operator(request, ui.sessions)
     accounts, _, _ = services(request)
     book: PolicyBook = accounts.policies
@@ -92,12 +93,16 @@ async def _editor(
 
 
 @get("/policies/{slug:str}", name="admin_ui:policy")
-async def policy_page(request: AnyRequest, ui: UI, slug: str, saved: FromQuery[bool] = False) -> Template:
+async def policy_page(
+    request: AnyRequest, ui: NamedDependency[UI], slug: FromPath[str], saved: FromQuery[bool] = False
+) -> Template:
     return await _editor(request, await operator(request, ui.sessions), slug, saved=saved)
 
 
 @post("/policies/{slug:str}", name="admin_ui:save_policy")
-async def save_policy(request: AnyRequest, ui: UI, slug: str) -> Template | Redirect:
+async def save_policy(
+    request: AnyRequest, ui: NamedDependency[UI], slug: FromPath[str]
+) -> Template | Redirect:
     op = await operator(request, ui.sessions)
     posted = await checked_form(request, op.csrf)
     body, errors = form.parse(posted, _tiers(request))
@@ -124,7 +129,9 @@ async def save_policy(request: AnyRequest, ui: UI, slug: str) -> Template | Redi
 
 
 @post("/policies/{slug:str}/rollback", name="admin_ui:rollback_policy")
-async def rollback_policy(request: AnyRequest, ui: UI, slug: str) -> Template | Redirect:
+async def rollback_policy(
+    request: AnyRequest, ui: NamedDependency[UI], slug: FromPath[str]
+) -> Template | Redirect:
     op = await operator(request, ui.sessions)
     posted = await checked_form(request, op.csrf)
     accounts, _, _ = services(request)

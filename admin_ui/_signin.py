@@ -6,6 +6,7 @@ import secrets
 
 from litestar import get, post
 from litestar.datastructures import Cookie
+from litestar.di import NamedDependency
 from litestar.params import FromQuery
 from litestar.response import Redirect, Template
 
@@ -51,7 +52,7 @@ def _form(request: AnyRequest, next_path: str, error: str = "", status: int = 20
 
 
 @get("/", name="admin_ui:home")
-async def home(request: AnyRequest, ui: UI) -> Redirect:
+async def home(request: AnyRequest, ui: NamedDependency[UI]) -> Redirect:
     try:
         await operator(request, ui.sessions)
     except SignInRequired:
@@ -61,7 +62,7 @@ async def home(request: AnyRequest, ui: UI) -> Redirect:
 
 @get("/login", name="admin_ui:login")
 async def sign_in_form(
-    request: AnyRequest, ui: UI, next: FromQuery[str | None] = None
+    request: AnyRequest, ui: NamedDependency[UI], next: FromQuery[str | None] = None
 ) -> Template | Redirect:
     if ui.sessions.get(request.cookies.get(COOKIE)) is not None:
         return Redirect(safe_next(next), status_code=303)
@@ -69,7 +70,7 @@ async def sign_in_form(
 
 
 @post("/login", name="admin_ui:sign_in")
-async def sign_in(request: AnyRequest, ui: UI) -> Template | Redirect:
+async def sign_in(request: AnyRequest, ui: NamedDependency[UI]) -> Template | Redirect:
     check_origin(request)
     form = await request.form()
     fields = {k: v for k, v in form.items() if isinstance(v, str)}
@@ -92,7 +93,7 @@ async def sign_in(request: AnyRequest, ui: UI) -> Template | Redirect:
 
 
 @post("/logout", name="admin_ui:sign_out")
-async def sign_out(request: AnyRequest, ui: UI) -> Redirect:
+async def sign_out(request: AnyRequest, ui: NamedDependency[UI]) -> Redirect:
     op = await operator(request, ui.sessions)
     await checked_form(request, op.csrf)
     ui.sessions.close(op.token)

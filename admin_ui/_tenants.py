@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from litestar import get, post
+from litestar.di import NamedDependency
+from litestar.params import FromPath
 from litestar.response import Redirect, Template
 
 from admin_ui._context import UI, page, services
@@ -44,7 +46,7 @@ async def _tenants_page(
 
 
 @get("/tenants", name="admin_ui:tenants")
-async def tenants_page(request: AnyRequest, ui: UI) -> Template:
+async def tenants_page(request: AnyRequest, ui: NamedDependency[UI]) -> Template:
     return await _tenants_page(request, await operator(request, ui.sessions))
 
 
@@ -62,7 +64,7 @@ def _limits(fields: dict[str, str], errors: dict[str, str]) -> dict[str, int]:
 
 
 @post("/tenants", name="admin_ui:create_tenant")
-async def create_tenant(request: AnyRequest, ui: UI) -> Template | Redirect:
+async def create_tenant(request: AnyRequest, ui: NamedDependency[UI]) -> Template | Redirect:
     op = await operator(request, ui.sessions)
     fields = await checked_form(request, op.csrf)
     errors: dict[str, str] = {}
@@ -99,12 +101,12 @@ async def _tenant_page(request: AnyRequest, op: Operator, name: str, **extra: An
 
 
 @get("/tenants/{name:str}", name="admin_ui:tenant")
-async def tenant_page(request: AnyRequest, ui: UI, name: str) -> Template:
+async def tenant_page(request: AnyRequest, ui: NamedDependency[UI], name: FromPath[str]) -> Template:
     return await _tenant_page(request, await operator(request, ui.sessions), name)
 
 
 @post("/tenants/{name:str}/keys", name="admin_ui:create_key")
-async def create_key(request: AnyRequest, ui: UI, name: str) -> Template:
+async def create_key(request: AnyRequest, ui: NamedDependency[UI], name: FromPath[str]) -> Template:
     op = await operator(request, ui.sessions)
     fields = await checked_form(request, op.csrf)
     label = fields.get("label", "").strip()[:200]
@@ -114,7 +116,7 @@ async def create_key(request: AnyRequest, ui: UI, name: str) -> Template:
 
 
 @post("/keys/{key_id:str}/revoke", name="admin_ui:revoke_key")
-async def revoke_key(request: AnyRequest, ui: UI, key_id: str) -> Redirect:
+async def revoke_key(request: AnyRequest, ui: NamedDependency[UI], key_id: FromPath[str]) -> Redirect:
     op = await operator(request, ui.sessions)
     await checked_form(request, op.csrf)
     key = await _admin(request).revoke_key(op.caller, key_id)

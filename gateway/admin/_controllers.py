@@ -7,7 +7,7 @@ from typing import TypeVar
 import msgspec
 from litestar import Request, Response, delete, get, post
 from litestar.datastructures import State
-from litestar.params import FromQuery
+from litestar.params import FromPath, FromQuery
 
 from gateway.accounts import Accounts
 from gateway.admin._service import AdminService
@@ -64,26 +64,34 @@ async def create_tenant(request: Request[object, object, State], state: State) -
 
 
 @get("/admin/api/tenants/{name:str}")
-async def get_tenant(request: Request[object, object, State], state: State, name: str) -> Response[bytes]:
+async def get_tenant(
+    request: Request[object, object, State], state: State, name: FromPath[str]
+) -> Response[bytes]:
     admin, caller = await _admin(request, state)
     return _json(await admin.tenant(caller, name))
 
 
 @get("/admin/api/tenants/{name:str}/keys")
-async def list_keys(request: Request[object, object, State], state: State, name: str) -> Response[bytes]:
+async def list_keys(
+    request: Request[object, object, State], state: State, name: FromPath[str]
+) -> Response[bytes]:
     admin, caller = await _admin(request, state)
     return _json({"data": await admin.keys(caller, name)})
 
 
 @post("/admin/api/tenants/{name:str}/keys")
-async def create_key(request: Request[object, object, State], state: State, name: str) -> Response[bytes]:
+async def create_key(
+    request: Request[object, object, State], state: State, name: FromPath[str]
+) -> Response[bytes]:
     admin, caller = await _admin(request, state)
     body = _decode(await request.body(), NewKeyBody)
     return _json(await admin.create_key(caller, name, body.name), 201)
 
 
 @delete("/admin/api/keys/{key_id:str}", status_code=200)
-async def revoke_key(request: Request[object, object, State], state: State, key_id: str) -> Response[bytes]:
+async def revoke_key(
+    request: Request[object, object, State], state: State, key_id: FromPath[str]
+) -> Response[bytes]:
     admin, caller = await _admin(request, state)
     return _json(await admin.revoke_key(caller, key_id))
 

@@ -18,7 +18,7 @@ import asyncio
 import msgspec
 from litestar import Request, Response, get, post, put
 from litestar.datastructures import State
-from litestar.params import FromQuery
+from litestar.params import FromPath, FromQuery
 
 import router
 from gateway.accounts import Accounts
@@ -105,24 +105,24 @@ async def _rollback(request: Request[object, object, State], tenant: str | None)
 
 
 @get("/admin/api/tenants/{name:str}/policy")
-async def get_policy(request: Request[object, object, State], name: str) -> Response[bytes]:
+async def get_policy(request: Request[object, object, State], name: FromPath[str]) -> Response[bytes]:
     return await _read(request, name)
 
 
 @put("/admin/api/tenants/{name:str}/policy")
-async def put_policy(request: Request[object, object, State], name: str) -> Response[bytes]:
+async def put_policy(request: Request[object, object, State], name: FromPath[str]) -> Response[bytes]:
     return await _write(request, name)
 
 
 @get("/admin/api/tenants/{name:str}/policy/history")
 async def policy_history(
-    request: Request[object, object, State], name: str, limit: FromQuery[int] = 100
+    request: Request[object, object, State], name: FromPath[str], limit: FromQuery[int] = 100
 ) -> Response[bytes]:
     return await _history(request, name, limit)
 
 
 @post("/admin/api/tenants/{name:str}/policy/rollback", status_code=200)
-async def rollback_policy(request: Request[object, object, State], name: str) -> Response[bytes]:
+async def rollback_policy(request: Request[object, object, State], name: FromPath[str]) -> Response[bytes]:
     return await _rollback(request, name)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import msgspec
 from litestar import Request, Response, get, post, put
 from litestar.datastructures import State
+from litestar.params import FromPath
 
 from gateway.admin._guard import require_admin
 from gateway.errors import InvalidRequest, NotFound
@@ -46,7 +47,7 @@ async def set_replicas(request: Request[object, object, State]) -> Response[byte
 
 
 @post("/admin/api/cloud/replicas/{name:str}/drain", status_code=200)
-async def drain_replica(request: Request[object, object, State], name: str) -> Response[bytes]:
+async def drain_replica(request: Request[object, object, State], name: FromPath[str]) -> Response[bytes]:
     pool = await _pool(request)
     if not pool.drain(name):
         raise NotFound(f"no replica named {name!r}")
