@@ -231,12 +231,17 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
         )
 
     def _cpu_shares(self) -> tuple[list[int], list[int]]:
-        """The edge's and the local vLLM server's CPUs when both run here (tiers/_cpus.py), else none."""
+        """The edge's and the local vLLM server's CPUs when both run here (tiers/_cpus.py), else none;
+        a list set by hand for one of them leaves the other the rest."""
         local = self.cloud.local
         both = self.edge.enabled and self.cloud.enabled and not self.cloud.urls and local.enabled
         if not both or not local.split_cpus:
             return [], []
-        edge, server = split_cpus(usable_cpus())
+        usable = usable_cpus()
+        if self.edge.cpus or local.cpus:  # one set by hand: the other engine gets the rest
+            edge = self.edge.cpus or [c for c in usable if c not in local.cpus]
+            return edge, local.cpus or [c for c in usable if c not in edge]
+        edge, server = split_cpus(usable)
         return (edge, server) if edge != server else ([], [])
 
 

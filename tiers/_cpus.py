@@ -26,6 +26,18 @@ def usable_cpus() -> list[int]:
     return sorted(os.sched_getaffinity(0))
 
 
+def check_cpus(setting: str, cpus: Sequence[int]) -> None:
+    """Refuse a list naming a CPU this process may not run on (a typo would otherwise pin nothing,
+    or keep vLLM from starting, far from the setting that caused it)."""
+    usable = usable_cpus()
+    missing = sorted(set(cpus) - set(usable)) if usable else []
+    if missing:
+        named = f"CPU{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))}"
+        raise ValueError(
+            f"{setting}: this process may not run on {named} (it may use {', '.join(map(str, usable))})"
+        )
+
+
 def split_cpus(cpus: Sequence[int]) -> tuple[list[int], list[int]]:
     """The edge's and the local vLLM server's shares of ``cpus``: the lower half (rounded up) and the
     rest.  Fewer than two CPUs cannot be split: both get them all."""

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 import gateway.settings
-from gateway.settings import Settings, load_settings
+import tiers._cpus
+from gateway.settings import Settings, SettingsError, load_settings
 from tiers import split_cpus, usable_cpus
 from tiers._cpus import pin_this_thread
 from tiers.cloud import CloudConfig, LocalServer
@@ -47,6 +48,9 @@ def test_the_edge_engine_threads_default_to_its_own_cpus() -> None:
 @pytest.fixture
 def eight_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(gateway.settings, "usable_cpus", lambda: list(range(8)))
+    monkeypatch.setattr(
+        tiers._cpus, "usable_cpus", lambda: list(range(8))
+    )  # what settings are checked against
 
 
 def test_the_embedded_defaults_split_the_cpus(eight_cpus: None) -> None:
@@ -59,6 +63,24 @@ def test_explicit_cpus_are_kept(eight_cpus: None) -> None:
     settings = load_settings(**{"edge.cpus": [0, 1], "cloud.local.cpus": [2, 3, 4, 5, 6, 7]})
     assert settings.edge_config().cpus == [0, 1]
     assert settings.local_vllm().cpus == [2, 3, 4, 5, 6, 7]
+
+
+def test_one_list_set_by_hand_leaves_the_other_engine_the_rest(eight_cpus: None) -> None:
+    settings = load_settings(**{"edge.cpus": [0, 1]})
+    assert settings.edge_config().cpus == [0, 1]
+    assert settings.local_vllm().cpus == [2, 3, 4, 5, 6, 7]
+    settings = load_settings(**{"cloud.local.cpus": [7]})
+    assert settings.edge_config().cpus == [0, 1, 2, 3, 4, 5, 6]
+
+
+@pytest.mark.skipif(not usable_cpus(), reason="the platform does not say which CPUs may be used")
+@pytest.mark.parametrize("setting", ["edge.cpus", "cloud.local.cpus"])
+def test_a_cpu_this_process_may_not_use_stops_start_up_with_a_clear_message(setting: str) -> None:
+    missing = max(usable_cpus()) + 1
+    with pytest.raises(
+        SettingsError, match=rf"{setting}: this process may not run on CPU {missing} \(it may use"
+    ):
+        load_settings(**{setting: [min(usable_cpus()), missing]})
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
+from tiers._cpus import check_cpus
 from tiers._types import MediaLimits, Modality
 
 # Where scripts/setup.sh puts them, relative to the build cache folder.
@@ -47,6 +48,9 @@ class LocalServer(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     # Beside the in-process edge: give each engine its own half of the CPUs (false: pin nothing
     # that is not listed in `cpus` or `edge.cpus`).
     split_cpus: bool = True
+
+    def __post_init__(self) -> None:
+        check_cpus("cloud.local.cpus", self.cpus)
 
 
 class CloudMediaLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -8,6 +8,8 @@ from typing import Annotated, Literal
 
 import msgspec
 
+from tiers._cpus import check_cpus
+
 # Where `tiergate models export-onnx` puts the shipped model's ONNX export, under the build cache.
 DEFAULT_ONNX_MODEL_DIR = "models/smollm2-135m-onnx"
 
@@ -87,6 +89,7 @@ class EdgeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
         known = names or [self.model_name]
         if self.active and self.active not in known:
             raise ValueError(f"edge.active: no model named {self.active!r} (known: {', '.join(known)})")
+        check_cpus("edge.cpus", self.cpus)
 
     def instance_count(self) -> int:
         return self.instances or default_instances()
