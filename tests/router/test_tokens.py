@@ -34,6 +34,13 @@ def edge_count(f: router.Features) -> int:
     return round(25 + 0.9 * f.prompt_tokens)
 
 
+def _feed(tokens: PromptTokens, rng: random.Random, n: int, extra_per_image: int = 0) -> None:
+    """``n`` random requests' counts from the cloud (images costing ``extra_per_image`` more)."""
+    for _ in range(n):
+        f = _request(rng)
+        tokens.observe("cloud", f, cloud_count(f) + extra_per_image * f.media.images)
+
+
 def test_the_plain_estimate_stands_until_a_tier_has_reported_enough() -> None:
     tokens = PromptTokens(min_samples=8)
     f = router.Features(100, 64, 1, TEXT, False)
@@ -60,13 +67,11 @@ def test_each_tier_learns_its_own_template_and_media_tokens() -> None:
         assert tokens.estimate("edge", text_only) == pytest.approx(edge_count(text_only), rel=0.02, abs=2)
 
 
-def test_a_direction_no_request_excites_does_not_blow_up() -> None:
+def test_an_input_no_request_carries_keeps_its_prior_weight() -> None:
     """No request carries audio: its weight stays the prior's, not a guess from decayed nothing."""
     tokens = PromptTokens()
     rng = random.Random(3)
-    for _ in range(5000):
-        f = _request(rng)
-        tokens.observe("cloud", f, cloud_count(f))
+    _feed(tokens, rng, 5000)
     weights = tokens.tiers["cloud"].weights
     assert all(math.isfinite(w) for w in weights) and weights[4] == pytest.approx(0.0, abs=1e-6)
     f = _request(rng)
@@ -76,12 +81,8 @@ def test_a_direction_no_request_excites_does_not_blow_up() -> None:
 def test_a_new_model_is_followed() -> None:
     tokens = PromptTokens()
     rng = random.Random(4)
-    for _ in range(300):
-        f = _request(rng)
-        tokens.observe("cloud", f, cloud_count(f))
-    for _ in range(600):  # the operator swapped in a model whose images cost 250 tokens
-        f = _request(rng)
-        tokens.observe("cloud", f, cloud_count(f) + 130 * f.media.images)
+    _feed(tokens, rng, 300)
+    _feed(tokens, rng, 600, extra_per_image=130)  # the operator swapped in a model whose images cost 250
     f = router.Features(50, 64, 1, IMAGE, False, router.MediaSummary(images=1))
     assert tokens.estimate("cloud", f) == pytest.approx(cloud_count(f) + 130, rel=0.05)
 
