@@ -11,10 +11,10 @@ from litestar.response import Template
 
 from admin_ui._guard import AnyRequest, Operator
 from admin_ui._sessions import SessionStore
-from gateway.accounts import Accounts
-from gateway.activity import Activity
-from gateway.chat import ChatService
+from gateway.accounts.service import Accounts
 from gateway.errors import GatewayError, error_response
+from gateway.ops.activity import Activity
+from gateway.pipeline.chat import ChatService
 from gateway.settings import AdminUISettings
 
 # Sent with every admin page and data answer: nothing cached, nothing framed, scripts and

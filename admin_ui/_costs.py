@@ -16,10 +16,10 @@ from litestar.response import Template
 
 from admin_ui._context import SECURITY_HEADERS, UI, page, services
 from admin_ui._guard import AnyRequest, Operator, operator
-from gateway.admin import AdminService
+from gateway.accounts.ledger import report_csv
+from gateway.api.admin import AdminService
+from gateway.api.protocol import encode
 from gateway.errors import GatewayError, InvalidRequest
-from gateway.ledger import report_csv
-from gateway.protocol import encode
 
 SPLITS = ("tier", "model")
 DEFAULT_DAYS = 30

@@ -18,9 +18,9 @@ from litestar.datastructures import State
 from litestar.response import Redirect
 
 from admin_ui._sessions import COOKIE, Session, SessionStore, same
-from gateway.accounts import Accounts
+from gateway.accounts.service import Accounts
+from gateway.accounts.tenants import ADMIN, Caller
 from gateway.errors import AuthenticationFailed
-from gateway.tenants import ADMIN, Caller
 
 AnyRequest = Request[object, object, State]
 

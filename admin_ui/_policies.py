@@ -1,7 +1,7 @@
 """Routing policies: every tenant's at a glance, an editor per tenant (and for the default)
 with messages next to the fields, the audit history (who, when, before → after), rollback.
 
-Edits go through the gateway's :class:`~gateway.policies.PolicyBook`, so they take effect on
+Edits go through the gateway's :class:`~gateway.accounts.policies.PolicyBook`, so they take effect on
 this gateway's next request (on other gateways within ``policies.refresh_s``).
 """
 
@@ -19,8 +19,8 @@ import router
 from admin_ui import _policy_form as form
 from admin_ui._context import UI, page, services
 from admin_ui._guard import AnyRequest, Operator, checked_form, operator
+from gateway.accounts.policies import DEFAULT_KEY, PolicyBook
 from gateway.errors import GatewayError, InvalidRequest
-from gateway.policies import DEFAULT_KEY, PolicyBook
 
 DEFAULT_SLUG = "_default"  # tenant names start with a letter or digit, so this names no tenant
 

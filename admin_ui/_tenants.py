@@ -11,10 +11,10 @@ from litestar.response import Redirect, Template
 
 from admin_ui._context import UI, page, services
 from admin_ui._guard import AnyRequest, Operator, checked_form, operator
-from gateway.admin import AdminService
+from gateway.accounts.tenants import check_tenant_name
+from gateway.api.admin import AdminService
 from gateway.errors import GatewayError
 from gateway.settings import TenantLimits
-from gateway.tenants import check_tenant_name
 
 LIMIT_FIELDS = tuple(TenantLimits.__struct_fields__)
 

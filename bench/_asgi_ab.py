@@ -15,8 +15,8 @@ from typing import Any
 
 import msgspec
 
-from gateway import logs
 from gateway.app import create_app
+from gateway.ops import logs
 from gateway.settings import load_settings
 from tiers import Capabilities, Completion, Delta, Generation, Health, Modality, TierState, Usage
 

@@ -35,7 +35,7 @@ from typing import Any
 import httpx
 
 from bench.route_replay import _png, start_gateway
-from gateway.calibration import mp4_clip
+from gateway.tools.calibration import mp4_clip
 
 RESULTS = Path(__file__).resolve().parent / "results" / "cpu_split.json"
 CONFIGS = {"unsplit": "[cloud.local]\nsplit_cpus = false\n", "split": ""}

@@ -193,9 +193,9 @@ def in_process_cost() -> dict[str, float]:
     import io
     import logging
 
-    from gateway.logs import REQUEST_ID, handler
-    from gateway.metrics import Metrics
-    from gateway.tracing import Tracing
+    from gateway.ops.logs import REQUEST_ID, handler
+    from gateway.ops.metrics import Metrics
+    from gateway.ops.tracing import Tracing
 
     m, tracing = Metrics(), Tracing()
     logger = logging.getLogger("bench.request")

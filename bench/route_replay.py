@@ -75,7 +75,7 @@ from typing import Any
 import httpx
 
 from bench.overhead import free_port
-from gateway.calibration import mp4_clip
+from gateway.tools.calibration import mp4_clip
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "route_replay.json"
@@ -611,7 +611,7 @@ def decision_time(samples: int = 5000) -> dict[str, float]:
 
 
 async def calibrate(url: str, keys: dict[str, str], per_tier: int) -> dict[str, Any]:
-    from gateway.calibration import calibrate as run
+    from gateway.tools.calibration import calibrate as run
 
     return await run(url, keys["key"], keys["admin"], ["edge", "cloud"], per_tier)
 

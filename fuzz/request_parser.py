@@ -29,12 +29,12 @@ def _imports() -> None:
     import msgspec
 
     from cache import CacheConfig
-    from gateway.caching import AnswerCache
-    from gateway.chat import conversation_key, features_of
+    from gateway.api.protocol import parse_chat_request
     from gateway.errors import InvalidRequest, error_body
-    from gateway.metering import demand_of
-    from gateway.metrics import Metrics
-    from gateway.protocol import parse_chat_request
+    from gateway.ops.metrics import Metrics
+    from gateway.pipeline.caching import AnswerCache
+    from gateway.pipeline.chat import conversation_key, features_of
+    from gateway.pipeline.metering import demand_of
     from router import AutoRule
 
 

@@ -1,5 +1,5 @@
 """``python -m gateway`` is the ``tiergate`` command (for an environment whose scripts are not on PATH)."""
 
-from gateway.cli import main
+from gateway.tools.cli import main
 
 main()

@@ -16,24 +16,24 @@ from prometheus_client import disable_created_metrics
 
 import cache
 import router
-from gateway.accounts import Accounts
-from gateway.activity import Activity
-from gateway.admin import ADMIN_ROUTES
-from gateway.admission import admit
-from gateway.budgets import BudgetBook
-from gateway.caching import AnswerCache
-from gateway.chat import ChatService
-from gateway.controllers import ROUTES
+from gateway.accounts.budgets import BudgetBook
+from gateway.accounts.service import Accounts
+from gateway.api.admin import ADMIN_ROUTES
+from gateway.api.controllers import ROUTES
+from gateway.api.openapi import OPENAPI_ROUTES
 from gateway.errors import error_response
 from gateway.media import MediaMetrics, MediaPipeline, MediaTargets
-from gateway.metrics import Metrics
-from gateway.observe import Observer, live_gauges
-from gateway.openapi import OPENAPI_ROUTES
-from gateway.routing import RoutingService, tier_prices
-from gateway.scaling import ReplicaSignal, run_signal
+from gateway.ops.activity import Activity
+from gateway.ops.metrics import Metrics
+from gateway.ops.observe import Observer, live_gauges
+from gateway.ops.scaling import ReplicaSignal, run_signal
+from gateway.ops.shared import SharedPool, open_shared
+from gateway.ops.tracing import Tracing
+from gateway.pipeline.admission import admit
+from gateway.pipeline.caching import AnswerCache
+from gateway.pipeline.chat import ChatService
+from gateway.pipeline.routing import RoutingService, tier_prices
 from gateway.settings import Settings, SettingsError
-from gateway.shared import SharedPool, open_shared
-from gateway.tracing import Tracing
 from tiers import Modality, Pool, Tier
 from tiers.cloud import VLLMPool
 from tiers.edge import EdgeRegistry
@@ -210,7 +210,7 @@ def create_app(
         middleware=[observer.middleware] if observer.needs_middleware else [],
         before_send=[observer.before_send()],
         request_max_body_size=settings.server.max_body_bytes,
-        logging_config=None,  # logging is set up once, by gateway.logs (JSON or text, with request ids)
+        logging_config=None,  # logging is set up once, by gateway.ops.logs (JSON or text, with request ids)
         openapi_config=None,
         debug=False,
     )

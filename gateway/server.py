@@ -8,9 +8,9 @@ from collections.abc import Callable
 
 import uvicorn
 
-from gateway import logs
+from gateway.api.httpguard import guarded_protocol
 from gateway.app import create_app
-from gateway.httpguard import guarded_protocol
+from gateway.ops import logs
 from gateway.settings import Settings
 
 
@@ -28,7 +28,7 @@ def uvicorn_config(
         timeout_keep_alive=settings.http.keep_alive_s,
         lifespan="on",
         log_level=server.log_level,
-        log_config=None,  # our handler on the root logger (gateway.logs) formats uvicorn's lines too
+        log_config=None,  # our handler on the root logger (gateway.ops.logs) formats uvicorn's lines too
         access_log=server.access_log,
         timeout_graceful_shutdown=int(server.shutdown_grace_s),
         server_header=False,

@@ -20,11 +20,11 @@ from typing import Any, Literal
 import msgspec
 
 from cache import CacheConfig
-from gateway.admission import AdmissionSettings
-from gateway.httpguard import HttpSettings
+from gateway.api.httpguard import HttpSettings
 from gateway.media import MediaSettings
-from gateway.observe import ObservabilitySettings
-from gateway.scaling import ScalingSettings
+from gateway.ops.observe import ObservabilitySettings
+from gateway.ops.scaling import ScalingSettings
+from gateway.pipeline.admission import AdmissionSettings
 from router import AutoRule, BreakerConfig, PredictorConfig, TenantPolicy
 from tiers import split_cpus, usable_cpus
 from tiers.cloud import DEFAULT_VLLM_PYTHON, DEFAULT_VLM_DIR, CloudConfig, LocalServer

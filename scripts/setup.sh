@@ -23,7 +23,7 @@ CACHE=${TIERGATE_BUILD_CACHE_DIR:-$HOME/.cache/tiergate}
 LLAMA_CPP_VERSION=0.3.36
 VLLM_VERSION=0.32.0
 TORCH_VERSION=2.13.0
-ONNX_EXPORT_ENV_VERSION=1   # keep in step with gateway/modelbuild/onnx_export.py EXPORT_ENV
+ONNX_EXPORT_ENV_VERSION=1   # keep in step with gateway/tools/modelbuild/onnx_export.py EXPORT_ENV
 # The cloud serves SmolLM2-135M-Instruct unquantized (bf16) where the edge runs its Q4_1 GGUF. The other
 # model build_cloud_model.py knows, Gemma 3 270M, is on PyPI only as the base (not chat-tuned) model.
 CLOUD_MODEL=smollm2-135m

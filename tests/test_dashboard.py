@@ -7,7 +7,7 @@ import json
 import re
 from pathlib import Path
 
-from gateway.metrics import Metrics
+from gateway.ops.metrics import Metrics
 
 ROOT = Path(__file__).resolve().parent.parent
 DASHBOARD = ROOT / "deploy" / "grafana" / "tiergate.json"

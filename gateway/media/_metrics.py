@@ -1,4 +1,4 @@
-"""Media preprocessing measurements, recorded through the gateway's :class:`~gateway.metrics.Metrics`."""
+"""Media preprocessing measurements, recorded through the gateway's :class:`~gateway.ops.metrics.Metrics`."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from gateway.media.pipeline import Prepared
-    from gateway.metrics import Metrics
+    from gateway.ops.metrics import Metrics
 
 
 class MediaMetrics:

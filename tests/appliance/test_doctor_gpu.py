@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.appliance.doctor import Doctor
+from gateway.tools.appliance.doctor import Doctor
 
 
 def fake_smi(folder: Path, body: str) -> None:

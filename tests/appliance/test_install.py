@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.appliance import installer
+from gateway.tools.appliance import installer
 from tests.conftest import TIERGATE, free_port
 
 # Installing runs without a network: a private network namespace, when this machine allows one.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gateway.activity import Activity, Decision, percentile
+from gateway.ops.activity import Activity, Decision, percentile
 
 
 def decision(

@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from gateway.admission import AdmissionSettings, Gate, Lane, LaneSettings
+from gateway.pipeline.admission import AdmissionSettings, Gate, Lane, LaneSettings
 from tiers import TierOverloaded
 
 
@@ -111,7 +111,7 @@ async def test_priority_tenants_go_ahead_in_their_lane() -> None:
 
 async def test_lane_waits_and_refusals_are_measured_with_their_reason() -> None:
     from gateway.errors import to_gateway_error
-    from gateway.metrics import Metrics
+    from gateway.ops.metrics import Metrics
     from tests.gateway.test_metrics import value
 
     metrics = Metrics()

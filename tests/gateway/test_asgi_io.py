@@ -1,4 +1,4 @@
-"""The chat handler's own body reader and JSON answer (gateway/asgi_io.py)."""
+"""The chat handler's own body reader and JSON answer (gateway/api/asgi_io.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gateway.asgi_io import EventStream, JSONAnswer, read_body
+from gateway.api.asgi_io import EventStream, JSONAnswer, read_body
 from gateway.errors import InvalidRequest, PayloadTooLarge
 
 

@@ -1,4 +1,4 @@
-"""Background work runs at the lowest CPU priority (gateway/background.py)."""
+"""Background work runs at the lowest CPU priority (gateway/ops/background.py)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway.background import LOWEST, background_thread
-from gateway.ledger import Ledger
-from gateway.storage import open_database
+from gateway.accounts.ledger import Ledger
+from gateway.accounts.storage import open_database
+from gateway.ops.background import LOWEST, background_thread
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread priorities are Linux's")
 
@@ -56,7 +56,7 @@ def test_the_predictor_refit_worker_runs_at_the_lowest_priority() -> None:
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    from gateway.routing import exit_with_parent
+    from gateway.pipeline.routing import exit_with_parent
 
     before = _nice_of_this_process()
     context = multiprocessing.get_context("spawn")

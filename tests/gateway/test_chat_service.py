@@ -10,11 +10,11 @@ import pytest
 
 import cache
 import router
-from gateway.caching import AnswerCache, CacheStatus
-from gateway.chat import ChatService, RequestContext
+from gateway.api.protocol import parse_chat_request
 from gateway.errors import ModalityUnavailable
-from gateway.metrics import Metrics
-from gateway.protocol import parse_chat_request
+from gateway.ops.metrics import Metrics
+from gateway.pipeline.caching import AnswerCache, CacheStatus
+from gateway.pipeline.chat import ChatService, RequestContext
 from tiers import (
     Capabilities,
     Completion,

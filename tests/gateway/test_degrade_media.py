@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from gateway import degrade
-from gateway.chat import features_of
-from gateway.protocol import ChatCompletionRequest, FramesPart, ImagePart, ImageURL, Message, TextPart
+from gateway.api.protocol import ChatCompletionRequest, FramesPart, ImagePart, ImageURL, Message, TextPart
+from gateway.pipeline import degrade
+from gateway.pipeline.chat import features_of
 from router import MediaSummary
 from tiers import Modality
 

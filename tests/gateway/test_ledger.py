@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, func, select
 
-from gateway.errors import InvalidRequest
-from gateway.ledger import (
+from gateway.accounts.ledger import (
     Ledger,
     LedgerRow,
     PriceBook,
@@ -23,9 +22,10 @@ from gateway.ledger import (
     read_segment,
     report_csv,
 )
-from gateway.ledger._row import EntryIds
+from gateway.accounts.ledger._row import EntryIds
+from gateway.accounts.storage import ledger, open_database
+from gateway.errors import InvalidRequest
 from gateway.settings import Price
-from gateway.storage import ledger, open_database
 
 
 def row(
@@ -104,7 +104,7 @@ async def test_with_sync_os_rows_are_written_by_the_loop_and_a_failed_write_fail
     def full(fd: int, data: object) -> int:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("gateway.ledger._wal.os.write", full)
+    monkeypatch.setattr("gateway.accounts.ledger._wal.os.write", full)
     with pytest.raises(OSError, match="No space left"):
         await book.record(row())
     monkeypatch.undo()
@@ -116,7 +116,7 @@ async def test_with_sync_os_rows_are_written_by_the_loop_and_a_failed_write_fail
 async def test_rows_left_by_a_killed_process_are_replayed_once(engine: Engine, tmp_path: Path) -> None:
     wal = WriteAheadLog(tmp_path / "wal")
     rows = [row() for _ in range(5)]
-    from gateway.ledger._row import encode_row
+    from gateway.accounts.ledger._row import encode_row
 
     wal.append(b"".join(encode_row(r) + b"\n" for r in rows) + b'["torn')  # killed mid-write
     wal.close()
@@ -141,7 +141,7 @@ def test_prices_are_versioned_and_rows_keep_their_version(engine: Engine) -> Non
 
 
 def test_report_totals_equal_the_sum_of_rows_and_stay_within_the_tenant(engine: Engine) -> None:
-    from gateway.storage import tenants
+    from gateway.accounts.storage import tenants
 
     with engine.begin() as conn:
         conn.execute(tenants.insert(), [{"name": "a", "created_at": 0}, {"name": "b", "created_at": 0}])

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from gateway.accounts.tenants import Demand, LocalLimiter, RateLimiter, RedisLimiter, Tenant
 from gateway.errors import RateLimited
 from gateway.settings import TenantLimits
-from gateway.tenants import Demand, LocalLimiter, RateLimiter, RedisLimiter, Tenant
 
 
 def _tenant(tid: int, **limits: int) -> Tenant:
@@ -94,8 +94,8 @@ async def test_video_and_audio_seconds_per_minute_over_redis(redis_url: str) -> 
 
 
 def test_demand_counts_parts_and_the_measured_seconds() -> None:
-    from gateway.metering import demand_of
-    from gateway.protocol import parse_chat_request
+    from gateway.api.protocol import parse_chat_request
+    from gateway.pipeline.metering import demand_of
     from router import MediaSummary
 
     body = (

@@ -7,7 +7,7 @@ import io
 import json
 import logging
 
-from gateway.logs import REQUEST_ID, handler
+from gateway.ops.logs import REQUEST_ID, handler
 
 
 def capture(fmt: str) -> tuple[logging.Logger, io.StringIO]:

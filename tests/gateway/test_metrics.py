@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.metrics import MAX_VALUES_PER_LABEL, Metrics, tenant_class
+from gateway.ops.metrics import MAX_VALUES_PER_LABEL, Metrics, tenant_class
 
 
 def samples(metrics: Metrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -129,7 +129,7 @@ def test_metrics_turned_off_record_nothing_and_render_empty() -> None:
 def test_the_bisecting_histogram_counts_exactly_as_the_library_does() -> None:
     from prometheus_client import CollectorRegistry, Histogram
 
-    from gateway.metrics import _Histogram
+    from gateway.ops.metrics import _Histogram
 
     buckets = (0.001, 0.01, 0.1, 1, 10)
     values = [0.0, 0.0005, 0.001, 0.0010001, 0.01, 0.05, 0.1, 1, 9.99, 10, 10.5, 1e9, -3.0]

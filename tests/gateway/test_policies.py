@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 import router
+from gateway.accounts.policies import DEFAULT_KEY, PolicyBook, PolicyStore
+from gateway.accounts.storage import open_database
 from gateway.errors import Conflict, InvalidRequest, NotFound
-from gateway.policies import DEFAULT_KEY, PolicyBook, PolicyStore
-from gateway.storage import open_database
 from tiers import Modality
 
 TIERS = ("edge", "cloud")

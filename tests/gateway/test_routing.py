@@ -10,15 +10,15 @@ from pathlib import Path
 import pytest
 
 import router
-from gateway.budgets import BudgetBook, period_bounds, spent_usd
-from gateway.chat import ChatService, RequestContext
-from gateway.ledger import LedgerRow, insert_rows
-from gateway.metrics import Metrics
-from gateway.protocol import parse_chat_request
-from gateway.routing import RoutingService, tier_prices
+from gateway.accounts.budgets import BudgetBook, period_bounds, spent_usd
+from gateway.accounts.ledger import LedgerRow, insert_rows
+from gateway.accounts.storage import open_database
+from gateway.accounts.tenants import TenantStore
+from gateway.api.protocol import parse_chat_request
+from gateway.ops.metrics import Metrics
+from gateway.pipeline.chat import ChatService, RequestContext
+from gateway.pipeline.routing import RoutingService, tier_prices
 from gateway.settings import DEFAULT_PRICES, RouterSettings, TenantLimits
-from gateway.storage import open_database
-from gateway.tenants import TenantStore
 from tiers import (
     Capabilities,
     Completion,

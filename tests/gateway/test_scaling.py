@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from gateway.scaling import DAY_S, ArrivalForecast, ReplicaSignal, ScalingSettings
+from gateway.ops.scaling import DAY_S, ArrivalForecast, ReplicaSignal, ScalingSettings
 
 SETTINGS = ScalingSettings(queue_threshold=8, sustain_s=30.0, cooldown_s=300.0, replica_rps=4.0, headroom=0.0)
 

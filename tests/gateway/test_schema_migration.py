@@ -7,9 +7,9 @@ from pathlib import Path
 
 from sqlalchemy import inspect, select
 
-from gateway.storage import open_database
-from gateway.storage._engine import SCHEMA_VERSION
-from gateway.storage._schema import schema_version
+from gateway.accounts.storage import open_database
+from gateway.accounts.storage._engine import SCHEMA_VERSION
+from gateway.accounts.storage._schema import schema_version
 
 
 def test_a_v1_database_is_migrated_and_a_fresh_one_is_created_current(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 
-from gateway.shared import Bus, SharedState
+from gateway.ops.shared import Bus, SharedState
 from router import BreakerBoard, BreakerConfig, BreakerState
 from tests.conftest import free_port
 from tiers import Modality

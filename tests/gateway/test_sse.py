@@ -1,4 +1,4 @@
-"""The SSE writer (gateway/sse.py): what each write carries."""
+"""The SSE writer (gateway/api/sse.py): what each write carries."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 
-from gateway.sse import ChunkWriter
+from gateway.api.sse import ChunkWriter
 from tiers import Delta, Usage
 
 

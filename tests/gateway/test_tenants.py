@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
+from gateway.accounts.storage import api_keys, open_database
+from gateway.accounts.tenants import Authenticator, TenantStore, hash_key, key_id_of, matches, new_key
 from gateway.errors import AuthenticationFailed, Conflict, InvalidRequest, NotFound
 from gateway.settings import TenantLimits
-from gateway.storage import api_keys, open_database
-from gateway.tenants import Authenticator, TenantStore, hash_key, key_id_of, matches, new_key
 
 
 @pytest.fixture

@@ -15,8 +15,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 
 from gateway.app import create_app
+from gateway.ops.tracing import Tracing
 from gateway.settings import load_settings
-from gateway.tracing import Tracing
 from tests.fakes import FakeVLLM
 
 

@@ -16,7 +16,7 @@ import httpx
 import pytest
 from sqlalchemy import select
 
-from gateway.storage import ledger, open_database
+from gateway.accounts.storage import ledger, open_database
 from tests.conftest import TIERGATE, Gateway, children, start_gateway
 from tests.fakes import FakeVLLM
 

@@ -7,8 +7,8 @@ import json
 
 import httpx
 
-from gateway.calibration import calibrate as run_calibration
-from gateway.calibration import probe_workload
+from gateway.tools.calibration import calibrate as run_calibration
+from gateway.tools.calibration import probe_workload
 
 
 def test_the_probe_workload_mixes_sizes_streaming_and_media() -> None:

@@ -1,0 +1,24 @@
+"""The cost ledger: one durable row per answered request, prices, and cost reports."""
+
+from gateway.accounts.ledger._pricing import NANO, Charge, PriceBook
+from gateway.accounts.ledger._reports import FORMATS, GROUPS, ReportQuery, cost_report, report_csv
+from gateway.accounts.ledger._row import LedgerRow, new_entry_id
+from gateway.accounts.ledger._wal import WriteAheadLog, read_segment
+from gateway.accounts.ledger._writer import Ledger, insert_rows
+
+__all__ = [
+    "FORMATS",
+    "GROUPS",
+    "NANO",
+    "Charge",
+    "Ledger",
+    "LedgerRow",
+    "PriceBook",
+    "ReportQuery",
+    "WriteAheadLog",
+    "cost_report",
+    "insert_rows",
+    "new_entry_id",
+    "read_segment",
+    "report_csv",
+]

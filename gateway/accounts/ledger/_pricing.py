@@ -1,0 +1,97 @@
+"""The price table: versioned in the database, charged per row in integer nano-USD.
+
+The configured prices (``pricing.prices``) are compared with the newest stored version of
+each (tier, model) at start; a changed price is stored as a new version.  A row records
+the id of the version it was charged, so later changes never rewrite history.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from sqlalchemy import Engine, select
+
+from gateway.accounts.storage import prices
+from gateway.settings import Price
+
+NANO = 1_000_000_000
+_FIELDS = ("prompt_per_1k", "completion_per_1k", "per_image", "per_media_second", "per_gpu_second")
+
+
+@dataclass(frozen=True, slots=True)
+class Charge:
+    price_id: int | None
+    cost_nusd: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Version:
+    id: int
+    price: Price
+
+    def cost(self, prompt: int, completion: int, images: int, media_s: float, gpu_s: float) -> int:
+        p = self.price
+        usd = (
+            prompt * p.prompt_per_1k / 1000
+            + completion * p.completion_per_1k / 1000
+            + images * p.per_image
+            + media_s * p.per_media_second
+            + gpu_s * p.per_gpu_second
+        )
+        return round(usd * NANO)
+
+
+class PriceBook:
+    def __init__(self, versions: dict[tuple[str, str], _Version], counterfactual_tier: str) -> None:
+        self._versions = versions
+        self.counterfactual_tier = counterfactual_tier
+
+    @classmethod
+    def sync(cls, engine: Engine, configured: list[Price], counterfactual_tier: str) -> PriceBook:
+        """Store configured prices that differ from their newest version; load the current ones."""
+        with engine.begin() as conn:
+            rows = conn.execute(select(prices).order_by(prices.c.effective_from, prices.c.id)).all()
+            newest = {(r.tier, r.model): r for r in rows}
+            now = time.time()
+            for price in configured:
+                old = newest.get((price.tier, price.model))
+                if old is None or any(getattr(old, f) != getattr(price, f) for f in _FIELDS):
+                    values = {f: getattr(price, f) for f in _FIELDS}
+                    values.update(tier=price.tier, model=price.model, effective_from=now)
+                    conn.execute(prices.insert().values(**values))
+            rows = conn.execute(select(prices).order_by(prices.c.effective_from, prices.c.id)).all()
+        versions = {
+            (r.tier, r.model): _Version(
+                r.id, Price(tier=r.tier, model=r.model, **{f: getattr(r, f) for f in _FIELDS})
+            )
+            for r in rows
+        }
+        return cls(versions, counterfactual_tier)
+
+    def _find(self, tier: str, model: str) -> _Version | None:
+        return self._versions.get((tier, model)) or self._versions.get((tier, "*"))
+
+    def charge(
+        self,
+        tier: str,
+        model: str,
+        prompt: int,
+        completion: int,
+        images: int = 0,
+        media_s: float = 0.0,
+        busy_s: float = 0.0,
+    ) -> Charge:
+        """The price of one answer: tokens, images, seconds of audio and video, and the seconds the
+        tier was busy with it (charged at ``per_gpu_second``)."""
+        version = self._find(tier, model)
+        if version is None:
+            return Charge(None, 0)
+        return Charge(version.id, version.cost(prompt, completion, images, media_s, busy_s))
+
+    def counterfactual(
+        self, prompt: int, completion: int, images: int = 0, media_s: float = 0.0, busy_s: float = 0.0
+    ) -> int:
+        """What the same usage would have cost on the counterfactual (all-cloud) tier."""
+        version = self._find(self.counterfactual_tier, "*")
+        return 0 if version is None else version.cost(prompt, completion, images, media_s, busy_s)

@@ -1,0 +1,131 @@
+"""Cost reports from the ledger: sums per day/tier/model (and tenant), with the all-cloud
+counterfactual and the savings against it.  Costs are summed as integers (nano-USD), so
+totals equal the sum of the rows exactly."""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import io
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Engine, case, func, select
+
+from gateway.accounts.ledger._pricing import NANO
+from gateway.accounts.storage import ledger, tenants
+from gateway.errors import InvalidRequest
+
+GROUPS = {"day": ledger.c.day, "tier": ledger.c.tier, "model": ledger.c.model_used, "tenant": tenants.c.name}
+FORMATS = ("json", "csv")
+
+
+@dataclass(frozen=True, slots=True)
+class ReportQuery:
+    tenant: str | None  # None: every tenant (admins only)
+    since: float | None
+    until: float | None
+    group_by: tuple[str, ...]
+
+    @classmethod
+    def parse(
+        cls, tenant: str | None, since: str | None, until: str | None, group_by: str | None
+    ) -> ReportQuery:
+        """Validate report parameters as a user typed them; 400 naming the bad one."""
+        groups = tuple(g.strip() for g in (group_by or "").split(",") if g.strip())
+        unknown = [g for g in groups if g not in GROUPS]
+        if unknown:
+            raise InvalidRequest(
+                f"cannot group by {', '.join(unknown)}; choose from {', '.join(GROUPS)}", param="group_by"
+            )
+        if len(set(groups)) != len(groups):
+            raise InvalidRequest("group_by names a column twice", param="group_by")
+        start, end = _instant(since, "since", end=False), _instant(until, "until", end=True)
+        if start is not None and end is not None and end <= start:
+            raise InvalidRequest("until must be after since", param="until")
+        return cls(tenant or None, start, end, groups)
+
+
+def _instant(text: str | None, param: str, *, end: bool) -> float | None:
+    """An ISO date or date-time (UTC unless it says otherwise). A bare ``until`` date
+    includes that whole day."""
+    if not text:
+        return None
+    try:
+        if len(text) == 10:
+            day = dt.date.fromisoformat(text)
+            moment = dt.datetime.combine(day + dt.timedelta(days=1 if end else 0), dt.time(), dt.UTC)
+        else:
+            moment = dt.datetime.fromisoformat(text)
+            if moment.tzinfo is None:
+                moment = moment.replace(tzinfo=dt.UTC)
+    except ValueError as exc:
+        raise InvalidRequest(
+            f"{param} must be an ISO date (2026-01-31) or date-time (2026-01-31T12:00:00Z): {text!r}",
+            param=param,
+        ) from exc
+    return moment.timestamp()
+
+
+def cost_report(engine: Engine, query: ReportQuery, tenant_id: int | None) -> dict[str, Any]:
+    """The report for one tenant (``tenant_id``) or all (None)."""
+    keys = [GROUPS[g].label(g) for g in query.group_by]
+    measures = [
+        func.count().label("requests"),
+        func.coalesce(func.sum(case((ledger.c.status == 200, 1), else_=0)), 0).label("answered"),
+        func.coalesce(func.sum(ledger.c.prompt_tokens), 0).label("prompt_tokens"),
+        func.coalesce(func.sum(ledger.c.completion_tokens), 0).label("completion_tokens"),
+        func.coalesce(func.sum(ledger.c.cost_nusd), 0).label("cost_nusd"),
+        func.coalesce(func.sum(ledger.c.counterfactual_nusd), 0).label("counterfactual_nusd"),
+    ]
+    where = []
+    if tenant_id is not None:
+        where.append(ledger.c.tenant_id == tenant_id)
+    if query.since is not None:
+        where.append(ledger.c.ts >= query.since)
+    if query.until is not None:
+        where.append(ledger.c.ts < query.until)
+    base = ledger.outerjoin(tenants, tenants.c.id == ledger.c.tenant_id)
+    grouped = select(*keys, *measures).select_from(base).where(*where)
+    if keys:
+        grouped = grouped.group_by(*keys).order_by(*keys)
+    total = select(*measures).select_from(base).where(*where)
+    with engine.connect() as conn:
+        rows = [_amounts(dict(r._mapping)) for r in conn.execute(grouped)] if keys else []
+        totals = _amounts(dict(conn.execute(total).one()._mapping))
+    return {
+        "tenant": query.tenant,
+        "since": _iso(query.since),
+        "until": _iso(query.until),
+        "group_by": list(query.group_by),
+        "rows": rows,
+        "total": totals,
+    }
+
+
+def _amounts(row: dict[str, Any]) -> dict[str, Any]:
+    for name in ("requests", "answered", "prompt_tokens", "completion_tokens", "cost_nusd"):
+        row[name] = int(row[name])
+    row["counterfactual_nusd"] = int(row["counterfactual_nusd"])
+    row["savings_nusd"] = row["counterfactual_nusd"] - row["cost_nusd"]
+    for name in ("cost", "counterfactual", "savings"):
+        row[f"{name}_usd"] = row[f"{name}_nusd"] / NANO
+    return row
+
+
+def _iso(ts: float | None) -> str | None:
+    return None if ts is None else dt.datetime.fromtimestamp(ts, dt.UTC).isoformat()
+
+
+def report_csv(report: dict[str, Any]) -> str:
+    """The report's rows as CSV, then a ``total`` row."""
+    groups: list[str] = report["group_by"]
+    measures = [k for k in report["total"] if k not in groups]
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow([*groups, *measures])
+    for row in report["rows"]:
+        writer.writerow([*(row[g] for g in groups), *(row[m] for m in measures)])
+    label = ["total"] + [""] * (len(groups) - 1) if groups else []
+    writer.writerow([*label, *(report["total"][m] for m in measures)])
+    return out.getvalue()

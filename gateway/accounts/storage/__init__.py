@@ -1,0 +1,29 @@
+"""The gateway's database: tenants, keys, prices and the ledger, on SQLAlchemy 2.
+
+SQLite in WAL mode in the data folder by default, PostgreSQL by configuration
+(``storage.database_url``); the same tables and queries on both.  Every call
+here is blocking: callers on the event loop run them in a thread.
+"""
+
+from gateway.accounts.storage._engine import SCHEMA_VERSION, open_database
+from gateway.accounts.storage._schema import (
+    api_keys,
+    ledger,
+    metadata,
+    policy_versions,
+    prices,
+    tenant_policies,
+    tenants,
+)
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "api_keys",
+    "ledger",
+    "metadata",
+    "open_database",
+    "policy_versions",
+    "prices",
+    "tenant_policies",
+    "tenants",
+]

@@ -1,0 +1,34 @@
+"""Tenants, their API keys and their rate limits.
+
+:class:`TenantStore` keeps tenants and keys in the database (only key hashes);
+:class:`Authenticator` turns a request's bearer key into a :class:`Caller`;
+a :class:`RateLimiter` (in-process or Redis) admits or refuses each request.
+"""
+
+from gateway.accounts.tenants._auth import Authenticator
+from gateway.accounts.tenants._keys import hash_key, key_id_of, matches, new_key
+from gateway.accounts.tenants._limits import Demand, LocalLimiter, RateLimiter, RedisLimiter, make_limiter
+from gateway.accounts.tenants._models import ADMIN, DEFAULT_TENANT, TENANT, Caller, KeyInfo, NewKey, Tenant
+from gateway.accounts.tenants._store import TenantStore, check_tenant_name
+
+__all__ = [
+    "ADMIN",
+    "DEFAULT_TENANT",
+    "TENANT",
+    "Authenticator",
+    "Caller",
+    "Demand",
+    "KeyInfo",
+    "LocalLimiter",
+    "NewKey",
+    "RateLimiter",
+    "RedisLimiter",
+    "Tenant",
+    "TenantStore",
+    "check_tenant_name",
+    "hash_key",
+    "key_id_of",
+    "make_limiter",
+    "matches",
+    "new_key",
+]

@@ -1,0 +1,90 @@
+"""Who is calling: ``Authorization: Bearer <key>`` → :class:`Caller`, or 401.
+
+Keys looked up in the database are trusted for ``auth.key_cache_s``; within that time a
+request costs one hash and one constant-time compare, no database access.  While the
+database cannot be reached, a key seen before keeps its last answer; an unseen one gets 503.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from gateway.accounts.tenants._keys import key_id_of, matches
+from gateway.accounts.tenants._models import DEFAULT_TENANT, TENANT, Caller, Tenant
+from gateway.accounts.tenants._store import TenantStore
+from gateway.errors import AuthenticationFailed, StorageUnavailable
+
+log = logging.getLogger(__name__)
+
+_Entry = tuple[float, str, str, Tenant | None, bool]  # fetched_at, hash, role, tenant, revoked
+
+
+class Authenticator:
+    def __init__(self, store: TenantStore, *, cache_s: float, open_mode: bool = False) -> None:
+        self._store = store
+        self._cache_s = cache_s
+        self._open_mode = open_mode
+        self._open_caller: Caller | None = None
+        self._cache: dict[str, _Entry | None] = {}
+        self._fetched: dict[str, float] = {}
+
+    async def start(self) -> None:
+        if self._open_mode:
+            tenant = await asyncio.to_thread(self._store.tenant, DEFAULT_TENANT)
+            self._open_caller = Caller(key_id="open-mode", role=TENANT, tenant=tenant)
+
+    async def caller(self, headers: Mapping[str, str]) -> Caller:
+        """The caller named by the request's key; 401 when missing, unknown, wrong or revoked."""
+        if self._open_caller is not None:
+            return self._open_caller
+        auth = headers.get("authorization", "")
+        scheme, _, key = auth.partition(" ")
+        key = key.strip()
+        if scheme.lower() != "bearer" or not key:
+            raise AuthenticationFailed(
+                "no API key: send it as 'Authorization: Bearer <key>' (tiergate keys create --tenant NAME)"
+            )
+        key_id = key_id_of(key)
+        entry = await self._entry(key_id) if key_id is not None else None
+        if not matches(key, entry[1] if entry is not None else None) or entry is None:
+            raise AuthenticationFailed("invalid API key")
+        _, _, role, tenant, revoked = entry
+        if revoked:
+            raise AuthenticationFailed("this API key has been revoked")
+        assert key_id is not None
+        return Caller(key_id=key_id, role=role, tenant=tenant)
+
+    async def _entry(self, key_id: str) -> _Entry | None:
+        now = time.monotonic()
+        if key_id in self._cache and now - self._fetched[key_id] < self._cache_s:
+            return self._cache[key_id]
+        try:
+            found = await asyncio.to_thread(self._store.lookup, key_id)
+        except SQLAlchemyError as exc:
+            if key_id not in self._cache:
+                raise StorageUnavailable("the key database cannot be reached; retry shortly") from exc
+            # The database is away: keep trusting what it said last (looked up again after cache_s).
+            log.warning("key database unreachable, using the last answer for key %s: %s", key_id, exc)
+            self._fetched[key_id] = now
+            return self._cache[key_id]
+        entry = None if found is None else (now, *found)
+        if len(self._cache) > 100_000:  # unknown ids are cached too; keep the map bounded
+            self._cache.clear()
+            self._fetched.clear()
+        self._cache[key_id] = entry
+        self._fetched[key_id] = now
+        return entry
+
+    def forget(self, key_id: str | None = None) -> None:
+        """Drop cached keys (one, or all): the next request looks them up again."""
+        if key_id is None:
+            self._cache.clear()
+            self._fetched.clear()
+        else:
+            self._cache.pop(key_id, None)
+            self._fetched.pop(key_id, None)

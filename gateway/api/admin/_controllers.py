@@ -1,0 +1,118 @@
+"""The admin JSON API under ``/admin/api``: thin handlers over :class:`AdminService`."""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+import msgspec
+from litestar import Request, Response, delete, get, post
+from litestar.datastructures import State
+from litestar.params import FromPath, FromQuery
+
+from gateway.accounts.ledger import FORMATS, report_csv
+from gateway.accounts.service import Accounts
+from gateway.accounts.tenants import Caller
+from gateway.api.admin._service import AdminService
+from gateway.api.protocol import encode
+from gateway.errors import InvalidRequest
+
+JSON = "application/json"
+
+
+class NewTenantBody(msgspec.Struct, forbid_unknown_fields=True):
+    name: str
+    limits: dict[str, int] | None = None
+
+
+class NewKeyBody(msgspec.Struct, forbid_unknown_fields=True):
+    name: str = ""
+
+
+T = TypeVar("T")
+
+
+def _decode(body: bytes, kind: type[T]) -> T:
+    try:
+        return msgspec.json.decode(body or b"{}", type=kind)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise InvalidRequest(f"invalid request body: {exc}") from exc
+    except RecursionError as exc:
+        raise InvalidRequest("invalid request body: its JSON is nested too deeply") from exc
+
+
+async def _admin(request: Request[object, object, State], state: State) -> tuple[AdminService, Caller]:
+    accounts: Accounts = state.accounts
+    caller = await accounts.auth.caller(request.headers)
+    return AdminService(accounts.store, accounts.auth), caller
+
+
+def _json(value: object, status: int = 200) -> Response[bytes]:
+    return Response(encode(value), media_type=JSON, status_code=status)
+
+
+@get("/admin/api/tenants")
+async def list_tenants(request: Request[object, object, State], state: State) -> Response[bytes]:
+    admin, caller = await _admin(request, state)
+    return _json({"data": await admin.tenants(caller)})
+
+
+@post("/admin/api/tenants")
+async def create_tenant(request: Request[object, object, State], state: State) -> Response[bytes]:
+    admin, caller = await _admin(request, state)
+    body = _decode(await request.body(), NewTenantBody)
+    return _json(await admin.create_tenant(caller, body.name, body.limits), 201)
+
+
+@get("/admin/api/tenants/{name:str}")
+async def get_tenant(
+    request: Request[object, object, State], state: State, name: FromPath[str]
+) -> Response[bytes]:
+    admin, caller = await _admin(request, state)
+    return _json(await admin.tenant(caller, name))
+
+
+@get("/admin/api/tenants/{name:str}/keys")
+async def list_keys(
+    request: Request[object, object, State], state: State, name: FromPath[str]
+) -> Response[bytes]:
+    admin, caller = await _admin(request, state)
+    return _json({"data": await admin.keys(caller, name)})
+
+
+@post("/admin/api/tenants/{name:str}/keys")
+async def create_key(
+    request: Request[object, object, State], state: State, name: FromPath[str]
+) -> Response[bytes]:
+    admin, caller = await _admin(request, state)
+    body = _decode(await request.body(), NewKeyBody)
+    return _json(await admin.create_key(caller, name, body.name), 201)
+
+
+@delete("/admin/api/keys/{key_id:str}", status_code=200)
+async def revoke_key(
+    request: Request[object, object, State], state: State, key_id: FromPath[str]
+) -> Response[bytes]:
+    admin, caller = await _admin(request, state)
+    return _json(await admin.revoke_key(caller, key_id))
+
+
+@get("/admin/api/reports/costs")
+async def cost_report(
+    request: Request[object, object, State],
+    state: State,
+    tenant: FromQuery[str | None] = None,
+    since: FromQuery[str | None] = None,
+    until: FromQuery[str | None] = None,
+    group_by: FromQuery[str | None] = None,
+    format: FromQuery[str] = "json",
+) -> Response[bytes]:
+    admin, caller = await _admin(request, state)
+    if format not in FORMATS:
+        raise InvalidRequest(f"format must be one of {', '.join(FORMATS)}", param="format")
+    report = await admin.cost_report(caller, tenant, since, until, group_by)
+    if format == "csv":
+        return Response(report_csv(report).encode(), media_type="text/csv; charset=utf-8")
+    return _json(report)
+
+
+ADMIN_ROUTES = [list_tenants, create_tenant, get_tenant, list_keys, create_key, revoke_key, cost_report]

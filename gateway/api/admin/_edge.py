@@ -1,0 +1,92 @@
+"""Admin API for the edge model registry: list versions, register one, activate (hot swap), roll back.
+
+Admin keys only, like the cloud pool's routes.  Registry errors become OpenAI-shaped answers here: an
+unknown version 404, a version that cannot be registered or loaded 400, nothing to roll back to 409.
+"""
+
+from __future__ import annotations
+
+import msgspec
+from litestar import Request, Response, get, post
+from litestar.datastructures import State
+
+from gateway.api.admin._guard import require_admin
+from gateway.api.protocol import encode
+from gateway.errors import Conflict, GatewayError, InvalidRequest, NotFound
+from tiers.edge import EdgeModel, EdgeRegistry, InvalidModel, NothingToRollBack, RegistryError, UnknownModel
+
+JSON = "application/json"
+
+
+class ActivateBody(msgspec.Struct, forbid_unknown_fields=True):
+    name: str
+
+
+async def _registry(request: Request[object, object, State]) -> EdgeRegistry:
+    await require_admin(request, "the edge models are")
+    registry: EdgeRegistry | None = request.app.state.edge_models
+    if registry is None:
+        raise NotFound("this gateway runs no edge tier")
+    return registry
+
+
+def _body(raw: bytes, kind: type[msgspec.Struct]) -> msgspec.Struct:
+    try:
+        return msgspec.json.decode(raw or b"{}", type=kind)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise InvalidRequest(f"invalid request body: {exc}") from exc
+
+
+def _gateway_error(exc: RegistryError) -> GatewayError:
+    if isinstance(exc, UnknownModel):
+        return NotFound(exc.message, param="name")
+    if isinstance(exc, NothingToRollBack):
+        return Conflict(exc.message)
+    assert isinstance(exc, InvalidModel)
+    return InvalidRequest(exc.message, code="invalid_model")
+
+
+def _listing(registry: EdgeRegistry, status: int = 200) -> Response[bytes]:
+    return Response(encode(registry.models()), media_type=JSON, status_code=status)
+
+
+@get("/admin/api/edge/models")
+async def list_edge_models(request: Request[object, object, State]) -> Response[bytes]:
+    return _listing(await _registry(request))
+
+
+@post("/admin/api/edge/models", status_code=201)
+async def register_edge_model(request: Request[object, object, State]) -> Response[bytes]:
+    registry = await _registry(request)
+    model = _body(await request.body(), EdgeModel)
+    assert isinstance(model, EdgeModel)
+    try:
+        registry.register(model)
+    except RegistryError as exc:
+        raise _gateway_error(exc) from exc
+    return _listing(registry, 201)
+
+
+@post("/admin/api/edge/models/activate", status_code=200)
+async def activate_edge_model(request: Request[object, object, State]) -> Response[bytes]:
+    registry = await _registry(request)
+    body = _body(await request.body(), ActivateBody)
+    assert isinstance(body, ActivateBody)
+    try:
+        await registry.activate(body.name)
+    except RegistryError as exc:
+        raise _gateway_error(exc) from exc
+    return _listing(registry)
+
+
+@post("/admin/api/edge/models/rollback", status_code=200)
+async def rollback_edge_model(request: Request[object, object, State]) -> Response[bytes]:
+    registry = await _registry(request)
+    try:
+        await registry.rollback()
+    except RegistryError as exc:
+        raise _gateway_error(exc) from exc
+    return _listing(registry)
+
+
+EDGE_ROUTES = [list_edge_models, register_edge_model, activate_edge_model, rollback_edge_model]

@@ -1,0 +1,17 @@
+"""The check every admin-only route makes: the caller's key is an admin key."""
+
+from __future__ import annotations
+
+from litestar import Request
+from litestar.datastructures import State
+
+from gateway.accounts.service import Accounts
+from gateway.errors import PermissionDenied
+
+
+async def require_admin(request: Request[object, object, State], what: str) -> None:
+    """Raise 401 for a missing or wrong key, 403 for a tenant's key; ``what`` names the resource."""
+    accounts: Accounts = request.app.state.accounts
+    caller = await accounts.auth.caller(request.headers)
+    if not caller.is_admin:
+        raise PermissionDenied(f"{what} managed with an admin key")

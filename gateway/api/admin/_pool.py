@@ -1,0 +1,57 @@
+"""Admin API for the cloud pool's membership: list, replace, drain (admin keys only)."""
+
+from __future__ import annotations
+
+import msgspec
+from litestar import Request, Response, get, post, put
+from litestar.datastructures import State
+from litestar.params import FromPath
+
+from gateway.api.admin._guard import require_admin
+from gateway.api.protocol import encode
+from gateway.errors import InvalidRequest, NotFound
+from tiers import Pool
+
+JSON = "application/json"
+
+
+class MembersBody(msgspec.Struct, forbid_unknown_fields=True):
+    urls: list[str]
+
+
+async def _pool(request: Request[object, object, State]) -> Pool:
+    await require_admin(request, "the cloud pool is")
+    pool: Pool | None = request.app.state.pool
+    if pool is None:
+        raise NotFound("this gateway has no cloud pool")
+    return pool
+
+
+@get("/admin/api/cloud/replicas")
+async def list_replicas(request: Request[object, object, State]) -> Response[bytes]:
+    return Response(encode((await _pool(request)).replicas()), media_type=JSON)
+
+
+@put("/admin/api/cloud/replicas")
+async def set_replicas(request: Request[object, object, State]) -> Response[bytes]:
+    pool = await _pool(request)
+    try:
+        body = msgspec.json.decode(await request.body(), type=MembersBody)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise InvalidRequest(f"invalid request body: {exc}") from exc
+    bad = [u for u in body.urls if not u.startswith(("http://", "https://"))]
+    if bad:
+        raise InvalidRequest(f"not http(s) URLs: {', '.join(bad)}", param="urls")
+    pool.set_members(body.urls)
+    return Response(encode(pool.replicas()), media_type=JSON)
+
+
+@post("/admin/api/cloud/replicas/{name:str}/drain", status_code=200)
+async def drain_replica(request: Request[object, object, State], name: FromPath[str]) -> Response[bytes]:
+    pool = await _pool(request)
+    if not pool.drain(name):
+        raise NotFound(f"no replica named {name!r}")
+    return Response(encode(pool.replicas()), media_type=JSON)
+
+
+POOL_ROUTES = [list_replicas, set_replicas, drain_replica]

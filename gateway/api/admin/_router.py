@@ -1,0 +1,38 @@
+"""Admin API for the learned router: its predictors' state and errors, and a refit on demand.
+
+GET  /admin/api/router          per tier: samples, fit time, held-out and live MAPE, online
+                                correction; the difficulty model's source and accuracy
+POST /admin/api/router/refit    refit every tier now, wait, save (``tiergate calibrate`` uses it)
+"""
+
+from __future__ import annotations
+
+from litestar import Request, Response, get, post
+from litestar.datastructures import State
+
+from gateway.api.admin._guard import require_admin
+from gateway.api.protocol import encode
+from gateway.pipeline.routing import RoutingService
+
+JSON = "application/json"
+
+
+async def _routing(request: Request[object, object, State]) -> RoutingService:
+    await require_admin(request, "the router is")
+    routing: RoutingService = request.app.state.routing
+    return routing
+
+
+@get("/admin/api/router")
+async def router_state(request: Request[object, object, State]) -> Response[bytes]:
+    routing = await _routing(request)
+    return Response(encode(routing.router.snapshot()), media_type=JSON)
+
+
+@post("/admin/api/router/refit", status_code=200)
+async def router_refit(request: Request[object, object, State]) -> Response[bytes]:
+    routing = await _routing(request)
+    return Response(encode(await routing.refit_now()), media_type=JSON)
+
+
+ROUTER_ROUTES = [router_state, router_refit]

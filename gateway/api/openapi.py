@@ -1,0 +1,135 @@
+"""The OpenAPI 3.1 description of the OpenAI-compatible endpoints, served at ``/schema/openapi.json``.
+
+Built from the same msgspec models the gateway decodes and encodes with (``gateway/api/protocol.py``),
+so the schema cannot drift from what the handlers accept and send.  The chat handler reads its
+body itself (one msgspec decode, no framework validation on the hot path), which is why the
+request body is described here rather than inferred by Litestar.  The admin API is not in it.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import msgspec
+from litestar import Request, Response, get
+from litestar.datastructures import State
+
+from gateway.api.protocol import ChatCompletion, ChatCompletionRequest, ModelList
+from gateway.pipeline.chat import ChatService
+
+
+class ErrorDetail(msgspec.Struct):
+    message: str
+    type: str
+    param: str | None
+    code: str | None
+
+
+class ErrorBody(msgspec.Struct):
+    """OpenAI's error shape; every 4xx and 5xx has it."""
+
+    error: ErrorDetail
+
+
+_REF = "#/components/schemas/{name}"
+_ERROR = {"$ref": _REF.format(name="ErrorBody")}
+_EVENT = {
+    "type": "object",
+    "properties": {
+        "data": {"type": "string", "contentMediaType": "application/json"},
+        "event": {"type": "string"},
+    },
+    "required": ["data"],
+}
+
+
+def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _errors(*statuses: int) -> dict[str, Any]:
+    what = {
+        400: "malformed JSON or fields (param names the field)",
+        401: "missing, wrong or revoked API key",
+        403: "an admin key used for chat",
+        404: "unknown model",
+        413: "body over server.max_body_bytes, or a medium over its limits (bytes, pixels, seconds, parts)",
+        415: "a medium in a format, codec or MIME type the gateway does not take",
+        422: "a medium that is corrupt, truncated, empty, or could not be decoded in time",
+        429: "a tenant limit or a full queue (Retry-After)",
+        502: "a tier failed",
+        503: "no tier can serve now, or the key database is away",
+    }
+    return {str(s): _json(_ERROR, what[s]) for s in statuses}
+
+
+@functools.cache
+def openapi_document(models: tuple[str, ...]) -> dict[str, Any]:
+    """The document for a gateway serving ``models`` (any other model name is a 404)."""
+    (request, completion, model_list, _), components = msgspec.json.schema_components(
+        [ChatCompletionRequest, ChatCompletion, ModelList, ErrorBody], ref_template=_REF
+    )
+    request_schema = components["ChatCompletionRequest"]
+    # What the parser checks beyond the types: n must be 1, and only an assistant's turn may lack content.
+    request_schema["properties"]["model"] = {"type": "string", "enum": list(models)}
+    request_schema["properties"]["n"] = {"type": "integer", "minimum": 1, "maximum": 1, "default": 1}
+    components["Message"]["anyOf"] = [
+        {"properties": {"role": {"const": "assistant"}}},
+        {"required": ["content"], "properties": {"content": {"not": {"type": "null"}}}},
+    ]
+    secured: list[dict[str, list[str]]] = [{"bearer": []}]
+    status = {"type": "object", "properties": {"status": {"type": "string"}}, "required": ["status"]}
+    ready = {"type": "object", "properties": {"ready": {"type": "boolean"}}, "required": ["ready"]}
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "tiergate", "version": "0.1.0", "description": "OpenAI-compatible chat gateway"},
+        "paths": {
+            "/v1/chat/completions": {
+                "post": {
+                    "operationId": "createChatCompletion",
+                    "security": secured,
+                    "requestBody": {"required": True, "content": {"application/json": {"schema": request}}},
+                    "responses": {
+                        "200": {
+                            "description": "the completion, or with stream=true its server-sent events",
+                            "content": {
+                                "application/json": {"schema": completion},
+                                # each event: a chunk (ChatCompletionChunk) as JSON, an error, or [DONE]
+                                "text/event-stream": {"schema": _EVENT},
+                            },
+                        },
+                        **_errors(400, 401, 403, 404, 413, 415, 422, 429, 502, 503),
+                    },
+                }
+            },
+            "/v1/models": {
+                "get": {
+                    "operationId": "listModels",
+                    "security": secured,
+                    "responses": {"200": _json(model_list, "the model names"), **_errors(401, 503)},
+                }
+            },
+            "/healthz": {"get": {"operationId": "healthz", "responses": {"200": _json(status, "alive")}}},
+            "/readyz": {
+                "get": {
+                    "operationId": "readyz",
+                    "responses": {"200": _json(ready, "a tier can serve"), "503": _json(ready, "none can")},
+                }
+            },
+        },
+        "components": {
+            "schemas": components,
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+    }
+
+
+@get("/schema/openapi.json", include_in_schema=False)
+async def openapi_json(request: Request[object, object, State]) -> Response[bytes]:
+    chat: ChatService = request.app.state.chat
+    document = openapi_document(tuple(chat.model_names))
+    return Response(msgspec.json.encode(document), media_type="application/json")
+
+
+OPENAPI_ROUTES = [openapi_json]

@@ -1,0 +1,1 @@
+"""Operations: metrics, tracing, logs, the scaling signal, background work, state shared between gateways."""

@@ -1,0 +1,1 @@
+"""The chat pipeline: one request's stages from cache lookup to the tier's answer, and what wraps them."""

@@ -1,0 +1,226 @@
+"""Admission control in front of every tier: bounded fast and slow lanes, 429 at once beyond the bound.
+
+Each tier gets a :class:`Gate` with a number of service slots (how many requests it
+works on at once).  A request that finds no free slot waits in a lane chosen by
+its predicted cost: the *fast* lane for short requests, the *slow* lane for long
+ones.  A lane holds at most ``service rate × tolerable queueing delay`` requests
+(the service rate is measured live: slots / the mean time a request holds one); a
+request beyond that is refused at once with 429 and a ``Retry-After`` of the
+expected wait, so latency cannot explode.  A freed slot goes to the fast lane
+first, but every ``slow_share``-th one to the slow lane when it has waiters, so
+short requests never starve behind video and long ones still move.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import enum
+import math
+import time
+from collections.abc import AsyncIterator
+
+import msgspec
+
+from gateway.ops.metrics import Metrics
+from tiers import Capabilities, Completion, Delta, Generation, Tier, TierOverloaded, TierState
+
+
+class Lane(enum.StrEnum):
+    FAST = "fast"
+    SLOW = "slow"
+
+
+class LaneSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    # How long a request may wait for a slot before it would rather be told 429.
+    max_queue_delay_s: float
+
+
+class AdmissionSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    enabled: bool = True
+    # Requests predicted to cost more than this (max_tokens + a tenth of the prompt's tokens) take
+    # the slow lane.
+    slow_cost: float = 512.0
+    fast: LaneSettings = msgspec.field(default_factory=lambda: LaneSettings(max_queue_delay_s=2.0))
+    slow: LaneSettings = msgspec.field(default_factory=lambda: LaneSettings(max_queue_delay_s=30.0))
+    # Of the slots freed while both lanes wait, one in this many goes to the slow lane.
+    slow_share: int = 4
+    # Requests each tier works on at once (vLLM batches). A tier left out: what it says it runs at once
+    # (the edge: its engine instances, edge.instances), else 16.
+    slots: dict[str, int] = msgspec.field(default_factory=lambda: {"cloud": 64})
+    # Completions per second assumed until enough have been measured.
+    initial_rate_per_s: float = 2.0
+    # Every lane holds at least this many waiters, whatever the rate: a one-slot edge model that
+    # takes seconds per answer still queues a few requests instead of refusing the second one.
+    min_queue: int = 4
+    # Tenants whose requests go ahead of the others' in their lane (and may also fill it past the bound
+    # by at most the same number again).
+    priority_tenants: list[str] = msgspec.field(default_factory=list)
+
+
+class Gate:
+    def __init__(
+        self, tier: str, slots: int, settings: AdmissionSettings, metrics: Metrics | None = None
+    ) -> None:
+        self._tier = tier
+        self._metrics = metrics or Metrics(enabled=False)
+        # Requests that asked for a slot (admitted, queued or refused): the scaling signal's arrivals.
+        self.arrivals = 0
+        self._waits = {lane: self._metrics.child(self._metrics.queue_wait, tier, lane.value) for lane in Lane}
+        self._slots = slots
+        self._settings = settings
+        self._busy = 0
+        # Per lane: priority tenants' waiters, then everyone else's.
+        self._lanes: dict[Lane, tuple[collections.deque[asyncio.Future[None]], ...]] = {
+            Lane.FAST: (collections.deque(), collections.deque()),
+            Lane.SLOW: (collections.deque(), collections.deque()),
+        }
+        self._priority = frozenset(settings.priority_tenants)
+        self._delay = {Lane.FAST: settings.fast.max_queue_delay_s, Lane.SLOW: settings.slow.max_queue_delay_s}
+        # How long each of the last 64 completed requests held its slot.
+        self._service_s: collections.deque[float] = collections.deque(maxlen=64)
+        self._grants = 0
+
+    @property
+    def waiting(self) -> int:
+        return sum(len(q) for lane in self._lanes.values() for q in lane)
+
+    def waiting_in(self, lane: Lane) -> int:
+        return sum(len(q) for q in self._lanes[lane])
+
+    def lane_of(self, cost: float) -> Lane:
+        return Lane.SLOW if cost > self._settings.slow_cost else Lane.FAST
+
+    def rate(self) -> float:
+        """The tier's service rate: slots / the mean time a request holds one (last 64 completed),
+        or the configured guess until 8 have completed. A service rate, not the rate requests
+        happened to arrive at: idle time does not lower it."""
+        if len(self._service_s) < 8:
+            return self._settings.initial_rate_per_s
+        mean = sum(self._service_s) / len(self._service_s)
+        return self._slots / mean if mean > 0 else self._settings.initial_rate_per_s
+
+    def bound(self, lane: Lane) -> int:
+        return max(self._settings.min_queue, 1, math.floor(self.rate() * self._delay[lane]))
+
+    async def acquire(self, cost: float, tenant: str = "") -> None:
+        lane = self.lane_of(cost)
+        self.arrivals += 1
+        if self._busy < self._slots and not self.waiting:
+            self._busy += 1
+            self._waits[lane].observe(0.0)
+            return
+        first, rest = self._lanes[lane]
+        queue = first if tenant in self._priority else rest
+        waiting = len(first) + len(rest)
+        if len(queue) >= self.bound(lane):
+            wait = (waiting + 1 if queue is rest else len(first) + 1) / self.rate()
+            raise TierOverloaded(
+                self._tier,
+                f"the {lane.value} lane is full ({waiting} waiting, the bound for a "
+                f"{self._delay[lane]:g} s queueing delay at {self.rate():.1f} requests/s)",
+                retry_after_s=wait,
+                reason=f"queue_{lane.value}",
+            )
+        slot: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        queue.append(slot)
+        queued = time.perf_counter()
+        try:
+            await slot
+            self._waits[lane].observe(time.perf_counter() - queued)
+        except BaseException:
+            if slot.done() and not slot.cancelled():
+                self.release()  # granted, then abandoned: pass it on
+            else:
+                with contextlib.suppress(ValueError):
+                    queue.remove(slot)
+            raise
+
+    def release(self, *, service_s: float | None = None) -> None:
+        """Free a slot; ``service_s``: how long a request that completed held it."""
+        if service_s is not None:
+            self._service_s.append(service_s)
+        nxt = self._next_waiter()
+        if nxt is None:
+            self._busy -= 1
+        else:
+            nxt.set_result(None)  # the slot passes straight to the waiter
+
+    def _next_waiter(self) -> asyncio.Future[None] | None:
+        fast, slow = self._lanes[Lane.FAST], self._lanes[Lane.SLOW]
+        self._grants += 1
+        slow_turn = any(slow) and self._grants % self._settings.slow_share == 0
+        for lane in (slow, fast) if slow_turn else (fast, slow):
+            for queue in lane:  # priority tenants first
+                while queue:
+                    slot = queue.popleft()
+                    if not slot.done():
+                        return slot
+        return None
+
+
+class AdmittedTier:
+    """A tier behind a :class:`Gate`; everything else passes through."""
+
+    def __init__(self, tier: Tier, gate: Gate) -> None:
+        self._tier = tier
+        self._gate = gate
+        self.name = tier.name
+
+    @property
+    def gate(self) -> Gate:
+        return self._gate
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self._tier.capabilities
+
+    def state(self) -> TierState:
+        state = self._tier.state()
+        state.queued += self._gate.waiting
+        return state
+
+    async def start(self) -> None:
+        await self._tier.start()
+
+    async def aclose(self) -> None:
+        await self._tier.aclose()
+
+    async def complete(self, gen: Generation) -> Completion:
+        await self._gate.acquire(gen.cost, gen.tenant)
+        started = time.monotonic()
+        try:
+            result = await self._tier.complete(gen)
+        except BaseException:
+            self._gate.release()
+            raise
+        self._gate.release(service_s=time.monotonic() - started)
+        return result
+
+    async def stream(self, gen: Generation) -> AsyncIterator[Delta]:
+        await self._gate.acquire(gen.cost, gen.tenant)
+        started = time.monotonic()
+        completed = False
+        try:
+            async for delta in self._tier.stream(gen):
+                completed = delta.finish_reason is not None
+                yield delta
+        finally:
+            self._gate.release(service_s=time.monotonic() - started if completed else None)
+
+
+def _slots(name: str, tier: Tier, settings: AdmissionSettings) -> int:
+    """The configured slots for a tier, else what the tier says it can run at once."""
+    return settings.slots.get(name) or int(getattr(tier, "concurrency", 16))
+
+
+def admit(
+    tiers: dict[str, Tier], settings: AdmissionSettings, metrics: Metrics | None = None
+) -> dict[str, Tier]:
+    if not settings.enabled:
+        return tiers
+    return {
+        name: AdmittedTier(tier, Gate(name, _slots(name, tier, settings), settings, metrics))
+        for name, tier in tiers.items()
+    }

@@ -1,0 +1,147 @@
+"""The result cache's policy: what may be cached, for whom, and what a lookup says.
+
+The stores in ``cache/`` keep bytes; this module decides.  A request is looked
+up when caching is on and it is deterministic (temperature 0, or a seed given;
+``cache.only_deterministic = false`` lifts that).  ``Cache-Control: no-cache``
+skips the lookup but stores the fresh answer; ``no-store`` does neither.  A
+backend that fails is a miss and a logged warning, never a failed request.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import msgspec
+
+import cache
+from gateway.api.protocol import ChatCompletionRequest
+from gateway.ops.metrics import Metrics
+from tiers import Completion, Delta, Usage
+
+log = logging.getLogger(__name__)
+
+
+class CacheStatus(enum.StrEnum):
+    HIT = "hit"
+    MISS = "miss"
+    BYPASS = "bypass"
+
+
+@dataclass(frozen=True, slots=True)
+class Lookup:
+    status: CacheStatus
+    key: str | None = None  # where to store the fresh answer; None: do not store
+    answer: cache.CachedAnswer | None = None
+    seconds: float = 0.0
+
+
+BYPASS = Lookup(CacheStatus.BYPASS)
+
+
+def _directives(cache_control: str) -> set[str]:
+    return {d.strip().lower() for d in cache_control.split(",") if d.strip()}
+
+
+class AnswerCache:
+    def __init__(
+        self, config: cache.CacheConfig, store: cache.ResultStore | None, rule: object, metrics: Metrics
+    ) -> None:
+        self._config = config
+        self._store = store if config.enabled else None
+        # The routing rule is part of every key: change the rule, and old answers are not served.
+        self._rule = hashlib.sha256(msgspec.json.encode(rule)).hexdigest()[:16]
+        self._metrics = metrics
+        # Labelled children bound once (``labels()`` takes a lock on every call).
+        self._counted = {s: metrics.cache_requests.labels(s.value) for s in CacheStatus}
+
+    @property
+    def enabled(self) -> bool:
+        return self._store is not None
+
+    def cacheable(self, request: ChatCompletionRequest) -> bool:
+        if not self._config.only_deterministic:
+            return True
+        return request.temperature == 0 or request.seed is not None
+
+    def key(self, request: ChatCompletionRequest, tenant: str, tier_models: str) -> str:
+        params = {
+            "model": request.model,
+            "max_tokens": request.output_limit,
+            "temperature": request.temperature,
+            "top_p": request.top_p,
+            "stop": request.stop_list or None,
+            "seed": request.seed,
+            "presence_penalty": request.presence_penalty,
+            "frequency_penalty": request.frequency_penalty,
+        }
+        messages = msgspec.to_builtins(request.messages)
+        return cache.result_key(tenant, f"{self._rule}|{tier_models}", messages, params)
+
+    async def lookup(
+        self, request: ChatCompletionRequest, tenant: str, cache_control: str, tier_models: str
+    ) -> Lookup:
+        if self._store is None or not self.cacheable(request):
+            return self._count(BYPASS)
+        directives = _directives(cache_control)
+        if "no-store" in directives:
+            return self._count(BYPASS)
+        key = self.key(request, tenant, tier_models)
+        if "no-cache" in directives:
+            return self._count(Lookup(CacheStatus.BYPASS, key))
+        started = time.perf_counter()
+        try:
+            data = await self._store.get(key)
+        except cache.CacheError as exc:
+            log.warning("result cache read failed, serving as a miss: %s", exc)
+            self._metrics.cache_errors.labels("get").inc()
+            data = None
+        seconds = time.perf_counter() - started
+        self._metrics.cache_lookup.observe(seconds)
+        answer = cache.decode_answer(data) if data is not None else None
+        status = CacheStatus.HIT if answer is not None else CacheStatus.MISS
+        return self._count(Lookup(status, key, answer, seconds))
+
+    async def store(self, key: str, answer: cache.CachedAnswer) -> None:
+        if self._store is None:
+            return
+        data = cache.encode_answer(answer)
+        if len(data) > self._config.max_entry_bytes:
+            return
+        try:
+            await self._store.set(key, data, self._config.ttl_s)
+        except cache.CacheError as exc:
+            log.warning("result cache write failed: %s", exc)
+            self._metrics.cache_errors.labels("set").inc()
+
+    async def aclose(self) -> None:
+        if self._store is not None:
+            await self._store.aclose()
+
+    def _count(self, lookup: Lookup) -> Lookup:
+        self._counted[lookup.status].inc()
+        return lookup
+
+
+def answer_of(result: Completion, pieces: list[str], tier: str) -> cache.CachedAnswer:
+    u = result.usage
+    return cache.CachedAnswer(
+        pieces, result.finish_reason, u.prompt_tokens, u.completion_tokens, result.model, tier
+    )
+
+
+def completion_of(answer: cache.CachedAnswer) -> Completion:
+    usage = Usage(answer.prompt_tokens, answer.completion_tokens)
+    return Completion(answer.text, answer.finish_reason, usage, answer.model)
+
+
+async def replay(answer: cache.CachedAnswer) -> AsyncIterator[Delta]:
+    """A cached answer as the deltas it was first streamed in."""
+    for piece in answer.pieces:
+        yield Delta(text=piece)
+    usage = Usage(answer.prompt_tokens, answer.completion_tokens)
+    yield Delta(finish_reason=answer.finish_reason, usage=usage)

@@ -1,0 +1,253 @@
+"""The learned router inside the gateway: policies and budgets in, decisions out, and learning.
+
+:class:`RoutingService` owns a :class:`router.Router` and what the pure router must not do:
+it reads the tenant's policy (from the policy book, in memory) and budget spend (from the
+ledger, refreshed in the background), loads and saves the predictors in
+``<data_dir>/router/predictor.json`` (with their version and error metrics) and the
+difficulty classifier from ``difficulty.json`` (else trains the built-in default at start),
+and refits the predictors in a worker process so the event loop never waits on a fit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import multiprocessing
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+import router
+from gateway.accounts.budgets import BudgetBook
+from gateway.ops.background import lower_priority
+from gateway.settings import RouterSettings
+from tiers import Tier
+
+log = logging.getLogger(__name__)
+
+PREDICTOR_FILE = "predictor.json"
+DIFFICULTY_FILE = "difficulty.json"
+
+
+def tier_prices(prices: Sequence[Any], tiers: Mapping[str, Tier]) -> dict[str, router.TierPrice]:
+    """Each tier's price: the row for its model if there is one, else its ``*`` row."""
+    out = {}
+    for name, tier in tiers.items():
+        rows = [p for p in prices if p.tier == name]
+        model = tier.capabilities.model
+        row = next((p for p in rows if p.model == model), None) or next(
+            (p for p in rows if p.model == "*"), None
+        )
+        if row is not None:
+            out[name] = router.TierPrice(
+                row.prompt_per_1k,
+                row.completion_per_1k,
+                row.per_image,
+                row.per_media_second,
+                row.per_gpu_second,
+            )
+    return out
+
+
+def exit_with_parent(parent: int) -> None:
+    """In the refit worker: run at the lowest priority (a refit never delays a request), and exit
+    as soon as the gateway is gone, even if it was killed."""
+    lower_priority(whole_process=True)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
+def write_json(path: Path, value: Any) -> None:
+    """Write atomically: a reader sees the old file or the new one, never half of one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_bytes(msgspec.json.encode(value))
+    os.replace(tmp, path)
+
+
+def load_difficulty(directory: Path) -> router.DifficultyModel:
+    path = directory / DIFFICULTY_FILE
+    if path.exists():
+        try:
+            return msgspec.json.decode(path.read_bytes(), type=router.DifficultyModel)
+        except (OSError, msgspec.DecodeError, msgspec.ValidationError) as exc:
+            log.error("router: cannot read %s (%s); using the built-in difficulty model", path, exc)
+    return router.builtin_model()
+
+
+class RoutingService:
+    def __init__(
+        self,
+        settings: RouterSettings,
+        rule: router.AutoRule,
+        prices: Mapping[str, router.TierPrice],
+        data_path: Path,
+    ) -> None:
+        self.settings = settings
+        self.directory = Path(settings.directory).expanduser() if settings.directory else data_path / "router"
+        self.router = router.Router(
+            rule, prices, exploration=settings.exploration, predictor=settings.predictor
+        )
+        self._policy_of: Callable[[str], router.TenantPolicy] = lambda _tenant: router.DEFAULT_POLICY
+        self._budgets: BudgetBook | None = None
+        self._pool: ProcessPoolExecutor | None = None
+        self._refitting: asyncio.Task[None] | None = None
+        self._saver: asyncio.Task[None] | None = None
+        self._difficulty_mtime = 0.0
+        self._loaded = False
+        self._last_refit = -float("inf")
+
+    def _all_fitted(self) -> bool:
+        """Whether every tier with enough requests has had its first fit (that one never waits)."""
+        least = self.settings.predictor.min_samples
+        return all(
+            p.coefficients is not None for p in self.router.predictors.values() if len(p.window) >= least
+        )
+
+    def bind(self, policy_of: Callable[[str], router.TenantPolicy], budgets: BudgetBook | None) -> None:
+        """Read tenants' policies and spend from these (they need the database, opened later)."""
+        self._policy_of = policy_of
+        self._budgets = budgets
+
+    def policy(self, tenant: str) -> router.TenantPolicy:
+        return self._policy_of(tenant)
+
+    # -- the request path (no I/O) ------------------------------------------------------------
+
+    def decide(
+        self, model: str, views: Sequence[router.TierView], features: router.Features
+    ) -> router.Decision:
+        policy = self._policy_of(features.tenant)
+        spend = None
+        if self._budgets is not None and policy.budget.amount_usd > 0:
+            spend = self._budgets.spend(features.tenant, policy)
+        return self.router.decide(model, views, features, policy, spend)
+
+    def observe(
+        self,
+        decision: router.Decision,
+        tier: str,
+        ttft_s: float | None,
+        total_s: float,
+        completion_tokens: int | None = None,
+        prompt_tokens: int | None = None,
+    ) -> None:
+        self.router.observe(decision, tier, ttft_s, total_s, completion_tokens, prompt_tokens)
+        if not self._loaded or (self._refitting is not None and not self._refitting.done()):
+            return
+        now = time.monotonic()
+        if now - self._last_refit < self.settings.predictor.refit_interval_s and self._all_fitted():
+            return
+        due = self.router.due()
+        if due:
+            self._last_refit = now
+            self._refitting = asyncio.get_running_loop().create_task(self._refit(due), name="router-refit")
+
+    # -- learning in the background -------------------------------------------------------------
+
+    async def _refit(self, due: list[tuple[str, list[list[Any]]]]) -> None:
+        loop = asyncio.get_running_loop()
+        if self._pool is None:
+            # A fresh interpreter (spawn), not a fork of this threaded process.
+            self._pool = ProcessPoolExecutor(
+                1,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=exit_with_parent,
+                initargs=(os.getpid(),),
+            )
+        config = msgspec.to_builtins(self.settings.predictor)
+        for tier, window in due:
+            started = time.monotonic()
+            try:
+                fitted = await loop.run_in_executor(self._pool, router.fit_tier, window, config)
+            except Exception:
+                log.exception("router: refitting %s failed; keeping its current model", tier)
+                continue
+            self.router.adopt(tier, fitted)
+            log.info(
+                "router: refit %s on %d requests in %.1f s, held-out MAPE total %.0f%%",
+                tier,
+                len(window),
+                time.monotonic() - started,
+                100 * fitted["metrics"].get("total_holdout_mape", float("nan")),
+            )
+
+    async def refit_now(self) -> dict[str, Any]:
+        """Refit every tier with enough observations, wait for it, save; the snapshot after."""
+        if self._refitting is not None:
+            with contextlib.suppress(Exception):
+                await self._refitting
+        for predictor in self.router.predictors.values():
+            predictor.since_refit = self.settings.predictor.refit_every
+        due = self.router.due()
+        if due:
+            self._refitting = asyncio.get_running_loop().create_task(self._refit(due))
+            await self._refitting
+        await self.save()
+        return self.router.snapshot()
+
+    # -- persistence ----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        path = self.directory / PREDICTOR_FILE
+        if path.exists():
+            try:
+                data = await asyncio.to_thread(lambda: json.loads(path.read_text()))
+                self.router.load(data)
+                log.info("router: loaded predictors v%d from %s", self.router.version, path)
+            except (OSError, ValueError, msgspec.ValidationError) as exc:
+                log.error("router: cannot load %s (%s); starting from the prior", path, exc)
+        self._loaded = True
+        self.router.difficulty = await asyncio.to_thread(load_difficulty, self.directory)
+        self._difficulty_mtime = self._mtime(self.directory / DIFFICULTY_FILE)
+        self._saver = asyncio.create_task(self._save_periodically(), name="router-save")
+
+    @staticmethod
+    def _mtime(path: Path) -> float:
+        try:
+            return path.stat().st_mtime
+        except OSError:
+            return 0.0
+
+    async def save(self) -> None:
+        await asyncio.to_thread(write_json, self.directory / PREDICTOR_FILE, self.router.dump())
+
+    async def _save_periodically(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.save_interval_s)
+            try:
+                await self.save()
+                mtime = self._mtime(self.directory / DIFFICULTY_FILE)
+                if mtime != self._difficulty_mtime:  # `tiergate router train-difficulty` wrote a new one
+                    self.router.difficulty = await asyncio.to_thread(load_difficulty, self.directory)
+                    self._difficulty_mtime = mtime
+                    log.info("router: loaded the difficulty model trained %s", time.ctime(mtime))
+            except Exception:
+                log.exception("router: saving the predictors failed")
+
+    async def aclose(self) -> None:
+        for task in (self._saver, self._refitting):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        if self._loaded:
+            try:
+                await self.save()
+            except Exception:
+                log.exception("router: saving the predictors failed")
+        if self._pool is not None:  # wait for the worker to exit: it must not outlive the gateway
+            await asyncio.to_thread(self._pool.shutdown, True, cancel_futures=True)

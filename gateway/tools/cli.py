@@ -1,0 +1,157 @@
+"""The ``tiergate`` command line."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import msgspec
+import typer
+
+from gateway.settings import Settings, SettingsError, load_settings
+
+cli = typer.Typer(
+    help="tiergate: an OpenAI-compatible gateway that sends each chat request to an edge model "
+    "or a vLLM cloud pool.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+ConfigOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--config",
+        "-c",
+        envvar="TIERGATE_CONFIG",
+        help="TOML settings file. Every setting can also be set as TIERGATE_<SECTION>__<NAME>.",
+        exists=True,
+        dir_okay=False,
+    ),
+]
+
+
+def _settings(config: Path | None, **overrides: Any) -> Settings:
+    try:
+        return load_settings(config, **overrides)
+    except SettingsError as exc:
+        typer.echo(f"tiergate: {exc}", err=True)
+        raise typer.Exit(2) from exc
+
+
+@cli.command()
+def serve(
+    config: ConfigOption = None,
+    host: Annotated[str | None, typer.Option(help="Address to listen on [default: 127.0.0.1].")] = None,
+    port: Annotated[int | None, typer.Option(help="Port to listen on [default: 8080].")] = None,
+) -> None:
+    """Run the gateway: the edge model in-process, the cloud pool (or a local vLLM server it starts).
+
+    Ready on the edge tier at once; the cloud tier joins when its server answers.
+    SIGTERM or Ctrl-C stops accepting, lets in-flight requests finish (server.shutdown_grace_s),
+    then stops the tiers and any child process. SIGHUP re-reads the settings and applies the
+    cloud pool's membership (cloud.urls): new replicas join, removed ones drain.
+    """
+    from gateway.server import run
+
+    overrides: dict[str, Any] = {"server.host": host, "server.port": port}
+    settings = _settings(config, **overrides)
+    run(settings, lambda: load_settings(config, **overrides))
+
+
+models_cli = typer.Typer(
+    help="Build the model files the tiers run (once per model version; scripts/setup.sh calls these).",
+    no_args_is_help=True,
+)
+cli.add_typer(models_cli, name="models")
+
+
+@models_cli.command("export-onnx")
+def export_onnx(
+    config: ConfigOption = None,
+    src: Annotated[
+        Path | None,
+        typer.Option(help="A transformers model folder [default: <build_cache_dir>/models/smollm2-135m]."),
+    ] = None,
+    name: Annotated[str | None, typer.Option(help="Output name [default: the source folder's name].")] = None,
+    python: Annotated[
+        Path | None,
+        typer.Option(help="Python with torch, transformers, onnx [default: <build_cache_dir>/onnx-export-1]"),
+    ] = None,
+    force: Annotated[bool, typer.Option(help="Export even when a build of these inputs exists.")] = False,
+) -> None:
+    """Export a decoder-only model to ONNX (fp32 and INT8) with its KV cache, for edge.backend = "onnx".
+
+    Output: <build_cache_dir>/models/<name>-onnx-<hash>/, linked as <name>-onnx (edge.onnx_model_dir's
+    default). Cached by a hash of the source files: a second run returns at once.
+    """
+    from gateway.tools.modelbuild.onnx_export import EXPORT_ENV, STEPS, ExportError
+    from gateway.tools.modelbuild.onnx_export import export_onnx as run_export
+    from tiers.cloud import DEFAULT_MODEL_DIR
+
+    settings = _settings(config)
+    cache = Path(settings.build_cache_dir).expanduser()
+    source = src or cache / DEFAULT_MODEL_DIR
+    try:
+        with typer.progressbar(length=len(STEPS), label="export-onnx", file=sys.stderr) as bar:
+            result = run_export(
+                source,
+                cache / "models",
+                python or cache / EXPORT_ENV / "bin" / "python",
+                name=name,
+                force=force,
+                progress=lambda _: bar.update(1),
+            )
+    except ExportError as exc:
+        typer.echo(f"tiergate: {exc}", err=True)
+        raise typer.Exit(1) from exc
+    state = "up to date" if result.cached else f"built in {result.info['seconds']}s"
+    typer.echo(f"{result.link} -> {result.folder.name}: {state}")
+    for file, agreement in result.info.get("agreement", {}).items():
+        typer.echo(f"  {file}: {agreement}")
+
+
+@cli.command("config")
+def show_config(config: ConfigOption = None) -> None:
+    """Print the effective settings (defaults, then the file, then TIERGATE_* variables) as JSON."""
+    settings = _settings(config)
+    typer.echo(msgspec.json.format(msgspec.json.encode(settings), indent=2).decode())
+
+
+def _add_account_commands() -> None:
+    from gateway.tools.cli_accounts import keys_cli, report, tenants_cli
+    from gateway.tools.cli_edge import edge_cli
+
+    cli.add_typer(tenants_cli, name="tenants")
+    cli.add_typer(keys_cli, name="keys")
+    cli.command("report")(report)
+    cli.add_typer(edge_cli, name="edge")
+
+
+_add_account_commands()
+
+
+def _add_router_commands() -> None:
+    from gateway.tools.cli_router import calibrate, router_cli
+
+    cli.command("calibrate")(calibrate)
+    cli.add_typer(router_cli, name="router")
+
+
+_add_router_commands()
+
+
+def _add_appliance_commands() -> None:
+    from gateway.tools.cli_appliance import bundle, doctor, install, reload
+
+    for command in (bundle, install, doctor, reload):
+        cli.command()(command)
+
+
+_add_appliance_commands()
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    cli()

@@ -1,0 +1,146 @@
+"""``tiergate tenants``, ``tiergate keys`` and ``tiergate report``: work on the database directly
+(the one in ``storage.database_url``, by default the data folder's SQLite file)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import msgspec
+import typer
+
+from gateway.accounts.tenants import TenantStore
+from gateway.errors import GatewayError
+from gateway.settings import Settings, SettingsError, load_settings
+
+ConfigOption = Annotated[
+    Path | None,
+    typer.Option("--config", "-c", envvar="TIERGATE_CONFIG", help="TOML settings file.", dir_okay=False),
+]
+
+tenants_cli = typer.Typer(help="Create and list tenants.", no_args_is_help=True)
+keys_cli = typer.Typer(help="Create, list and revoke API keys.", no_args_is_help=True)
+
+
+def _settings(config: Path | None) -> Settings:
+    try:
+        return load_settings(config)
+    except SettingsError as exc:
+        typer.echo(f"tiergate: {exc}", err=True)
+        raise typer.Exit(2) from exc
+
+
+def _store(config: Path | None) -> TenantStore:
+    from gateway.accounts.storage import open_database
+
+    settings = _settings(config)
+    return TenantStore(open_database(settings.database_url), settings.limits.default)
+
+
+def _fail(exc: GatewayError) -> typer.Exit:
+    typer.echo(f"tiergate: {exc.message}", err=True)
+    return typer.Exit(1)
+
+
+def _print(value: object) -> None:
+    typer.echo(json.dumps(msgspec.to_builtins(value), indent=2))
+
+
+@tenants_cli.command("create")
+def tenants_create(
+    name: str,
+    config: ConfigOption = None,
+    rpm: Annotated[int | None, typer.Option("--rpm", help="Requests per minute (0: unlimited).")] = None,
+    tpm: Annotated[int | None, typer.Option("--tpm", help="Tokens per minute (0: unlimited).")] = None,
+    images: Annotated[int | None, typer.Option(help="Image parts per minute.")] = None,
+    audio: Annotated[int | None, typer.Option(help="Audio parts per minute.")] = None,
+    video: Annotated[int | None, typer.Option(help="Video parts per minute.")] = None,
+    video_seconds: Annotated[int | None, typer.Option(help="Seconds of video per minute.")] = None,
+    audio_seconds: Annotated[int | None, typer.Option(help="Seconds of audio per minute.")] = None,
+) -> None:
+    """Create a tenant; limits left out follow limits.default."""
+    given = {
+        "requests_per_min": rpm,
+        "tokens_per_min": tpm,
+        "images_per_min": images,
+        "audio_per_min": audio,
+        "video_per_min": video,
+        "video_seconds_per_min": video_seconds,
+        "audio_seconds_per_min": audio_seconds,
+    }
+    try:
+        _print(_store(config).create_tenant(name, {k: v for k, v in given.items() if v is not None}))
+    except GatewayError as exc:
+        raise _fail(exc) from exc
+
+
+@tenants_cli.command("list")
+def tenants_list(config: ConfigOption = None) -> None:
+    """List tenants with their effective limits (JSON)."""
+    _print(_store(config).list_tenants())
+
+
+@keys_cli.command("create")
+def keys_create(
+    tenant: Annotated[str | None, typer.Option(help="The tenant the key belongs to.")] = None,
+    admin: Annotated[bool, typer.Option("--admin", help="An admin key (all tenants) instead.")] = False,
+    name: Annotated[str, typer.Option(help="A label for the key.")] = "",
+    config: ConfigOption = None,
+) -> None:
+    """Create a key and print it once (only its hash is stored)."""
+    if (tenant is None) == (not admin):
+        typer.echo("tiergate: give --tenant NAME or --admin", err=True)
+        raise typer.Exit(2)
+    try:
+        key = _store(config).create_key(tenant, name)
+    except GatewayError as exc:
+        raise _fail(exc) from exc
+    typer.echo(f"key {key.id} for {tenant or 'admin'}; shown once, store it now:", err=True)
+    typer.echo(key.key)
+
+
+@keys_cli.command("list")
+def keys_list(
+    tenant: Annotated[str | None, typer.Option(help="Only this tenant's keys.")] = None,
+    config: ConfigOption = None,
+) -> None:
+    """List keys (ids, never the keys themselves) as JSON."""
+    try:
+        _print(_store(config).list_keys(tenant))
+    except GatewayError as exc:
+        raise _fail(exc) from exc
+
+
+@keys_cli.command("revoke")
+def keys_revoke(key_id: str, config: ConfigOption = None) -> None:
+    """Revoke a key by its id (the part after tg_); running gateways stop taking it within
+    auth.key_cache_s."""
+    try:
+        _print(_store(config).revoke_key(key_id))
+    except GatewayError as exc:
+        raise _fail(exc) from exc
+
+
+def report(
+    tenant: Annotated[str | None, typer.Option(help="Only this tenant (default: all).")] = None,
+    since: Annotated[str | None, typer.Option(help="From this ISO date or date-time (UTC).")] = None,
+    until: Annotated[str | None, typer.Option(help="Until this ISO date (inclusive) or date-time.")] = None,
+    group_by: Annotated[str, typer.Option(help="Comma list of day, tier, model, tenant.")] = "",
+    format: Annotated[str, typer.Option(help="json or csv.")] = "json",
+    config: ConfigOption = None,
+) -> None:
+    """Cost report from the ledger, with the all-cloud counterfactual and the savings."""
+    from gateway.accounts.ledger import FORMATS, ReportQuery, cost_report, report_csv
+
+    if format not in FORMATS:
+        typer.echo(f"tiergate: --format must be one of {', '.join(FORMATS)}", err=True)
+        raise typer.Exit(2)
+    store = _store(config)
+    try:
+        query = ReportQuery.parse(tenant, since, until, group_by)
+        tenant_id = store.tenant(query.tenant).id if query.tenant else None
+    except GatewayError as exc:
+        raise _fail(exc) from exc
+    result = cost_report(store.engine, query, tenant_id)
+    typer.echo(report_csv(result) if format == "csv" else json.dumps(result, indent=2), nl=format != "csv")
