@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.app import build_tiers
+from gateway.services import build_tiers
 from gateway.settings import SettingsError, load_settings
 from tiers.edge import EdgeRegistry, LlamaCppTier, OnnxTier
 
