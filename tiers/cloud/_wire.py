@@ -1,28 +1,19 @@
-"""The parts of vLLM's OpenAI responses the pool reads, decoded with msgspec."""
+"""The parts of vLLM's OpenAI responses the pool reads, decoded with msgspec, and its streamed answer
+read as the tier's events."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncGenerator, AsyncIterator
+
 import msgspec
+
+from tiers._events import Event, Finished, Started, TextDelta
+from tiers._types import Usage
 
 
 class WireUsage(msgspec.Struct):
     prompt_tokens: int = 0
     completion_tokens: int = 0
-
-
-class WireMessage(msgspec.Struct):
-    content: str | None = None
-
-
-class WireChoice(msgspec.Struct):
-    message: WireMessage | None = None
-    finish_reason: str | None = None
-
-
-class WireCompletion(msgspec.Struct):
-    choices: list[WireChoice]
-    model: str = ""
-    usage: WireUsage | None = None
 
 
 class WireDelta(msgspec.Struct):
@@ -36,6 +27,7 @@ class WireChunkChoice(msgspec.Struct):
 
 class WireChunk(msgspec.Struct):
     choices: list[WireChunkChoice] = msgspec.field(default_factory=list)
+    model: str = ""
     usage: WireUsage | None = None
 
 
@@ -56,7 +48,6 @@ class WireModelList(msgspec.Struct):
     data: list[WireModel]
 
 
-completion_decoder = msgspec.json.Decoder(WireCompletion)
 chunk_decoder = msgspec.json.Decoder(WireChunk)
 error_decoder = msgspec.json.Decoder(WireError)
 models_decoder = msgspec.json.Decoder(WireModelList)
@@ -71,3 +62,36 @@ def error_message(body: bytes) -> str:
     if err.error is not None and err.error.message:
         return err.error.message
     return err.message or body[:300].decode("utf-8", "replace")
+
+
+async def read_events(lines: AsyncIterator[bytes], instance: str, model: str) -> AsyncGenerator[Event, None]:
+    """A streamed chat completion (``stream_options.include_usage``) as events: :class:`Started` with
+    the first text (or at the end, for an answer without any), the text pieces, then :class:`Finished`
+    once ``data: [DONE]`` came, with the last finish_reason and the usage chunk's counts. Raises what
+    reading raises, and :class:`msgspec.DecodeError` for a chunk that is not one."""
+    reason = "stop"
+    usage: WireUsage | None = None
+    answering = ""  # the model the chunks name
+    started = False
+    async for line in lines:
+        if not line.startswith(b"data:"):
+            continue
+        payload = line[5:].strip()
+        if payload == b"[DONE]":
+            break
+        chunk = chunk_decoder.decode(payload)
+        answering = answering or chunk.model
+        if chunk.usage is not None:
+            usage = chunk.usage
+        for choice in chunk.choices:
+            if choice.finish_reason:
+                reason = choice.finish_reason
+            if choice.delta is not None and choice.delta.content:
+                if not started:
+                    started = True
+                    yield Started(instance, answering or model)
+                yield TextDelta(choice.delta.content)
+    if not started:
+        yield Started(instance, answering or model)
+    counted = Usage(usage.prompt_tokens, usage.completion_tokens) if usage else Usage(0, 0)
+    yield Finished(reason, counted)

@@ -13,7 +13,8 @@ from litestar.datastructures import State
 from gateway.api.admin._guard import require_admin
 from gateway.api.protocol import encode
 from gateway.errors import Conflict, GatewayError, InvalidRequest, NotFound
-from tiers.edge import EdgeModel, EdgeRegistry, InvalidModel, NothingToRollBack, RegistryError, UnknownModel
+from tiers import InvalidModel, ModelRegistry, NothingToRollBack, RegistryError, UnknownModel
+from tiers.edge import EdgeModel
 
 JSON = "application/json"
 
@@ -22,9 +23,9 @@ class ActivateBody(msgspec.Struct, forbid_unknown_fields=True):
     name: str
 
 
-async def _registry(request: Request[object, object, State]) -> EdgeRegistry:
+async def _registry(request: Request[object, object, State]) -> ModelRegistry[EdgeModel]:
     await require_admin(request, "the edge models are")
-    registry: EdgeRegistry | None = request.app.state.edge_models
+    registry: ModelRegistry[EdgeModel] | None = request.app.state.edge_models
     if registry is None:
         raise NotFound("this gateway runs no edge tier")
     return registry
@@ -46,7 +47,7 @@ def _gateway_error(exc: RegistryError) -> GatewayError:
     return InvalidRequest(exc.message, code="invalid_model")
 
 
-def _listing(registry: EdgeRegistry, status: int = 200) -> Response[bytes]:
+def _listing(registry: ModelRegistry[EdgeModel], status: int = 200) -> Response[bytes]:
     return Response(encode(registry.models()), media_type=JSON, status_code=status)
 
 
