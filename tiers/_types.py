@@ -99,6 +99,10 @@ class Generation:
     # Requests sharing this key (a conversation) prefer the same instance, for its prefix cache.
     affinity: str | None = None
     tenant: str = ""  # who asked; admission may favour some tenants
+    # The consumer takes the answer piece by piece (the client asked for a stream). When False a tier
+    # may send the text in fewer, larger pieces if that is cheaper (the cloud pool then asks vLLM for
+    # one JSON body: streaming costs the gateway ~3 µs per token to read).
+    stream: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -229,6 +229,7 @@ def generation_of(plan: _Plan, request_id: str, session_id: str | None, tenant: 
         cost=PROMPT_TOKEN_COST * features.prompt_tokens + (features.max_tokens or DEFAULT_OUTPUT_TOKENS),
         affinity=conversation_key(request, session_id),
         tenant=tenant,
+        stream=request.stream,
     )
 
 

@@ -6,9 +6,9 @@ costs ~145 µs and ``httpx.AsyncClient`` ~550 µs (``python -m bench.upstream_cl
 Health checks and metric scrapes, off the hot path, use aiohttp.
 
 Each request goes to the replica the :class:`~tiers.cloud._balance.Balancer`
-picks from live load and is streamed from it; a failure before the answer's first
-event is retried on another replica (the client has seen nothing yet), and
-replicas that keep failing are ejected for a while.  Membership can change at run
+picks from live load; a failure before the answer's first event is retried on
+another replica (the client has seen nothing yet), and replicas that keep failing
+are ejected for a while.  Membership can change at run
 time (:meth:`VLLMPool.set_members`): new replicas join, removed ones drain.
 """
 
@@ -208,8 +208,8 @@ class VLLMPool:
     # -- requests ---------------------------------------------------------------
 
     async def generate(self, gen: Generation) -> AsyncGenerator[Event, None]:
-        """The answer streamed from one replica (``stream: true`` with the usage chunk, also for a JSON
-        answer: one way to read vLLM). Until the first event a failing replica is retried on another,
+        """The answer from one replica: streamed (with the usage chunk) when ``gen.stream``, else read
+        whole as one JSON body first. Until the first event a failing replica is retried on another,
         since the consumer has seen nothing; after it a failure ends the stream."""
         tried: set[str] = set()
         last: TierError | None = None
@@ -223,7 +223,10 @@ class VLLMPool:
                 resp = await self._post(replica, body, gen.request_id)
                 if resp.status != 200:
                     raise self._status_error(replica, resp.status, await resp.read())
-                events = _wire.read_events(resp.lines(), replica.name, self._model)
+                if gen.stream:
+                    events = _wire.stream_events(resp.chunks(), replica.name, self._model)
+                else:
+                    events = _wire.body_events(await resp.read(), replica.name, self._model)
                 event = await anext(events)
                 break
             except _Retry as retry:
@@ -321,12 +324,9 @@ class VLLMPool:
         return await self._http.post(replica.url + _CHAT_PATH, body, headers)
 
     def _body(self, gen: Generation) -> bytes:
-        body: dict[str, Any] = {
-            "model": self._model,
-            "messages": gen.messages,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
+        body: dict[str, Any] = {"model": self._model, "messages": gen.messages, "stream": gen.stream}
+        if gen.stream:
+            body["stream_options"] = {"include_usage": True}
         for key in ("max_tokens", "temperature", "top_p", "seed", "presence_penalty", "frequency_penalty"):
             value = getattr(gen, key)
             if value is not None:
