@@ -10,7 +10,7 @@ import os
 import statistics
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import msgspec
@@ -18,7 +18,18 @@ import msgspec
 from gateway.app import create_app
 from gateway.ops import logs
 from gateway.settings import load_settings
-from tiers import Capabilities, Completion, Delta, Generation, Health, Modality, TierState, Usage
+from tiers import (
+    Capabilities,
+    Event,
+    Finished,
+    Generation,
+    Health,
+    Modality,
+    Started,
+    TextDelta,
+    TierState,
+    Usage,
+)
 
 BODY = msgspec.json.encode(
     {"model": "cloud", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
@@ -36,12 +47,10 @@ class InstantTier:
 
     async def aclose(self) -> None: ...
 
-    async def complete(self, gen: Generation) -> Completion:
-        return Completion("fake answer", "stop", Usage(3, 2), "instant")
-
-    async def stream(self, gen: Generation) -> AsyncIterator[Delta]:
-        yield Delta(text="fake answer")
-        yield Delta(finish_reason="stop", usage=Usage(3, 2))
+    async def generate(self, gen: Generation) -> AsyncGenerator[Event, None]:
+        yield Started(model="instant")
+        yield TextDelta("fake answer")
+        yield Finished("stop", Usage(3, 2))
 
 
 async def _lifespan(app: Any) -> tuple[asyncio.Queue[dict[str, str]], asyncio.Task[None]]:

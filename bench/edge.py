@@ -11,7 +11,7 @@ Method
     (llama-cpp-python: ``Llama.generate`` + ``detokenize``; ONNX Runtime: ``InferenceSession.run`` with
     the KV cache fed back + argmax + ``Tokenizer.decode``);
   - ``tier``: the gateway's edge tier object (``EdgeRegistry``: the registry, its instance set, and the
-    ``LlamaCppTier`` / ``OnnxTier`` engine instance) in this process, via ``stream``;
+    ``LlamaCppTier`` / ``OnnxTier`` engine instance) in this process, via ``generate``;
   - ``http``: a real ``tiergate serve`` child process (cloud off, result cache off so that every request
     runs on the engine, auth in open mode), streamed over loopback with ``stream_options.include_usage``.
 * Concurrency c (1 and 4): c requests start together; an engine serves one at a time (FIFO), so for
@@ -55,7 +55,7 @@ from typing import Any
 
 import httpx
 
-from tiers import Generation
+from tiers import Finished, Generation, TextDelta, collect
 from tiers.edge import EdgeConfig, EdgeRegistry, LlamaCppTier, default_threads, shipped_model_path
 from tiers.edge._onnx import FP32_FILE, INT8_FILE, ChatPrompt, DecoderShape, choose_providers
 
@@ -204,11 +204,11 @@ async def tier_batch(tier: EdgeRegistry, concurrency: int, max_tokens: int) -> B
 
     async def one() -> tuple[float, int]:
         ttft, tokens = 0.0, 0
-        async for delta in tier.stream(Generation(messages=ESSAY, max_tokens=max_tokens, temperature=0)):
-            if delta.text and not ttft:
+        async for event in tier.generate(Generation(messages=ESSAY, max_tokens=max_tokens, temperature=0)):
+            if isinstance(event, TextDelta) and not ttft:
                 ttft = time.perf_counter() - start
-            if delta.usage is not None:
-                tokens = delta.usage.completion_tokens
+            if isinstance(event, Finished):
+                tokens = event.usage.completion_tokens
         return ttft, tokens
 
     results = await asyncio.gather(*(one() for _ in range(concurrency)))
@@ -292,7 +292,7 @@ class GatewayProcess:
 async def first_token_s(tier: LlamaCppTier, messages: list[dict[str, str]]) -> float:
     started = time.perf_counter()
     ttft = 0.0
-    async for _ in tier.stream(Generation(messages=messages, max_tokens=2, temperature=0)):
+    async for _ in tier.generate(Generation(messages=messages, max_tokens=2, temperature=0)):
         if not ttft:
             ttft = time.perf_counter() - started
     return ttft
@@ -317,7 +317,7 @@ async def prefix_reuse(questions: int) -> dict[str, Any]:
                 times[name].append(await first_token_s(tier, asking))
             await first_token_s(saving, asking)  # back to back: the live context is reused
             times["live_context"].append(await first_token_s(saving, asking))
-        done = await saving.complete(Generation(messages=asking, max_tokens=1, temperature=0))
+        done = await collect(saving.generate(Generation(messages=asking, max_tokens=1, temperature=0)))
         prompt_tokens = done.usage.prompt_tokens
     finally:
         await saving.aclose()

@@ -49,9 +49,9 @@ from gateway.pipeline.chat import ChatService
 from gateway.pipeline.metering import MeteredChat
 from gateway.pipeline.routing import RoutingService, tier_prices
 from gateway.settings import Settings, SettingsError
-from tiers import Modality, Pool, Tier
+from tiers import Modality, ModelRegistry, Pool, Tier
 from tiers.cloud import VLLMPool
-from tiers.edge import EdgeRegistry
+from tiers.edge import EdgeModel, EdgeRegistry
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ class Services:
     admin: AdminService
     activity: Activity
     pool: Pool | None  # the cloud pool whose members operators change, if one is configured
-    edge_models: EdgeRegistry | None  # the edge's versioned models, if the edge runs here
+    edge_models: ModelRegistry[EdgeModel] | None  # the edge's versioned models, if the edge runs here
 
     @property
     def metrics(self) -> Metrics:
@@ -184,7 +184,7 @@ async def open_services(
     settings.data_path.mkdir(parents=True, exist_ok=True)
     metrics, tracing = observer.metrics, observer.tracing
     pool = next((t for t in tiers.values() if isinstance(t, Pool)), None)
-    edge_models = next((t for t in tiers.values() if isinstance(t, EdgeRegistry)), None)
+    edge_models = next((t for t in tiers.values() if isinstance(t, ModelRegistry)), None)
     admitted = admit(tiers, settings.admission, metrics)
     async with AsyncExitStack() as stack:
         stack.callback(tracing.shutdown)

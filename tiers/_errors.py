@@ -1,4 +1,4 @@
-"""Errors a tier raises. The gateway maps them to HTTP answers in one place.
+"""Errors a tier (or its model registry) raises. The gateway maps them to HTTP answers in one place.
 
 TierError
 ├── TierUnavailable      cannot serve now (down, starting, connect failed); try another tier
@@ -6,6 +6,14 @@ TierError
 ├── TierOverloaded       its queue is full; the client should retry later (429)
 ├── TierRejected         the engine refused the request as invalid (e.g. too long) (400)
 └── TierFailed           the engine failed after accepting the request (502)
+
+Raised before a generation's first event, TierUnavailable and TierOverloaded let the gateway try the
+next tier; after it, any error ends the answer.
+
+RegistryError            a model registry (:class:`~tiers.ModelRegistry`) refused an operator's change
+├── UnknownModel         no version by that name (404)
+├── InvalidModel         a version that cannot be registered or loaded (400)
+└── NothingToRollBack    no earlier version to go back to (409)
 """
 
 from __future__ import annotations
@@ -40,4 +48,22 @@ class TierRejected(TierError):
 
 
 class TierFailed(TierError):
+    pass
+
+
+class RegistryError(Exception):
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class UnknownModel(RegistryError):
+    pass
+
+
+class InvalidModel(RegistryError):
+    pass
+
+
+class NothingToRollBack(RegistryError):
     pass

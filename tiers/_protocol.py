@@ -1,11 +1,15 @@
-"""The one interface every backend implements."""
+"""The interfaces the gateway sees tiers through: :class:`Tier`, and what some tiers add
+(:class:`Pool` of replicas, :class:`ModelRegistry` of versions)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Sequence
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from tiers._types import Capabilities, Completion, Delta, Generation, TierState
+from tiers._events import EventStream
+from tiers._types import Capabilities, Generation, TierState
+
+Spec = TypeVar("Spec", contravariant=True)
 
 
 @runtime_checkable
@@ -13,8 +17,12 @@ class Tier(Protocol):
     """A place where a chat generation can run.
 
     ``start`` returns quickly; a tier that needs time to become ready reports
-    ``Health.STARTING`` until it is.  ``stream`` yields text pieces as the
-    engine makes them; closing the iterator early cancels the generation.
+    ``Health.STARTING`` until it is.  ``generate`` is the one way to run a
+    generation: it yields :class:`~tiers.Started`, text pieces as the engine
+    makes them, then :class:`~tiers.Finished`; an error before the first event
+    means nothing was produced (another tier may serve), and closing the stream
+    early cancels the generation.  A JSON answer is :func:`~tiers.collect`-ed
+    from it.
     """
 
     name: str
@@ -28,9 +36,7 @@ class Tier(Protocol):
 
     async def aclose(self) -> None: ...
 
-    async def complete(self, gen: Generation) -> Completion: ...
-
-    def stream(self, gen: Generation) -> AsyncIterator[Delta]: ...
+    def generate(self, gen: Generation) -> EventStream: ...
 
 
 @runtime_checkable
@@ -42,3 +48,26 @@ class Pool(Protocol):
     def set_members(self, urls: Sequence[str]) -> None: ...
 
     def drain(self, name: str) -> bool: ...
+
+
+@runtime_checkable
+class ModelRegistry(Protocol[Spec]):
+    """A tier that serves one of several registered model versions, swapped at run time (hot swap,
+    rollback). ``Spec`` is what a version is described by (the edge's: ``tiers.edge.EdgeModel``).
+    Its methods raise :class:`~tiers.RegistryError`."""
+
+    def models(self) -> dict[str, Any]:
+        """Every version with its status, the active one's name and the previous one's."""
+        ...
+
+    def register(self, model: Spec) -> None:
+        """Add a version (not yet active)."""
+        ...
+
+    async def activate(self, name: str) -> None:
+        """Serve ``name`` from now on, without dropping a request."""
+        ...
+
+    async def rollback(self) -> str:
+        """Go back to the version active before; returns its name."""
+        ...

@@ -1,8 +1,8 @@
 """Engine-neutral request, result and state types shared by every tier.
 
 A tier receives a :class:`Generation` (OpenAI-style messages plus sampling
-parameters) and answers with a :class:`Completion`, or streams
-:class:`Delta` pieces ending in one whose ``finish_reason`` is set.
+parameters) and answers with a stream of events (:mod:`tiers._events`); a JSON
+answer is the :class:`Completion` collected from it.
 """
 
 from __future__ import annotations
@@ -99,6 +99,10 @@ class Generation:
     # Requests sharing this key (a conversation) prefer the same instance, for its prefix cache.
     affinity: str | None = None
     tenant: str = ""  # who asked; admission may favour some tenants
+    # The consumer takes the answer piece by piece (the client asked for a stream). When False a tier
+    # may send the text in fewer, larger pieces if that is cheaper (the cloud pool then asks vLLM for
+    # one JSON body: streaming costs the gateway ~3 µs per token to read).
+    stream: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,14 +122,3 @@ class Completion:
     usage: Usage
     model: str
     instance: str = ""  # which replica or engine instance served it
-
-
-@dataclass(frozen=True, slots=True)
-class Delta:
-    """A piece of a streamed answer; the last one has ``finish_reason`` and ``usage``."""
-
-    text: str = ""
-    finish_reason: str | None = None
-    usage: Usage | None = None
-    instance: str = ""  # set on the first delta: which replica or engine instance serves the stream
-    model: str = ""  # set on the first delta by tiers whose model can change (edge versions)

@@ -11,7 +11,7 @@ cancellation.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from typing import cast
 
 from litestar.types import HTTPReceiveMessage, Receive, Scope, Send
@@ -84,7 +84,7 @@ class EventStream:
 
     __slots__ = ("events", "headers")
 
-    def __init__(self, events: AsyncIterator[bytes], headers: Mapping[str, str]) -> None:
+    def __init__(self, events: AsyncGenerator[bytes, None], headers: Mapping[str, str]) -> None:
         self.events = events
         self.headers = [
             (b"content-type", b"text/event-stream"),
@@ -117,4 +117,4 @@ class EventStream:
         finally:
             finished = True
             watch.cancel()
-            await self.events.aclose()  # type: ignore[attr-defined]
+            await self.events.aclose()

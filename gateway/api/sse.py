@@ -1,14 +1,14 @@
-"""Frame a tier's deltas as OpenAI's server-sent events, ending in ``data: [DONE]``."""
+"""Frame a tier's events as OpenAI's server-sent events, ending in ``data: [DONE]``."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 
 import msgspec
 
 from gateway.api.protocol import ChatCompletionChunk, ChunkChoice, DeltaBody, TiergateInfo, UsageBody, encode
 from gateway.errors import error_body, to_gateway_error
-from tiers import Delta
+from tiers import Event, Finished, TextDelta, Usage
 
 DONE = b"data: [DONE]\n\n"
 
@@ -51,33 +51,33 @@ class ChunkWriter:
     def text(self, text: str) -> bytes:
         return self._chunk(DeltaBody(content=text))
 
-    def finish(self, delta: Delta) -> bytes:
-        out = self._chunk(DeltaBody(), delta.finish_reason or "stop", self._info)
-        if self._include_usage and delta.usage is not None:
-            usage = UsageBody(
-                delta.usage.prompt_tokens, delta.usage.completion_tokens, delta.usage.total_tokens
-            )
-            out += frame(encode(ChatCompletionChunk(self._id, self._created, self._model, [], usage=usage)))
+    def finish(self, reason: str, usage: Usage | None) -> bytes:
+        out = self._chunk(DeltaBody(), reason, self._info)
+        if self._include_usage and usage is not None:
+            counts = UsageBody(usage.prompt_tokens, usage.completion_tokens, usage.total_tokens)
+            out += frame(encode(ChatCompletionChunk(self._id, self._created, self._model, [], usage=counts)))
         return out + DONE
 
-    async def events(self, first: Delta, rest: AsyncIterator[Delta]) -> AsyncIterator[bytes]:
+    async def events(self, first: Event, rest: AsyncIterator[Event]) -> AsyncGenerator[bytes, None]:
         """The whole stream: role, text pieces, finish (+ usage), [DONE].
 
+        ``first`` is the answer's first event after :class:`~tiers.Started`, ``rest`` what follows.
         An error after the first byte cannot change the status any more; it is
         sent as an OpenAI-shaped error event and the stream ends.
         """
         # The role and the first piece of text go out in one write: both are here already.
-        opening = first.text if first.finish_reason is None else ""
+        opening = first.text if isinstance(first, TextDelta) else ""
         yield self.role() + self.text(opening) if opening else self.role()
-        delta = first
+        event = first
         try:
-            while delta.finish_reason is None:
-                if delta.text and delta is not first:
-                    yield self.text(delta.text)
-                delta = await anext(rest)
+            while not isinstance(event, Finished):
+                if isinstance(event, TextDelta) and event.text and event is not first:
+                    yield self.text(event.text)
+                event = await anext(rest)
         except StopAsyncIteration:
-            delta = Delta(finish_reason="stop")
+            yield self.finish("stop", None)
+            return
         except Exception as exc:  # the tier failed mid-stream
             yield frame(msgspec.json.encode(error_body(to_gateway_error(exc))))
             return
-        yield self.finish(delta)
+        yield self.finish(event.reason, event.usage)

@@ -19,12 +19,12 @@ import contextlib
 import enum
 import math
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 
 import msgspec
 
 from gateway.ops.metrics import Metrics
-from tiers import Capabilities, Completion, Delta, Generation, Tier, TierOverloaded, TierState
+from tiers import Capabilities, Event, Finished, Generation, Tier, TierOverloaded, TierState
 
 
 class Lane(enum.StrEnum):
@@ -187,26 +187,17 @@ class AdmittedTier:
     async def aclose(self) -> None:
         await self._tier.aclose()
 
-    async def complete(self, gen: Generation) -> Completion:
-        await self._gate.acquire(gen.cost, gen.tenant)
-        started = time.monotonic()
-        try:
-            result = await self._tier.complete(gen)
-        except BaseException:
-            self._gate.release()
-            raise
-        self._gate.release(service_s=time.monotonic() - started)
-        return result
-
-    async def stream(self, gen: Generation) -> AsyncIterator[Delta]:
+    async def generate(self, gen: Generation) -> AsyncGenerator[Event, None]:
         await self._gate.acquire(gen.cost, gen.tenant)
         started = time.monotonic()
         completed = False
+        events = self._tier.generate(gen)
         try:
-            async for delta in self._tier.stream(gen):
-                completed = delta.finish_reason is not None
-                yield delta
+            async for event in events:
+                completed = isinstance(event, Finished)
+                yield event
         finally:
+            await events.aclose()
             self._gate.release(service_s=time.monotonic() - started if completed else None)
 
 

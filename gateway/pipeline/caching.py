@@ -21,7 +21,7 @@ import msgspec
 import cache
 from gateway.api.protocol import ChatCompletionRequest
 from gateway.ops.metrics import Metrics
-from tiers import Completion, Delta, Usage
+from tiers import Completion, Event, Finished, TextDelta, Usage
 
 log = logging.getLogger(__name__)
 
@@ -139,9 +139,8 @@ def completion_of(answer: cache.CachedAnswer) -> Completion:
     return Completion(answer.text, answer.finish_reason, usage, answer.model)
 
 
-async def replay(answer: cache.CachedAnswer) -> AsyncIterator[Delta]:
-    """A cached answer as the deltas it was first streamed in."""
+async def replay(answer: cache.CachedAnswer) -> AsyncIterator[Event]:
+    """A cached answer as the text pieces it was first streamed in, then its finish."""
     for piece in answer.pieces:
-        yield Delta(text=piece)
-    usage = Usage(answer.prompt_tokens, answer.completion_tokens)
-    yield Delta(finish_reason=answer.finish_reason, usage=usage)
+        yield TextDelta(piece)
+    yield Finished(answer.finish_reason, Usage(answer.prompt_tokens, answer.completion_tokens))

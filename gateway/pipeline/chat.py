@@ -47,15 +47,20 @@ from gateway.pipeline import degrade
 from gateway.pipeline.caching import AnswerCache, CacheStatus, Lookup, answer_of, completion_of, replay
 from tiers import (
     Completion,
-    Delta,
+    Event,
+    EventStream,
+    Finished,
     Generation,
     Modality,
+    Started,
+    TextDelta,
     Tier,
     TierFailed,
     TierOverloaded,
     TierTimeout,
     TierUnavailable,
     Usage,
+    collect,
 )
 
 if TYPE_CHECKING:
@@ -68,7 +73,7 @@ _PART_MODALITY = {
     VideoPart: Modality.VIDEO,
     FramesPart: Modality.VIDEO,
 }
-# Called when a stream ends: (when its first delta came, its usage); the router learns from it.
+# Called when a stream ends: (when its first event came, its usage); the router learns from it.
 Learn = Callable[[float, Usage | None], None]
 # Tier errors a circuit breaker counts: the path is broken, not the request.
 _BREAKER_FAILURES = (TierUnavailable, TierFailed)
@@ -124,7 +129,7 @@ class StreamOutcome:
 @dataclass(frozen=True, slots=True)
 class StreamStart:
     routed: Routed
-    events: AsyncIterator[bytes]
+    events: AsyncGenerator[bytes, None]
     outcome: StreamOutcome = field(default_factory=StreamOutcome)
 
 
@@ -224,6 +229,7 @@ def generation_of(plan: _Plan, request_id: str, session_id: str | None, tenant: 
         cost=PROMPT_TOKEN_COST * features.prompt_tokens + (features.max_tokens or DEFAULT_OUTPUT_TOKENS),
         affinity=conversation_key(request, session_id),
         tenant=tenant,
+        stream=request.stream,
     )
 
 
@@ -350,7 +356,7 @@ class ChatService:
             dispatched = time.perf_counter()
             try:
                 with self._tracing.span(f"tier.{name}"):
-                    result = await self._tiers[name].complete(gen)
+                    result = await collect(self._tiers[name].generate(gen))
             except _BREAKER_FAILURES as exc:
                 if isinstance(exc, TierTimeout):
                     self._metrics.timed_out(name)
@@ -383,8 +389,8 @@ class ChatService:
     async def stream(
         self, request: ChatCompletionRequest, request_id: str, ctx: RequestContext | None = None
     ) -> StreamStart:
-        """Start streaming: the first delta is awaited here, so failures before it can fail over
-        or become a proper HTTP error.  A cached answer is replayed as the same pieces."""
+        """Start streaming: the answer's first event is awaited here, so failures before it can fail
+        over or become a proper HTTP error.  A cached answer is replayed as the same pieces."""
         started = time.perf_counter()
         ctx = ctx or RequestContext()
         self._check_model(request)
@@ -410,24 +416,24 @@ class ChatService:
                 continue
             dispatched = time.perf_counter()
             learn = self._learner(plan, name, dispatched)
-            deltas = self._observed(name, plan.modalities, tier.stream(gen), key, dispatched, learn)
+            events = self._observed(name, plan.modalities, tier.generate(gen), key, dispatched, learn)
             try:
                 with self._tracing.span(f"tier.{name}"):
-                    first = await anext(deltas)
+                    begun, first = await _opening(events)
             except TierUnavailable as exc:
-                await deltas.aclose()
+                await events.aclose()
                 self._metrics.failovers.labels(name).inc()
                 last = exc
                 continue
             except TierOverloaded as exc:  # its queue is full: the next tier in the fallback order
-                await deltas.aclose()
+                await events.aclose()
                 last = exc
                 continue
             except BaseException:
-                await deltas.aclose()
+                await events.aclose()
                 raise
             self._metrics.tier(name).ttft.observe(time.perf_counter() - dispatched)
-            model = first.model or tier.capabilities.model  # an edge version swapped meanwhile
+            model = begun.model or tier.capabilities.model  # an edge version swapped meanwhile
             writer = ChunkWriter(
                 f"chatcmpl-{request_id}",
                 int(time.time()),
@@ -436,10 +442,10 @@ class ChatService:
                 info=TiergateInfo(degraded=list(plan.degraded)) if plan.degraded else msgspec.UNSET,
             )
             reason = plan.decision.reason if name == plan.decision.tier else f"{name}: {last}, failed over"
-            routed = self._routed(name, reason, lookup, started, plan.degraded, first.instance, plan, name)
-            outcome = StreamOutcome(model, first.usage)
-            events = writer.events(first, _usage_into(outcome, deltas))
-            return StreamStart(routed, _closing(events, deltas), outcome)
+            routed = self._routed(name, reason, lookup, started, plan.degraded, begun.instance, plan, name)
+            outcome = StreamOutcome(model, first.usage if isinstance(first, Finished) else None)
+            chunks = writer.events(first, _usage_into(outcome, events))
+            return StreamStart(routed, _closing(chunks, events), outcome)
         assert last is not None
         raise to_gateway_error(last) from last
 
@@ -460,7 +466,7 @@ class ChatService:
                 self._metrics.predictor_error(name, predicted.ttft_p50, ttft_s, "ttft")
 
     def _learner(self, plan: _Plan, name: str, dispatched: float) -> Learn | None:
-        """What to call when a stream from ``name`` finishes (with when its first delta came and
+        """What to call when a stream from ``name`` finishes (with when its first event came and
         its usage): the router learns its TTFT and total time."""
         if self._routing is None:
             return None
@@ -474,35 +480,34 @@ class ChatService:
         self,
         name: str,
         modalities: frozenset[Modality],
-        deltas: AsyncIterator[Delta],
+        events: EventStream,
         key: str | None,
         dispatched: float,
         learn: Learn | None = None,
-    ) -> AsyncGenerator[Delta, None]:
-        """Pass a tier's deltas through, charging the outcome to its breakers and storing the
-        finished answer (before its last delta goes out, so a repeat right after finds it)."""
+    ) -> AsyncGenerator[Event, None]:
+        """Pass a tier's events through, charging the outcome to its breakers and storing the
+        finished answer (before its last event goes out, so a repeat right after finds it)."""
         pieces: list[str] = []
         settled = False
         first_at = 0.0
         try:
-            async for delta in deltas:
+            async for event in events:
                 if not first_at:
                     first_at = time.perf_counter()
-                if delta.text:
-                    pieces.append(delta.text)
-                if delta.finish_reason is not None:
+                if isinstance(event, TextDelta):
+                    pieces.append(event.text)
+                elif isinstance(event, Finished):
                     settled = True
                     self._breakers.record(name, modalities, ok=True)
-                    tokens = delta.usage.completion_tokens if delta.usage else 0
-                    self._metrics.generated(name, tokens, time.perf_counter() - dispatched)
+                    usage = event.usage
+                    self._metrics.generated(name, usage.completion_tokens, time.perf_counter() - dispatched)
                     if learn is not None:
-                        learn(first_at, delta.usage)
+                        learn(first_at, usage)
                     if key is not None and self._answers is not None:
                         model = self._tiers[name].capabilities.model
-                        usage = delta.usage or Usage(0, 0)
-                        done = Completion("".join(pieces), delta.finish_reason, usage, model)
+                        done = Completion("".join(pieces), event.reason, usage, model)
                         await self._answers.store(key, answer_of(done, pieces, name))
-                yield delta
+                yield event
         except _BREAKER_FAILURES as exc:
             settled = True
             if isinstance(exc, TierTimeout):
@@ -513,7 +518,7 @@ class ChatService:
             if not settled:
                 self._breakers.release(name, modalities)
             with contextlib.suppress(Exception):
-                await deltas.aclose()  # type: ignore[attr-defined]
+                await events.aclose()
 
     @staticmethod
     def _routed(
@@ -550,18 +555,26 @@ class ChatService:
         )
 
 
-async def _closing(events: AsyncIterator[bytes], deltas: AsyncIterator[Delta]) -> AsyncIterator[bytes]:
-    """Pass ``events`` through; however it ends (client gone included), close the tier's stream."""
+async def _opening(events: AsyncIterator[Event]) -> tuple[Started, Event]:
+    """A tier's :class:`Started` and the event that comes with it (the answer's first piece)."""
+    first = await anext(events)
+    if not isinstance(first, Started):
+        return Started(), first
+    return first, await anext(events)
+
+
+async def _closing(chunks: AsyncIterator[bytes], events: EventStream) -> AsyncGenerator[bytes, None]:
+    """Pass ``chunks`` through; however it ends (client gone included), close the tier's stream."""
     try:
-        async for event in events:
-            yield event
+        async for chunk in chunks:
+            yield chunk
     finally:
         with contextlib.suppress(Exception):
-            await deltas.aclose()  # type: ignore[attr-defined]
+            await events.aclose()
 
 
-async def _usage_into(outcome: StreamOutcome, deltas: AsyncIterator[Delta]) -> AsyncIterator[Delta]:
-    async for delta in deltas:
-        if delta.usage is not None:
-            outcome.usage = delta.usage
-        yield delta
+async def _usage_into(outcome: StreamOutcome, events: AsyncIterator[Event]) -> AsyncIterator[Event]:
+    async for event in events:
+        if isinstance(event, Finished):
+            outcome.usage = event.usage
+        yield event

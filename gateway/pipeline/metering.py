@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 
 from gateway.accounts.ledger import Charge, Ledger, LedgerRow, PriceBook, new_entry_id
@@ -154,7 +154,7 @@ class MeteredChat:
         events = self._metered(call, start, ttft_ms)
         return StreamStart(start.routed, events, start.outcome)
 
-    async def _metered(self, call: _Call, start: StreamStart, ttft_ms: float) -> AsyncIterator[bytes]:
+    async def _metered(self, call: _Call, start: StreamStart, ttft_ms: float) -> AsyncGenerator[bytes, None]:
         outcome: StreamOutcome = start.outcome
         recorded = False
         error: str | None = "the client went away before the stream ended"

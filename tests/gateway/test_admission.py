@@ -1,11 +1,26 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncGenerator
 
 import pytest
 
-from gateway.pipeline.admission import AdmissionSettings, Gate, Lane, LaneSettings
-from tiers import TierOverloaded
+from gateway.pipeline.admission import AdmissionSettings, AdmittedTier, Gate, Lane, LaneSettings
+from tiers import (
+    Capabilities,
+    Event,
+    Finished,
+    Generation,
+    Health,
+    Modality,
+    Started,
+    TextDelta,
+    TierOverloaded,
+    TierState,
+    TierUnavailable,
+    Usage,
+    collect,
+)
 
 
 def settings(**kw: object) -> AdmissionSettings:
@@ -132,3 +147,50 @@ async def test_lane_waits_and_refusals_are_measured_with_their_reason() -> None:
     assert value(metrics, "tiergate_queue_wait_seconds_bucket", tier="edge", lane="fast", le="0.001") == 1
     for w in queued:
         w.cancel()
+
+
+class Counting:
+    """A tier that answers "0 1 2 ..." (``fail``: is down before its first event); records closes."""
+
+    name = "edge"
+    capabilities = Capabilities(frozenset({Modality.TEXT}), 2048, "m")
+
+    def __init__(self) -> None:
+        self.fail = False
+        self.closed = 0
+
+    def state(self) -> TierState:
+        return TierState(self.name, Health.READY)
+
+    async def start(self) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+    async def generate(self, gen: Generation) -> AsyncGenerator[Event, None]:
+        if self.fail:
+            raise TierUnavailable(self.name, "down")
+        try:
+            yield Started("edge/0", "m")
+            for i in range(gen.max_tokens or 1):
+                yield TextDelta(f"{i} ")
+            yield Finished("length", Usage(1, gen.max_tokens or 1))
+        finally:
+            self.closed += 1
+
+
+async def test_the_gate_holds_a_slot_for_one_generation_however_it_ends() -> None:
+    inner = Counting()
+    tier = AdmittedTier(inner, Gate("edge", 1, settings()))
+    gen = Generation(messages=[], max_tokens=3)
+    assert (await collect(tier.generate(gen))).text == "0 1 2 "
+    assert (tier.gate.waiting, len(tier.gate._service_s), inner.closed) == (0, 1, 1)  # timed: it finished
+    events = tier.generate(gen)
+    await anext(events)
+    await events.aclose()  # the client went away: the slot frees, the tier's generation is closed
+    assert (len(tier.gate._service_s), inner.closed) == (1, 2)
+    inner.fail = True
+    with pytest.raises(TierUnavailable):
+        await collect(tier.generate(gen))
+    inner.fail = False
+    await asyncio.wait_for(collect(tier.generate(gen)), 1)  # the one slot is free again
+    assert len(tier.gate._service_s) == 2

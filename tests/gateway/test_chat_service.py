@@ -3,7 +3,7 @@ as the service API (the admin UI and the tenants work will call it this way)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from pathlib import Path
 
 import pytest
@@ -17,11 +17,13 @@ from gateway.pipeline.caching import AnswerCache, CacheStatus
 from gateway.pipeline.chat import ChatService, RequestContext
 from tiers import (
     Capabilities,
-    Completion,
-    Delta,
+    Event,
+    Finished,
     Generation,
     Health,
     Modality,
+    Started,
+    TextDelta,
     TierState,
     TierUnavailable,
     Usage,
@@ -59,15 +61,12 @@ class FakeTier:
         if self.fail_images and has_image:
             raise TierUnavailable(self.name, "replica answered 500: vision encoder crashed")
 
-    async def complete(self, gen: Generation) -> Completion:
+    async def generate(self, gen: Generation) -> AsyncGenerator[Event, None]:
         self._check(gen)
-        return Completion(f"{self.name} answer #{len(self.calls)}", "stop", Usage(3, 4), self._caps.model)
-
-    async def stream(self, gen: Generation) -> AsyncIterator[Delta]:
-        self._check(gen)
+        yield Started(model=self._caps.model)
         for piece in (f"{self.name} ", "answer ", f"#{len(self.calls)}"):
-            yield Delta(text=piece)
-        yield Delta(finish_reason="stop", usage=Usage(3, 3))
+            yield TextDelta(piece)
+        yield Finished("stop", Usage(3, 3))
 
 
 def service(tmp_path: Path, **kw: object) -> tuple[ChatService, FakeTier, FakeTier]:

@@ -4,7 +4,7 @@ served requests (TTFT from streams), the fallback order on a full queue; budgets
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from pathlib import Path
 
 import pytest
@@ -21,11 +21,13 @@ from gateway.pipeline.routing import RoutingService, tier_prices
 from gateway.settings import DEFAULT_PRICES, RouterSettings, TenantLimits
 from tiers import (
     Capabilities,
-    Completion,
-    Delta,
+    Event,
+    Finished,
     Generation,
     Health,
     Modality,
+    Started,
+    TextDelta,
     TierOverloaded,
     TierState,
     Usage,
@@ -50,18 +52,14 @@ class Tier:
 
     async def aclose(self) -> None: ...
 
-    async def complete(self, gen: Generation) -> Completion:
+    async def generate(self, gen: Generation) -> AsyncGenerator[Event, None]:
         if self.full:
             raise TierOverloaded(self.name, "the fast lane is full", retry_after_s=2)
         self.calls += 1
-        return Completion("hi", "stop", Usage(5, 2), self._caps.model)
-
-    async def stream(self, gen: Generation) -> AsyncIterator[Delta]:
-        if self.full:
-            raise TierOverloaded(self.name, "the fast lane is full", retry_after_s=2)
-        self.calls += 1
-        yield Delta(text="h")
-        yield Delta(text="i", finish_reason="stop", usage=Usage(5, 2))
+        yield Started(model=self._caps.model)
+        yield TextDelta("h")
+        yield TextDelta("i")
+        yield Finished("stop", Usage(5, 2))
 
 
 def body(stream: bool = False, max_tokens: int = 16, text: str = "Say hello.") -> bytes:

@@ -7,15 +7,15 @@ import json
 from collections.abc import AsyncIterator
 
 from gateway.api.sse import ChunkWriter
-from tiers import Delta, Usage
+from tiers import Event, Finished, Started, TextDelta, Usage
 
 
-async def _rest(*deltas: Delta) -> AsyncIterator[Delta]:
-    for delta in deltas:
-        yield delta
+async def _rest(*events: Event) -> AsyncIterator[Event]:
+    for event in events:
+        yield event
 
 
-def _writes(first: Delta, *rest: Delta) -> list[list[dict[str, object] | str]]:
+def _writes(first: Event, *rest: Event) -> list[list[dict[str, object] | str]]:
     writer = ChunkWriter("chatcmpl-1", 0, "m", include_usage=True)
 
     async def collect() -> list[bytes]:
@@ -29,7 +29,7 @@ def _writes(first: Delta, *rest: Delta) -> list[list[dict[str, object] | str]]:
 
 
 def test_the_role_and_the_first_text_share_a_write_and_the_ending_shares_another() -> None:
-    writes = _writes(Delta(text="Hel"), Delta(text="lo"), Delta(finish_reason="stop", usage=Usage(3, 2)))
+    writes = _writes(TextDelta("Hel"), TextDelta("lo"), Finished("stop", Usage(3, 2)))
     assert len(writes) == 3
     role, first = writes[0]
     assert role["choices"][0]["delta"] == {"role": "assistant", "content": ""}
@@ -41,7 +41,7 @@ def test_the_role_and_the_first_text_share_a_write_and_the_ending_shares_another
     assert done == "[DONE]"
 
 
-def test_a_first_delta_without_text_sends_the_role_alone() -> None:
-    writes = _writes(Delta(), Delta(text="x"), Delta(finish_reason="length"))
-    assert [len(w) for w in writes] == [1, 1, 2]
+def test_a_first_event_without_text_sends_the_role_alone() -> None:
+    writes = _writes(Started(), TextDelta("x"), Finished("length", Usage(3, 1)))
+    assert [len(w) for w in writes] == [1, 1, 3]  # the last: finish, usage, [DONE]
     assert writes[1][0]["choices"][0]["delta"] == {"content": "x"}

@@ -8,9 +8,9 @@ budget.  aiohttp still does everything off the hot path (health checks, metric s
 fetches).
 
 What it does: POST one JSON body, read the status, then the body whole (:meth:`Response.read`)
-or as it arrives (:meth:`Response.chunks`, for SSE).  Connections are pooled per origin and
-reused when a response ended cleanly and the server allowed keep-alive; at most
-``max_connections`` are open at once (more callers wait).  Timeouts follow aiohttp's meaning:
+or as it arrives (:meth:`Response.chunks`, for SSE; its framing is the caller's).  Connections are
+pooled per origin and reused when a response ended cleanly and the server allowed keep-alive; at
+most ``max_connections`` are open at once (more callers wait).  Timeouts follow aiohttp's meaning:
 ``connect_s`` to open a connection, ``read_s`` between any two reads (the first byte included),
 ``total_s`` for the whole exchange.  Failures raise :class:`UpstreamError` (refused, reset,
 closed mid-response, malformed HTTP) or :class:`TimeoutError`.
@@ -218,17 +218,6 @@ class Response:
                 return
             else:
                 await conn.wait(self._until())
-
-    async def lines(self) -> AsyncIterator[bytes]:
-        """The body split into lines (each with its ``\\n``), as they arrive."""
-        rest = b""
-        async for chunk in self.chunks():
-            rest += chunk
-            *lines, rest = rest.split(b"\n")
-            for line in lines:
-                yield line + b"\n"
-        if rest:
-            yield rest
 
     def release(self) -> None:
         """Done with it: the connection goes back to the pool once the body has ended (a stream's

@@ -6,11 +6,10 @@ costs ~145 µs and ``httpx.AsyncClient`` ~550 µs (``python -m bench.upstream_cl
 Health checks and metric scrapes, off the hot path, use aiohttp.
 
 Each request goes to the replica the :class:`~tiers.cloud._balance.Balancer`
-picks from live load; a failure before the first byte is retried on another
-replica (a non-streamed request is retried on any transport failure, since the
-client has seen nothing yet), and replicas that keep failing are ejected for a
-while.  Membership can change at run time (:meth:`VLLMPool.set_members`): new
-replicas join, removed ones drain.
+picks from live load; a failure before the answer's first event is retried on
+another replica (the client has seen nothing yet), and replicas that keep failing
+are ejected for a while.  Membership can change at run
+time (:meth:`VLLMPool.set_members`): new replicas join, removed ones drain.
 """
 
 from __future__ import annotations
@@ -19,14 +18,15 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import Any
 
 import aiohttp
 import msgspec
 
 from tiers._errors import TierError, TierFailed, TierRejected, TierTimeout, TierUnavailable
-from tiers._types import Capabilities, Completion, Delta, Generation, Health, Modality, TierState, Usage
+from tiers._events import Event, Finished
+from tiers._types import Capabilities, Generation, Health, Modality, TierState
 from tiers.cloud import _wire
 from tiers.cloud._balance import Balancer
 from tiers.cloud._config import CloudConfig
@@ -207,104 +207,55 @@ class VLLMPool:
 
     # -- requests ---------------------------------------------------------------
 
-    async def complete(self, gen: Generation) -> Completion:
+    async def generate(self, gen: Generation) -> AsyncGenerator[Event, None]:
+        """The answer from one replica: streamed (with the usage chunk) when ``gen.stream``, else read
+        whole as one JSON body first. Until the first event a failing replica is retried on another,
+        since the consumer has seen nothing; after it a failure ends the stream."""
         tried: set[str] = set()
         last: TierError | None = None
-        body = self._body(gen, stream=False)
+        body = self._body(gen)
         while True:
             replica = self._pick(gen, tried, last)
             self._begin(replica, gen)
             started = time.perf_counter()
-            try:
-                resp = await self._post(replica, body, gen.request_id)
-                try:
-                    payload = await resp.read()
-                finally:
-                    resp.close()  # a no-op for the connection when the body was read to its end
-                if resp.status != 200:
-                    raise self._status_error(replica, resp.status, payload)
-                answer = _wire.completion_decoder.decode(payload)
-            except _Retry as retry:
-                last = self._retry_or_raise(replica, tried, retry)
-                continue
-            except (TimeoutError, UpstreamError, msgspec.DecodeError) as exc:
-                last = self._retry_or_raise(replica, tried, self._transport_error(replica, exc))
-                continue
-            finally:
-                self._end(replica, gen)
-            replica.succeeded()
-            replica.observe(time.perf_counter() - started)
-            choice = answer.choices[0]
-            usage = answer.usage or _wire.WireUsage()
-            return Completion(
-                text=(choice.message.content if choice.message else None) or "",
-                finish_reason=choice.finish_reason or "stop",
-                usage=Usage(usage.prompt_tokens, usage.completion_tokens),
-                model=answer.model or self._model,
-                instance=replica.name,
-            )
-
-    async def stream(self, gen: Generation) -> AsyncIterator[Delta]:
-        tried: set[str] = set()
-        last: TierError | None = None
-        body = self._body(gen, stream=True)
-        while True:  # until a replica answers 200; the client has seen nothing before that
-            replica = self._pick(gen, tried, last)
-            self._begin(replica, gen)
+            resp: Response | None = None
             try:
                 resp = await self._post(replica, body, gen.request_id)
                 if resp.status != 200:
-                    try:
-                        error = self._status_error(replica, resp.status, await resp.read())
-                    finally:
-                        resp.close()
-                    raise error
+                    raise self._status_error(replica, resp.status, await resp.read())
+                if gen.stream:
+                    events = _wire.stream_events(resp.chunks(), replica.name, self._model)
+                else:
+                    events = _wire.body_events(await resp.read(), replica.name, self._model)
+                event = await anext(events)
                 break
             except _Retry as retry:
-                self._end(replica, gen)
-                last = self._retry_or_raise(replica, tried, retry)
-            except (TimeoutError, UpstreamError) as exc:
-                self._end(replica, gen)
-                last = self._retry_or_raise(replica, tried, self._transport_error(replica, exc))
+                failure: _Retry | TierError = retry
+            except (TimeoutError, UpstreamError, msgspec.DecodeError) as exc:
+                failure = self._transport_error(replica, exc)
             except BaseException:
-                self._end(replica, gen)
+                self._give_up(replica, gen, resp)
                 raise
-        started = time.perf_counter()
+            self._give_up(replica, gen, resp)
+            last = self._retry_or_raise(replica, tried, failure)
         finished = False
         try:
-            async for delta in self._read_stream(replica, resp):
-                finished = delta.finish_reason is not None
-                yield delta
+            while True:
+                if isinstance(event, Finished):
+                    finished = True
+                    replica.succeeded()
+                    replica.observe(time.perf_counter() - started)
+                yield event
+                if finished:
+                    return
+                event = await anext(events)
+        except (TimeoutError, UpstreamError, msgspec.DecodeError) as exc:
+            raise self._transport_error(replica, exc) from exc
         finally:
+            await events.aclose()
             # A stream left early closes its connection, which tells vLLM to stop generating.
             resp.release() if finished else resp.close()
             self._end(replica, gen)
-        replica.succeeded()
-        replica.observe(time.perf_counter() - started)
-
-    async def _read_stream(self, replica: Replica, resp: Response) -> AsyncIterator[Delta]:
-        finish_reason = "stop"
-        usage = Usage(0, 0)
-        instance = replica.name
-        try:
-            async for line in resp.lines():
-                if not line.startswith(b"data:"):
-                    continue
-                payload = line[5:].strip()
-                if payload == b"[DONE]":
-                    break
-                chunk = _wire.chunk_decoder.decode(payload)
-                if chunk.usage is not None:
-                    usage = Usage(chunk.usage.prompt_tokens, chunk.usage.completion_tokens)
-                for choice in chunk.choices:
-                    if choice.finish_reason:
-                        finish_reason = choice.finish_reason
-                    if choice.delta is not None and choice.delta.content:
-                        yield Delta(text=choice.delta.content, instance=instance)
-                        instance = ""
-        except (TimeoutError, UpstreamError, msgspec.DecodeError) as exc:
-            raise self._transport_error(replica, exc) from exc
-        yield Delta(finish_reason=finish_reason, usage=usage, instance=instance)
 
     # -- internals ------------------------------------------------------------
 
@@ -325,6 +276,12 @@ class VLLMPool:
         replica.in_flight += 1
         replica.outstanding_cost += gen.cost
         self._mean_cost = 0.95 * self._mean_cost + 0.05 * gen.cost
+
+    def _give_up(self, replica: Replica, gen: Generation, resp: Response | None) -> None:
+        """Done with a replica before the answer began."""
+        if resp is not None:
+            resp.close()
+        self._end(replica, gen)
 
     def _end(self, replica: Replica, gen: Generation) -> None:
         replica.in_flight -= 1
@@ -366,9 +323,9 @@ class VLLMPool:
         headers = {**_JSON_HEADERS, "X-Request-ID": request_id} if request_id else _JSON_HEADERS
         return await self._http.post(replica.url + _CHAT_PATH, body, headers)
 
-    def _body(self, gen: Generation, *, stream: bool) -> bytes:
-        body: dict[str, Any] = {"model": self._model, "messages": gen.messages, "stream": stream}
-        if stream:
+    def _body(self, gen: Generation) -> bytes:
+        body: dict[str, Any] = {"model": self._model, "messages": gen.messages, "stream": gen.stream}
+        if gen.stream:
             body["stream_options"] = {"include_usage": True}
         for key in ("max_tokens", "temperature", "top_p", "seed", "presence_penalty", "frequency_penalty"):
             value = getattr(gen, key)

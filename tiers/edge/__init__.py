@@ -1,6 +1,7 @@
 """The edge tier: a small model in the gateway's own process (llama.cpp on a GGUF, or ONNX Runtime),
 as several engine instances of the active version in a registry of versions."""
 
+from tiers._errors import InvalidModel, NothingToRollBack, RegistryError, UnknownModel
 from tiers.edge._config import (
     DEFAULT_ONNX_MODEL_DIR,
     EdgeConfig,
@@ -12,13 +13,7 @@ from tiers.edge._config import (
 from tiers.edge._instances import InstanceSet
 from tiers.edge._llamacpp import LlamaCppTier, shipped_model_path
 from tiers.edge._onnx import OnnxTier
-from tiers.edge._registry import (
-    EdgeRegistry,
-    InvalidModel,
-    NothingToRollBack,
-    RegistryError,
-    UnknownModel,
-)
+from tiers.edge._registry import EdgeRegistry
 from tiers.edge._serial import SerialEngineTier
 
 __all__ = [

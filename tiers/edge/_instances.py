@@ -12,11 +12,12 @@ from __future__ import annotations
 import asyncio
 import collections
 import itertools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from tiers._errors import TierUnavailable
-from tiers._types import Capabilities, Completion, Delta, Generation, Health, MediaLimits, Modality
+from tiers._events import Event
+from tiers._types import Capabilities, Generation, Health, MediaLimits, Modality
 from tiers.edge._config import EdgeConfig, EdgeModel
 from tiers.edge._llamacpp import LlamaCppTier
 from tiers.edge._onnx import OnnxTier
@@ -132,21 +133,14 @@ class InstanceSet:
         if self.active == 0:
             self._idle.set()
 
-    async def complete(self, gen: Generation) -> Completion:
+    async def generate(self, gen: Generation) -> AsyncGenerator[Event, None]:
         self._enter()
         try:
-            return await self.pick(gen).complete(gen)
-        finally:
-            self._leave()
-
-    async def stream(self, gen: Generation) -> AsyncIterator[Delta]:
-        self._enter()
-        try:
-            deltas = self.pick(gen).stream(gen)
+            events = self.pick(gen).generate(gen)
             try:
-                async for delta in deltas:
-                    yield delta
+                async for event in events:
+                    yield event
             finally:
-                await deltas.aclose()  # type: ignore[attr-defined]  # cancels the generation if unfinished
+                await events.aclose()  # cancels the generation if unfinished
         finally:
             self._leave()

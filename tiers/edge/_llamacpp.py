@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from tiers._errors import TierRejected, TierUnavailable
-from tiers._types import Delta, Generation, Usage
+from tiers._events import Finished, TextDelta
+from tiers._types import Generation, Usage
 from tiers.edge._config import EdgeConfig, default_threads
 from tiers.edge._prefix import MIN_GAIN_TOKENS, shared_prefix
 from tiers.edge._serial import (
@@ -141,7 +142,7 @@ class LlamaCppTier(SerialEngineTier):
             produced += 1
             ready, stopped = scanner.feed(decoder.decode(llm.detokenize([token], special=False)))
             if ready:
-                emit(Delta(text=ready))
+                emit(TextDelta(ready))
             if stopped:
                 finish = "stop"
                 break
@@ -150,8 +151,8 @@ class LlamaCppTier(SerialEngineTier):
         if not scanner.stopped:
             rest = scanner.flush(decoder.decode(b"", final=True))
             if rest:
-                emit(Delta(text=rest))
-        emit(Delta(finish_reason=finish, usage=Usage(len(prompt), produced)))
+                emit(TextDelta(rest))
+        emit(Finished(finish, Usage(len(prompt), produced)))
         if self.prefixes.wants(prompt):  # after the answer: the next request waits for it, not this one
             try:
                 self.prefixes.put(prompt, *self._save_state(llm))

@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 
 from tiers._errors import TierRejected, TierUnavailable
-from tiers._types import Delta, Generation, Usage
+from tiers._events import Finished, TextDelta
+from tiers._types import Generation, Usage
 from tiers.edge._config import EdgeConfig, default_threads
 from tiers.edge._prefix import MIN_GAIN_TOKENS, shared_prefix
 from tiers.edge._sampling import IncrementalDetokenizer, Sampler
@@ -206,7 +207,7 @@ class OnnxTier(SerialEngineTier):
             produced += 1
             ready, stopped = scanner.feed(detokenizer.feed(token))
             if ready:
-                emit(Delta(text=ready))
+                emit(TextDelta(ready))
             if stopped:
                 finish = "stop"
                 break
@@ -216,8 +217,8 @@ class OnnxTier(SerialEngineTier):
         if not scanner.stopped:
             rest = scanner.flush(detokenizer.flush())
             if rest:
-                emit(Delta(text=rest))
-        emit(Delta(finish_reason=finish, usage=Usage(len(prompt), produced)))
+                emit(TextDelta(rest))
+        emit(Finished(finish, Usage(len(prompt), produced)))
         if self._live is not None and self.prefixes.wants(prompt):
             ids, arrays = self._live
             self.prefixes.put(ids, self._live, sum(a.nbytes for a in arrays))

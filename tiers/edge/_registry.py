@@ -7,25 +7,22 @@ new one, requests already inside the old one finish there, and the old one is cl
 Nothing is dropped.  Rollback activates the version that was active before, the same way.
 
 Versions come from the settings (``edge.models``) or are registered at run time (the admin API), which
-lasts until the gateway stops.
-
-    RegistryError
-    ├── UnknownModel      no version by that name (404)
-    ├── InvalidModel      a version that cannot be registered or loaded (400)
-    └── NothingToRollBack no earlier version to go back to (409)
+lasts until the gateway stops.  The registry is the edge's :class:`~tiers.ModelRegistry`; its errors are
+:class:`~tiers.RegistryError`'s.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
-from tiers._types import Capabilities, Completion, Delta, Generation, Health, TierState
+from tiers._errors import InvalidModel, NothingToRollBack, UnknownModel
+from tiers._events import EventStream
+from tiers._types import Capabilities, Generation, Health, TierState
 from tiers.edge._config import EdgeConfig, EdgeModel
 from tiers.edge._instances import InstanceSet
 from tiers.edge._llamacpp import shipped_model_path
@@ -35,24 +32,6 @@ from tiers.edge._serial import SerialEngineTier
 log = logging.getLogger(__name__)
 
 GGUF_MAGIC = b"GGUF"
-
-
-class RegistryError(Exception):
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
-
-
-class UnknownModel(RegistryError):
-    pass
-
-
-class InvalidModel(RegistryError):
-    pass
-
-
-class NothingToRollBack(RegistryError):
-    pass
 
 
 def check_files(model: EdgeModel, config: EdgeConfig) -> None:
@@ -76,7 +55,8 @@ def check_files(model: EdgeModel, config: EdgeConfig) -> None:
 
 
 class EdgeRegistry:
-    """The edge :class:`~tiers.Tier`: the active version's instances, behind a registry of versions."""
+    """The edge :class:`~tiers.Tier`: the active version's instances, behind a registry of versions
+    (a :class:`~tiers.ModelRegistry` of :class:`EdgeModel`)."""
 
     name = "edge"
 
@@ -125,13 +105,10 @@ class EdgeRegistry:
             *(s.aclose() for s in [self._active, *self._retiring]), *self._closers, return_exceptions=True
         )
 
-    async def complete(self, gen: Generation) -> Completion:
-        return await self._active.complete(gen)
-
-    def stream(self, gen: Generation) -> AsyncIterator[Delta]:
+    def generate(self, gen: Generation) -> EventStream:
         # The version active now serves it to the end. Callers iterate at once (no await between), and
         # the set counts the request from its first step, so a swap cannot close the set under it.
-        return self._active.stream(gen)
+        return self._active.generate(gen)
 
     # -- the registry -------------------------------------------------------------
 

@@ -4,26 +4,28 @@ In-process engines (llama.cpp, ONNX Runtime) are not safe to call from several t
 each tier runs every call on one dedicated worker thread; requests wait their turn in FIFO order
 (``asyncio.Lock`` is fair), a bounded number of them (beyond it: :class:`TierOverloaded`), and text pieces
 cross back to the event loop with ``call_soon_threadsafe`` as the engine makes them.  Closing a stream
-early sets a flag the worker checks before each token, so the engine stops at the next one.
+early (``aclose``) sets a flag the worker checks before each token, so the engine stops at the next one.
 
 A backend subclasses :class:`SerialEngineTier` and writes two methods that run on the worker thread:
-``_load`` and ``_generate_into``.  ``start`` loads the model and generates one token to warm it.  Several
-of these make one model version's instances (:mod:`tiers.edge._instances`), each named in its answers.
+``_load`` and ``_generate_into`` (which emits :class:`TextDelta` pieces, then one :class:`Finished`);
+:meth:`SerialEngineTier.generate` puts :class:`Started` before them once the first one is there.
+``start`` loads the model and generates one token to warm it.  Several of these make one model
+version's instances (:mod:`tiers.edge._instances`), each named in its answers.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from tiers._cpus import pin_this_thread
 from tiers._errors import TierError, TierOverloaded, TierUnavailable
-from tiers._types import Capabilities, Completion, Delta, Generation, Health, Modality, TierState, Usage
+from tiers._events import Event, Finished, Started
+from tiers._types import Capabilities, Generation, Health, Modality, TierState
 from tiers.edge._config import EdgeConfig
 from tiers.edge._prefix import PrefixStore
 
@@ -33,7 +35,7 @@ log = logging.getLogger(__name__)
 DEFAULT_TEMPERATURE = 0.2
 DEFAULT_TOP_P = 0.9
 
-Emit = Callable[[Delta | BaseException], None]
+Emit = Callable[[Event | BaseException], None]
 
 
 class SerialEngineTier:
@@ -107,18 +109,7 @@ class SerialEngineTier:
 
         await asyncio.to_thread(close)
 
-    async def complete(self, gen: Generation) -> Completion:
-        parts: list[str] = []
-        final = Delta(finish_reason="stop", usage=Usage(0, 0))
-        async for delta in self.stream(gen):
-            parts.append(delta.text)
-            final = delta
-        assert final.usage is not None
-        return Completion(
-            "".join(parts), final.finish_reason or "stop", final.usage, self._config.model_name, self.instance
-        )
-
-    async def stream(self, gen: Generation) -> AsyncIterator[Delta]:
+    async def generate(self, gen: Generation) -> AsyncGenerator[Event, None]:
         if self._health is not Health.READY:
             raise TierUnavailable(self.name, self._detail)
         if self._waiting >= self._config.max_queue:
@@ -129,10 +120,10 @@ class SerialEngineTier:
         finally:
             self._waiting -= 1
         loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[Delta | BaseException] = asyncio.Queue()
+        queue: asyncio.Queue[Event | BaseException] = asyncio.Queue()
         cancel = threading.Event()
 
-        def emit(item: Delta | BaseException) -> None:
+        def emit(item: Event | BaseException) -> None:
             loop.call_soon_threadsafe(queue.put_nowait, item)
 
         try:
@@ -143,15 +134,16 @@ class SerialEngineTier:
         job.add_done_callback(lambda _: self._lock.release())
         try:
             item = await queue.get()
-            if not isinstance(item, BaseException):  # the first piece says who serves the stream
-                item = dataclasses.replace(item, instance=self.instance, model=self._config.model_name)
+            if isinstance(item, BaseException):  # before the answer began: nothing was produced
+                raise item
+            yield Started(self.instance, self._config.model_name)
             while True:
-                if isinstance(item, BaseException):
-                    raise item
                 yield item
-                if item.finish_reason is not None:
+                if isinstance(item, Finished):
                     return
                 item = await queue.get()
+                if isinstance(item, BaseException):
+                    raise item
         finally:
             cancel.set()  # the worker stops at its next token; the lock is freed when it has
 
@@ -174,8 +166,8 @@ class SerialEngineTier:
         raise NotImplementedError
 
     def _generate_into(self, gen: Generation, emit: Emit, cancel: threading.Event) -> None:
-        """Run one generation on the worker thread: emit text deltas, then one with finish_reason and
-        usage; return early without a final delta when ``cancel`` is set."""
+        """Run one generation on the worker thread: emit :class:`TextDelta` pieces, then one
+        :class:`Finished`; return early without it when ``cancel`` is set."""
         raise NotImplementedError
 
     def _generate(self, gen: Generation, emit: Emit, cancel: threading.Event) -> None:

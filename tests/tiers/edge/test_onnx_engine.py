@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tiers import Generation
+from tiers import Completion, Generation, collect
 from tiers.edge import EdgeConfig, OnnxTier
 
 EXPORT = Path(os.environ.get("TIERGATE_BUILD_CACHE_DIR", "~/.cache/tiergate")).expanduser() / "models"
@@ -30,6 +30,10 @@ def _config(**kw: Any) -> EdgeConfig:
     return EdgeConfig(backend="onnx", onnx_model_dir=str(EXPORT), onnx_quantized=True, threads=1, **kw)
 
 
+async def _answer(tier: OnnxTier, gen: Generation) -> Completion:
+    return await collect(tier.generate(gen))
+
+
 def _asking(question: str, max_tokens: int) -> Generation:
     messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]
     return Generation(messages=messages, max_tokens=max_tokens, temperature=0)
@@ -39,19 +43,19 @@ async def test_reused_keys_and_values_give_the_cold_engines_answer() -> None:
     warm = OnnxTier(_config())
     await warm.start()
     try:
-        await warm.complete(_asking("Which museum should I see in Lisbon?", 3))
-        await warm.complete(Generation(messages=[{"role": "user", "content": "Say hello."}], max_tokens=3))
+        await _answer(warm, _asking("Which museum should I see in Lisbon?", 3))
+        await _answer(warm, Generation(messages=[{"role": "user", "content": "Say hello."}], max_tokens=3))
         assert warm.prefixes.hits == 0
         question = _asking("How do I get from Lisbon to Porto?", 12)
-        reused = await warm.complete(question)
+        reused = await _answer(warm, question)
         assert warm.prefixes.hits == 1  # the saved state of the first prompt, not the live one
-        again = await warm.complete(question)  # the live cache: all but the last prompt token
+        again = await _answer(warm, question)  # the live cache: all but the last prompt token
     finally:
         await warm.aclose()
     cold = OnnxTier(_config(prefix_cache_mb=0))
     await cold.start()  # its warm-up prompt shares only the template's opening with the question
     try:
-        fresh = await cold.complete(question)
+        fresh = await _answer(cold, question)
     finally:
         await cold.aclose()
     assert reused.text == fresh.text == again.text and reused.usage == fresh.usage

@@ -9,7 +9,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from tiers import Generation, Health
+from tiers import Completion, Finished, Generation, Health, Started, TextDelta, Tier, collect
 from tiers.edge import (
     EdgeConfig,
     EdgeModel,
@@ -55,10 +55,18 @@ def _config(second: Path, **kw: object) -> EdgeConfig:
     return EdgeConfig(instances=1, threads=1, models=models, **kw)  # type: ignore[arg-type]
 
 
+async def _answer(tier: Tier, gen: Generation) -> Completion:
+    return await collect(tier.generate(gen))
+
+
 async def _first_instance(registry: EdgeRegistry, gen: Generation) -> tuple[str, str]:
-    async for delta in registry.stream(gen):
-        return delta.instance, delta.model
-    raise AssertionError("no delta")
+    events = registry.generate(gen)
+    try:
+        started = await anext(events)
+    finally:
+        await events.aclose()
+    assert isinstance(started, Started)
+    return started.instance, started.model
 
 
 async def _idle(registry: EdgeRegistry) -> None:
@@ -76,13 +84,13 @@ async def test_requests_spread_over_instances_and_a_conversation_sticks() -> Non
     try:
         assert registry.concurrency == 2 and registry.state().health is Health.READY
         # four at once: two on each instance (least loaded first)
-        answers = await asyncio.gather(*(registry.complete(_gen(HELLO, 6)) for _ in range(4)))
+        answers = await asyncio.gather(*(_answer(registry, _gen(HELLO, 6)) for _ in range(4)))
         served = sorted(a.instance for a in answers)
         assert served == ["edge-smollm2-135m/0"] * 2 + ["edge-smollm2-135m/1"] * 2
         # one after another (each instance idle again), the same conversation stays on its instance
         served_a = set()
         for _ in range(3):
-            served_a.add((await registry.complete(_gen(HELLO, 1, affinity="conv-a"))).instance)
+            served_a.add((await _answer(registry, _gen(HELLO, 1, affinity="conv-a"))).instance)
             await _idle(registry)
         assert len(served_a) == 1
     finally:
@@ -94,20 +102,20 @@ async def test_closing_a_stream_stops_its_instance_and_not_the_other() -> None:
     await registry.start()
     essay = [{"role": "user", "content": "Write a very long essay about the history of Rome."}]
     try:
-        left, right = registry.stream(_gen(essay, 1500)), registry.stream(_gen(essay, 1500))
+        left, right = registry.generate(_gen(essay, 1500)), registry.generate(_gen(essay, 1500))
         first_left, first_right = await anext(left), await anext(right)
         assert {first_left.instance, first_right.instance} == {"edge-smollm2-135m/0", "edge-smollm2-135m/1"}
-        await left.aclose()  # type: ignore[attr-defined]  # the client went away
+        await left.aclose()  # the client went away
         for _ in range(200):
             if registry.state().in_flight == 1:
                 break
             await asyncio.sleep(0.02)
         assert registry.state().in_flight == 1  # its engine stopped; the other still writes
-        assert (await anext(right)).text is not None
+        assert isinstance(await anext(right), TextDelta)
         # the freed instance serves at once (the other is busy with its 1,500 tokens)
-        answer = await asyncio.wait_for(registry.complete(_gen(HELLO, 2)), 60)
+        answer = await asyncio.wait_for(_answer(registry, _gen(HELLO, 2)), 60)
         assert answer.instance == first_left.instance
-        await right.aclose()  # type: ignore[attr-defined]
+        await right.aclose()
     finally:
         await registry.aclose()
 
@@ -119,13 +127,13 @@ async def test_a_saved_prompt_state_is_reused_and_answers_the_same() -> None:
     cold = LlamaCppTier(EdgeConfig(threads=1, prefix_cache_mb=0))
     await asyncio.gather(cached.start(), cold.start())
     try:
-        await cached.complete(_gen(_asking("Which museum should I see in Lisbon?"), 4))
-        await cached.complete(_gen(HELLO, 4))  # replaces the live context
+        await _answer(cached, _gen(_asking("Which museum should I see in Lisbon?"), 4))
+        await _answer(cached, _gen(HELLO, 4))  # replaces the live context
         assert cached.prefixes.hits == 0
         question = _asking("How do I get from Lisbon to Porto?")
-        reused = await cached.complete(_gen(question, 12))
+        reused = await _answer(cached, _gen(question, 12))
         assert cached.prefixes.hits == 1
-        fresh = await cold.complete(_gen(question, 12))
+        fresh = await _answer(cold, _gen(question, 12))
         assert reused.text == fresh.text and reused.usage == fresh.usage
     finally:
         await asyncio.gather(cached.aclose(), cold.aclose())
@@ -139,7 +147,7 @@ async def test_hot_swap_finishes_the_old_versions_requests_and_sends_new_ones_to
     try:
         assert registry.capabilities.model == "smol-v1" and registry.capabilities.quality == 0.3
         # a stream running on v1 while v2 is activated
-        running = registry.stream(_gen(HELLO, 24))
+        running = registry.generate(_gen(HELLO, 24))
         first = await anext(running)
         assert first.instance == "smol-v1/0"
         await registry.activate("smol-v2")
@@ -153,14 +161,14 @@ async def test_hot_swap_finishes_the_old_versions_requests_and_sends_new_ones_to
         }
         assert await _first_instance(registry, _gen(HELLO)) == ("smol-v2/0", "smol-v2")
         rest = [d async for d in running]  # the old version finishes what it started
-        assert rest[-1].finish_reason is not None and rest[-1].usage is not None
+        assert isinstance(rest[-1], Finished)  # with its finish reason and usage
         for _ in range(100):
             if registry.models()["data"][0]["status"] == "available":
                 break
             await asyncio.sleep(0.05)
         assert registry.models()["data"][0]["status"] == "available"  # closed once empty
         assert await registry.rollback() == "smol-v1"
-        assert (await registry.complete(_gen(HELLO, 1))).instance == "smol-v1/0"
+        assert (await _answer(registry, _gen(HELLO, 1))).instance == "smol-v1/0"
         with pytest.raises(NothingToRollBack):
             await registry.rollback()
     finally:
@@ -186,7 +194,7 @@ async def test_bad_versions_are_refused_and_the_current_one_keeps_serving(tmp_pa
         with pytest.raises(InvalidModel, match=r"did not load.*still serving edge-smollm2-135m"):
             await registry.activate("broken")
         assert registry.active == "edge-smollm2-135m"
-        assert (await registry.complete(_gen(HELLO, 1))).usage.completion_tokens == 1
+        assert (await _answer(registry, _gen(HELLO, 1))).usage.completion_tokens == 1
     finally:
         await registry.aclose()
 
