@@ -26,7 +26,7 @@ async def _routing(request: Request[object, object, State]) -> RoutingService:
 @get("/admin/api/router")
 async def router_state(request: Request[object, object, State]) -> Response[bytes]:
     routing = await _routing(request)
-    return Response(encode(routing.router.snapshot()), media_type=JSON)
+    return Response(encode(routing.learner.report()), media_type=JSON)
 
 
 @post("/admin/api/router/refit", status_code=200)
