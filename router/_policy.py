@@ -130,8 +130,11 @@ def decode_policy(body: bytes | str) -> TenantPolicy:
 
 
 def check_policy(policy: TenantPolicy, tiers: Collection[str]) -> TenantPolicy:
-    """Check the names a policy uses against this gateway's tiers and strategies."""
-    if policy.strategy not in FIXED_STRATEGIES and always_tier(policy.strategy) not in tiers:
+    """Check the names a policy uses against this gateway's tiers and strategies (the older names
+    ``always-edge`` and ``always-cloud`` pass whatever the tiers, as they always have: a tier
+    they name that is missing cannot take the request, and the reason says so)."""
+    known = policy.strategy in FIXED_STRATEGIES or policy.strategy in STRATEGY_ALIASES  # as ever
+    if not known and always_tier(policy.strategy) not in tiers:
         names = ", ".join(strategy_names(sorted(tiers)))
         raise PolicyInvalid("strategy", f"unknown strategy {policy.strategy!r}; use one of {names}")
     if policy.preferred_tier is not None and policy.preferred_tier not in tiers:

@@ -90,6 +90,7 @@ def test_budget_exhausted_goes_cheapest_or_refuses(learned: router.Learner) -> N
     cheapest = router.TenantPolicy(budget=router.Budget(amount_usd=1.0, on_exhausted="cheapest"))
     d = route(learned, "tiergate-auto", tiers(), hard, cheapest, spent)
     assert d.tier == "edge" and str(d.reason).startswith("edge: budget spent ($2.0000 of $1 this month)")
+    assert d.reason.kind is router.ReasonKind.BUDGET
     refuse = router.TenantPolicy(budget=router.Budget(amount_usd=1.0, on_exhausted="refuse"))
     with pytest.raises(router.BudgetExhausted) as caught:
         route(learned, "tiergate-auto", tiers(), feats(), refuse, spent)
@@ -171,6 +172,10 @@ def test_the_baselines_run_through_the_same_code(learned: router.Learner) -> Non
     only_edge_video = feats(modalities=frozenset({Modality.TEXT, Modality.IMAGE}), images=1)
     d = route(learned, "tiergate-auto", tiers(), only_edge_video, router.TenantPolicy(strategy="always-edge"))
     assert str(d.reason) == "cloud: always-edge strategy, but edge cannot take it; edge does not accept image"
+    assert d.reason.kind is router.ReasonKind.TIER_UNAVAILABLE
+    assert [(str(e), e.kind) for e in d.reason.left_out] == [
+        ("edge does not accept image", router.ReasonKind.CAPABILITY)
+    ]
 
 
 def test_exploration_tries_the_other_tier_at_about_its_rate() -> None:
@@ -179,6 +184,7 @@ def test_exploration_tries_the_other_tier_at_about_its_rate() -> None:
     explored = [d for d in picks if d.tier == "cloud"]
     assert 120 < len(explored) < 280
     assert all(str(d.reason).startswith("cloud: exploring") for d in explored)
+    assert {d.reason.kind for d in explored} == {router.ReasonKind.EXPLORATION}
 
 
 def test_a_decision_costs_well_under_a_millisecond(learned: router.Learner) -> None:

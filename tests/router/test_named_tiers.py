@@ -163,7 +163,9 @@ def test_always_names_any_tier() -> None:
     assert str(d.reason) == "small: always-tiny strategy, but tiny cannot take it; tiny does not accept image"
     assert router.check_policy(router.TenantPolicy(strategy="always:big"), ["tiny", "small", "big"])
     with pytest.raises(router.PolicyInvalid):
-        router.check_policy(router.TenantPolicy(strategy="always-edge"), ["tiny", "small", "big"])
+        router.check_policy(router.TenantPolicy(strategy="always:edge"), ["tiny", "small", "big"])
+    older = decide(feats(), tiers(), router.TenantPolicy(strategy="always-edge"))  # stored before, still read
+    assert str(older.reason) == "tiny: always-edge strategy, but edge cannot take it"
 
 
 def test_deciding_changes_nothing_and_the_same_inputs_give_the_same_decision() -> None:
