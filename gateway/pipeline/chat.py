@@ -77,6 +77,8 @@ _PART_MODALITY = {
 Learn = Callable[[float, Usage | None], None]
 # Tier errors a circuit breaker counts: the path is broken, not the request.
 _BREAKER_FAILURES = (TierUnavailable, TierFailed)
+# How a request is routed without a learner (no RoutingService): the size rule alone.
+RULE_ONLY = router.TenantPolicy(strategy="rule")
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +167,7 @@ def features_of(
         tenant=tenant,
         hour=time.gmtime().tm_hour,
         text=last_user,
+        pinned=None if request.model == AUTO_MODEL else request.model,
     )
 
 
@@ -182,36 +185,6 @@ def conversation_key(request: ChatCompletionRequest, session_id: str | None) -> 
         return session_id
     opening = msgspec.json.encode(request.messages[:2])
     return hashlib.blake2b(opening, digest_size=8).hexdigest()
-
-
-def reason_class(model: str, decision: router.Decision) -> tuple[str, str]:
-    """(strategy, reason class) of a decision, bounded labels for metrics."""
-    if model != AUTO_MODEL:
-        return "pinned", "pinned"
-    detail = decision.detail
-    strategy = detail.strategy if detail is not None and detail.strategy else "rule"
-    reason = decision.reason
-    for marker, klass in _REASON_CLASSES:
-        if marker in reason:
-            return strategy, klass
-    return strategy, "size" if strategy == "rule" else "policy"
-
-
-# The first marker found in a decision's reason names its class (see router/_strategies.py).
-_REASON_CLASSES = (
-    ("breaker is open", "breaker_open"),
-    (" is starting", "tier_unavailable"),
-    (" is down", "tier_unavailable"),
-    (" is disabled", "tier_unavailable"),
-    ("not configured", "tier_unavailable"),
-    ("context is", "tier_unavailable"),
-    ("cannot take it", "tier_unavailable"),
-    ("exploring", "exploration"),
-    ("budget spent", "budget"),
-    ("round-robin", "round_robin"),
-    ("most likely to meet", "slo_unmet"),
-    ("slo", "slo"),
-)
 
 
 def generation_of(plan: _Plan, request_id: str, session_id: str | None, tenant: str) -> Generation:
@@ -248,7 +221,7 @@ class ChatService:
     ) -> None:
         self._tiers = dict(tiers)
         self._routing = routing
-        self._rule = rule
+        self._router = router.Router(rule)
         self._metrics = metrics
         self._tracing = tracing or Tracing()
         self._answers = answers
@@ -305,7 +278,7 @@ class ChatService:
             for n, t in self._tiers.items()
         ]
         features = features_of(request, ctx.media, ctx.tenant)
-        lost = router.to_degrade(request.model, views, features)
+        lost = router.to_degrade(views, features)
         degraded: tuple[str, ...] = ()
         if lost:
             names = ", ".join(sorted(m.value for m in lost))
@@ -323,16 +296,14 @@ class ChatService:
         try:
             with self._tracing.span("route"):
                 if self._routing is not None:
-                    decision = self._routing.decide(request.model, views, features)
+                    decision = self._routing.decide(views, features)
                 else:
-                    decision = router.decide(request.model, self._rule, views, features)
+                    decision = self._router.decide(features, views, RULE_ONLY)
         except (router.NoTierAvailable, router.BudgetExhausted) as exc:
             raise to_gateway_error(exc) from exc
-        strategy, klass = reason_class(request.model, decision)
-        self._metrics.route_decided(strategy, decision.tier, klass)
-        if degraded:
-            reason = f"{decision.reason}; {', '.join(degraded)} removed: breaker open"
-            decision = dataclasses.replace(decision, reason=reason)
+        self._metrics.route_decided(decision.strategy, decision.tier, decision.reason.kind.value)
+        if lost:
+            decision = dataclasses.replace(decision, reason=decision.reason.removing(lost))
         return _Plan(request, decision, features.modalities, degraded, features)
 
     async def complete(
@@ -380,7 +351,7 @@ class ChatService:
             self._learn(plan, name, None, took, result.usage)
             if lookup.key is not None and self._answers is not None and not plan.degraded:
                 await self._answers.store(lookup.key, answer_of(result, [result.text], name))
-            reason = plan.decision.reason if name == plan.decision.tier else f"{name}: {last}, failed over"
+            reason = _reason(plan, name, last)
             routed = self._routed(name, reason, lookup, started, plan.degraded, result.instance, plan, name)
             return routed, self._body(request_id, result, plan.degraded)
         assert last is not None
@@ -441,7 +412,7 @@ class ChatService:
                 include_usage=request.include_usage,
                 info=TiergateInfo(degraded=list(plan.degraded)) if plan.degraded else msgspec.UNSET,
             )
-            reason = plan.decision.reason if name == plan.decision.tier else f"{name}: {last}, failed over"
+            reason = _reason(plan, name, last)
             routed = self._routed(name, reason, lookup, started, plan.degraded, begun.instance, plan, name)
             outcome = StreamOutcome(model, first.usage if isinstance(first, Finished) else None)
             chunks = writer.events(first, _usage_into(outcome, events))
@@ -458,8 +429,8 @@ class ChatService:
             return
         completion, prompt = (usage.completion_tokens, usage.prompt_tokens) if usage else (None, None)
         self._routing.observe(plan.decision, name, ttft_s, total_s, completion, prompt)
-        detail = plan.decision.detail
-        predicted = detail.predictions.get(name) if detail is not None else None
+        snapshot = plan.decision.snapshot
+        predicted = snapshot.predictions.get(name) if snapshot is not None else None
         if predicted is not None:
             self._metrics.predictor_error(name, predicted.total_p50, total_s, "total")
             if ttft_s is not None:
@@ -523,7 +494,7 @@ class ChatService:
     @staticmethod
     def _routed(
         tier: str,
-        reason: str,
+        reason: str | router.Reason,
         lookup: Lookup,
         started: float,
         degraded: tuple[str, ...] = (),
@@ -533,14 +504,15 @@ class ChatService:
     ) -> Routed:
         elapsed = time.perf_counter() - started
         predicted = ""
-        detail = plan.decision.detail if plan is not None else None
-        if detail is not None and served in detail.predictions:
-            p = detail.predictions[served]
+        snapshot = plan.decision.snapshot if plan is not None else None
+        if snapshot is not None and served in snapshot.predictions:
+            p = snapshot.predictions[served]
             predicted = (
                 f"ttft={p.ttft_p50 * 1000:.0f}ms, total={p.total_p50 * 1000:.0f}ms,"
                 f" tokens={p.tokens:.0f}, per_token={p.per_token_s * 1000:.1f}ms"
             )
-        return Routed(tier, reason, lookup.status, degraded, elapsed, lookup.seconds, instance, predicted)
+        text = reason if isinstance(reason, str) else reason.render()
+        return Routed(tier, text, lookup.status, degraded, elapsed, lookup.seconds, instance, predicted)
 
     @staticmethod
     def _body(request_id: str, result: Completion, degraded: tuple[str, ...]) -> ChatCompletion:
@@ -553,6 +525,12 @@ class ChatService:
             usage=UsageBody(usage.prompt_tokens, usage.completion_tokens, usage.total_tokens),
             tiergate=TiergateInfo(degraded=list(degraded)) if degraded else msgspec.UNSET,
         )
+
+
+def _reason(plan: _Plan, served: str, last: Exception | None) -> router.Reason:
+    """Why ``served`` answered: the decision's reason, or the failover from the tier before it."""
+    reason = plan.decision.reason
+    return reason if served == plan.decision.tier else reason.failed_over(served, str(last))
 
 
 async def _opening(events: AsyncIterator[Event]) -> tuple[Started, Event]:

@@ -8,6 +8,7 @@ from collections.abc import AsyncGenerator
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 import router
 from gateway.accounts.budgets import BudgetBook, period_bounds, spent_usd
@@ -82,7 +83,7 @@ def setup(tmp_path: Path) -> tuple[ChatService, RoutingService, Tier, Tier, dict
         tmp_path,
         policy_of=lambda t: policies.get(t, router.DEFAULT_POLICY),
     )
-    routing.router.difficulty = router.builtin_model()
+    routing.learner.difficulty = router.builtin_model()
     chat = ChatService(tiers, router.AutoRule(), Metrics(), routing=routing)
     return chat, routing, edge, cloud, policies
 
@@ -102,7 +103,7 @@ async def test_served_requests_are_learned_from_streams_with_their_ttft(setup) -
     start = await chat.stream(parse_chat_request(body(stream=True)), "r2", RequestContext())
     async for _ in start.events:
         pass
-    edge = routing.router.predictors["edge"]
+    edge = routing.learner.predictors["edge"]
     assert len(edge.window) == 2
     assert edge.window[0].ttft is None and edge.window[1].ttft is not None
     assert edge.window[1].ttft <= edge.window[1].total
@@ -121,7 +122,30 @@ async def test_a_full_queue_moves_the_request_to_the_next_in_the_fallback_order(
             pass
     else:
         routed, _ = await chat.complete(request, "r1", RequestContext())
-    assert routed.tier == "cloud" and "failed over" in routed.reason and cloud.calls == 1
+    assert routed.tier == "cloud" and cloud.calls == 1
+    full = TierOverloaded("edge", "the fast lane is full", retry_after_s=2)
+    assert routed.reason == f"cloud: {full}, failed over"  # why the edge did not serve
+
+
+async def test_route_decisions_are_counted_by_strategy_and_the_reasons_kind(setup) -> None:
+    chat, _, _, _, policies = setup
+    policies["acme"] = router.TenantPolicy(strategy="always:cloud")
+    await chat.complete(parse_chat_request(body()), "r1", RequestContext(tenant="acme"))
+    await chat.complete(parse_chat_request(body()), "r2", RequestContext(tenant="other"))
+    pinned = body().replace(b"tiergate-auto", b"edge")
+    await chat.complete(parse_chat_request(pinned), "r3", RequestContext(tenant="other"))
+    text = chat.metrics.render().decode()
+    counted = {
+        (s.labels["strategy"], s.labels["tier"], s.labels["reason_class"]): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == "tiergate_route_decisions_total"
+    }
+    assert counted == {
+        ("always:cloud", "cloud", "policy"): 1,
+        ("learned", "edge", "slo"): 1,
+        ("pinned", "edge", "pinned"): 1,
+    }
 
 
 def row(tenant_id: int, ts: float, cost_nusd: int, n: int) -> LedgerRow:

@@ -12,6 +12,7 @@ import pytest
 
 import router
 from router._predictor import TierPredictor
+from tests.router.routing import route
 from tiers import Health, Modality, TierState
 
 TEXT = frozenset({Modality.TEXT})
@@ -65,7 +66,7 @@ def test_fit_predicts_held_out_requests_within_15_percent() -> None:
     assert fitted["metrics"]["ttft_holdout_mape"] < 0.15
     assert 0.85 <= fitted["metrics"]["total_holdout_coverage"] <= 1.0  # the 95% quantile covers ~95%
     p = TierPredictor(config)
-    r = router.Router(router.AutoRule(), {})
+    r = router.Learner({})
     r.predictors["t"] = p
     r.adopt("t", fitted)
     errors = []
@@ -91,7 +92,7 @@ def test_the_online_correction_follows_a_tier_that_slows_down() -> None:
 
 
 def test_refits_are_due_after_enough_new_observations() -> None:
-    r = router.Router(router.AutoRule(), {}, predictor=router.PredictorConfig(min_samples=10, refit_every=5))
+    r = router.Learner({}, predictor=router.PredictorConfig(min_samples=10, refit_every=5))
     p = r.predictor("edge")
     for x, ttft, total in synthetic(9):
         p.observe(x, ttft, total)
@@ -107,14 +108,14 @@ def test_refits_are_due_after_enough_new_observations() -> None:
 
 
 def test_what_was_learned_survives_a_dump_and_load() -> None:
-    r = router.Router(router.AutoRule(), {})
+    r = router.Learner({})
     p = r.predictor("cloud")
     for x, ttft, total in synthetic(50):
         p.observe(x, ttft, total)
     r.adopt("cloud", router.fit_tier(msgspec.to_builtins(list(p.window)), {}))
     p.observe(*synthetic(1, seed=4)[0])
     dumped = json.loads(json.dumps(r.dump()))
-    again = router.Router(router.AutoRule(), {})
+    again = router.Learner({})
     again.load(dumped)
     x = synthetic(1, seed=8)[0][0]
     assert again.predictor("cloud").predict(x) == pytest.approx(p.predict(x))
@@ -203,7 +204,7 @@ def test_the_output_share_tells_modalities_apart() -> None:
 
 
 def test_the_router_feeds_the_expected_output_to_the_latency_model() -> None:
-    r = router.Router(router.AutoRule(), {})
+    r = router.Learner({})
     views = [
         router.TierView(
             "edge", router._decision.Capabilities(TEXT, 4096, "m"), TierState("edge", Health.READY)
@@ -211,16 +212,16 @@ def test_the_router_feeds_the_expected_output_to_the_latency_model() -> None:
     ]
     f = router.Features(10, 200, 1, TEXT, False, text="say hello")
     for _ in range(100):
-        d = r.decide("edge", views, f, router.DEFAULT_POLICY)
+        d = route(r, "edge", views, f, router.DEFAULT_POLICY)
         r.observe(d, "edge", None, 0.5, 10)
-    d = r.decide("edge", views, f, router.DEFAULT_POLICY)
-    assert d.detail is not None and d.detail.output_share < 0.2
-    assert d.detail.vectors["edge"][router.FEATURE_NAMES.index("out_k")] < 0.2 * 200 / 1000
+    d = route(r, "edge", views, f, router.DEFAULT_POLICY)
+    assert d.snapshot is not None and d.snapshot.output_share < 0.2
+    assert d.snapshot.vectors["edge"][router.FEATURE_NAMES.index("out_k")] < 0.2 * 200 / 1000
 
 
 def test_the_load_on_the_other_tiers_is_a_feature() -> None:
     """Co-located tiers share cores: the edge slows down while the cloud is busy."""
-    r = router.Router(router.AutoRule(), {})
+    r = router.Learner({})
     busy = TierState("cloud", Health.READY, in_flight=3, queued=1)
     views = [
         router.TierView(
@@ -228,14 +229,14 @@ def test_the_load_on_the_other_tiers_is_a_feature() -> None:
         ),
         router.TierView("cloud", router._decision.Capabilities(TEXT, 4096, "m"), busy),
     ]
-    d = r.decide("tiergate-auto", views, router.Features(10, 100, 1, TEXT, False), router.DEFAULT_POLICY)
-    assert d.detail is not None
-    edge = dict(zip(router.FEATURE_NAMES, d.detail.vectors["edge"], strict=True))
-    cloud = dict(zip(router.FEATURE_NAMES, d.detail.vectors["cloud"], strict=True))
+    d = route(r, "tiergate-auto", views, router.Features(10, 100, 1, TEXT, False), router.DEFAULT_POLICY)
+    assert d.snapshot is not None
+    edge = dict(zip(router.FEATURE_NAMES, d.snapshot.vectors["edge"], strict=True))
+    cloud = dict(zip(router.FEATURE_NAMES, d.snapshot.vectors["cloud"], strict=True))
     assert edge["others_load"] == 4 and edge["busy_s"] == 0 and cloud["others_load"] == 0
     assert cloud["busy_s"] == 3 * r.predictor("cloud").mean_service_s and cloud["out_k_x_load"] > 0
     stale = {"format": 1, "tiers": {"edge": {"coefficients": None, "window": [[[1.0] * 10, None, 1.0]]}}}
-    fresh = router.Router(router.AutoRule(), {})
+    fresh = router.Learner({})
     fresh.load(stale)  # a file written with fewer features is ignored, not misread
     assert "edge" not in fresh.predictors
 
@@ -328,16 +329,16 @@ def test_the_models_learn_seconds_per_generated_token_from_the_tokens_actually_g
 
 
 def test_the_router_records_the_routed_prediction_and_the_tokens_generated() -> None:
-    r = router.Router(router.AutoRule(), {})
+    r = router.Learner({})
     views = [
         router.TierView(
             "edge", router._decision.Capabilities(TEXT, 4096, "m"), TierState("edge", Health.READY)
         )
     ]
-    d = r.decide("tiergate-auto", views, router.Features(10, 100, 1, TEXT, True), router.DEFAULT_POLICY)
-    assert d.detail is not None
+    d = route(r, "tiergate-auto", views, router.Features(10, 100, 1, TEXT, True), router.DEFAULT_POLICY)
+    assert d.snapshot is not None
     r.observe(d, "edge", 0.2, 1.5, 37)
     (o,) = r.predictor("edge").window
-    made = d.detail.predictions["edge"]
+    made = d.snapshot.predictions["edge"]
     assert (o.predicted_ttft, o.predicted_total, o.tokens) == (made.ttft_p50, made.total_p50, 37)
     assert made.total_hi > made.total_p50  # the high quantile is taken at max_tokens
