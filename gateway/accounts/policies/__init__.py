@@ -2,6 +2,6 @@
 request path from an in-memory copy kept current (:class:`PolicyBook`)."""
 
 from gateway.accounts.policies._book import PolicyBook
-from gateway.accounts.policies._store import DEFAULT_KEY, PolicyChange, PolicyRecord, PolicyStore
+from gateway.accounts.policies._store import DEFAULT_KEY, PolicyChange, PolicyRecord, PolicyStore, invalid
 
-__all__ = ["DEFAULT_KEY", "PolicyBook", "PolicyChange", "PolicyRecord", "PolicyStore"]
+__all__ = ["DEFAULT_KEY", "PolicyBook", "PolicyChange", "PolicyRecord", "PolicyStore", "invalid"]

@@ -53,6 +53,7 @@ def _decode(text: str | None) -> router.TenantPolicy | None:
 
 
 def invalid(exc: router.PolicyInvalid) -> InvalidRequest:
+    """The client error for a policy the router refuses (the field it names, code ``invalid_policy``)."""
     return InvalidRequest(exc.message, param=exc.field or None, code="invalid_policy")
 
 

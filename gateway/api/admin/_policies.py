@@ -21,8 +21,7 @@ from litestar.datastructures import State
 from litestar.params import FromPath, FromQuery
 
 import router
-from gateway.accounts.policies import DEFAULT_KEY, PolicyBook
-from gateway.accounts.policies._store import invalid
+from gateway.accounts.policies import DEFAULT_KEY, PolicyBook, invalid
 from gateway.accounts.service import Accounts
 from gateway.accounts.tenants import Caller
 from gateway.api.protocol import encode
