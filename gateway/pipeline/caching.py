@@ -13,7 +13,7 @@ import enum
 import hashlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 
 import msgspec
@@ -139,7 +139,7 @@ def completion_of(answer: cache.CachedAnswer) -> Completion:
     return Completion(answer.text, answer.finish_reason, usage, answer.model)
 
 
-async def replay(answer: cache.CachedAnswer) -> AsyncIterator[Event]:
+async def replay(answer: cache.CachedAnswer) -> AsyncGenerator[Event, None]:
     """A cached answer as the text pieces it was first streamed in, then its finish."""
     for piece in answer.pieces:
         yield TextDelta(piece)

@@ -20,6 +20,7 @@ from gateway.ops.metrics import Metrics
 from gateway.pipeline.chat import ChatService, RequestContext
 from gateway.pipeline.routing import RoutingService, tier_prices
 from gateway.settings import DEFAULT_PRICES, RouterSettings, TenantLimits
+from tests.pipeline import chat_service, complete, stream
 from tiers import (
     Capabilities,
     Event,
@@ -84,23 +85,23 @@ def setup(tmp_path: Path) -> tuple[ChatService, RoutingService, Tier, Tier, dict
         policy_of=lambda t: policies.get(t, router.DEFAULT_POLICY),
     )
     routing.learner.difficulty = router.builtin_model()
-    chat = ChatService(tiers, router.AutoRule(), Metrics(), routing=routing)
+    chat = chat_service(tiers, router.AutoRule(), Metrics(), routing=routing)
     return chat, routing, edge, cloud, policies
 
 
 async def test_each_tenant_is_routed_by_its_own_policy(setup) -> None:
     chat, _, _, _, policies = setup
     policies["acme"] = router.TenantPolicy(strategy="always-cloud")
-    routed, _ = await chat.complete(parse_chat_request(body()), "r1", RequestContext(tenant="acme"))
+    routed, _ = await complete(chat, parse_chat_request(body()), "r1", RequestContext(tenant="acme"))
     assert (routed.tier, routed.reason) == ("cloud", "cloud: always-cloud strategy")
-    routed, _ = await chat.complete(parse_chat_request(body()), "r2", RequestContext(tenant="other"))
+    routed, _ = await complete(chat, parse_chat_request(body()), "r2", RequestContext(tenant="other"))
     assert routed.tier == "edge" and "predicted" in routed.reason and routed.predicted.startswith("ttft=")
 
 
 async def test_served_requests_are_learned_from_streams_with_their_ttft(setup) -> None:
     chat, routing, *_ = setup
-    await chat.complete(parse_chat_request(body()), "r1", RequestContext())
-    start = await chat.stream(parse_chat_request(body(stream=True)), "r2", RequestContext())
+    await complete(chat, parse_chat_request(body()), "r1", RequestContext())
+    start = await stream(chat, parse_chat_request(body(stream=True)), "r2", RequestContext())
     async for _ in start.events:
         pass
     edge = routing.learner.predictors["edge"]
@@ -116,12 +117,12 @@ async def test_a_full_queue_moves_the_request_to_the_next_in_the_fallback_order(
     edge.full = True
     request = parse_chat_request(body(stream=stream))
     if stream:
-        start = await chat.stream(request, "r1", RequestContext())
+        start = await stream(chat, request, "r1", RequestContext())
         routed = start.routed
         async for _ in start.events:
             pass
     else:
-        routed, _ = await chat.complete(request, "r1", RequestContext())
+        routed, _ = await complete(chat, request, "r1", RequestContext())
     assert routed.tier == "cloud" and cloud.calls == 1
     full = TierOverloaded("edge", "the fast lane is full", retry_after_s=2)
     assert routed.reason == f"cloud: {full}, failed over"  # why the edge did not serve
@@ -130,10 +131,10 @@ async def test_a_full_queue_moves_the_request_to_the_next_in_the_fallback_order(
 async def test_route_decisions_are_counted_by_strategy_and_the_reasons_kind(setup) -> None:
     chat, _, _, _, policies = setup
     policies["acme"] = router.TenantPolicy(strategy="always:cloud")
-    await chat.complete(parse_chat_request(body()), "r1", RequestContext(tenant="acme"))
-    await chat.complete(parse_chat_request(body()), "r2", RequestContext(tenant="other"))
+    await complete(chat, parse_chat_request(body()), "r1", RequestContext(tenant="acme"))
+    await complete(chat, parse_chat_request(body()), "r2", RequestContext(tenant="other"))
     pinned = body().replace(b"tiergate-auto", b"edge")
-    await chat.complete(parse_chat_request(pinned), "r3", RequestContext(tenant="other"))
+    await complete(chat, parse_chat_request(pinned), "r3", RequestContext(tenant="other"))
     text = chat.metrics.render().decode()
     counted = {
         (s.labels["strategy"], s.labels["tier"], s.labels["reason_class"]): s.value
