@@ -29,9 +29,17 @@ from router._decision import (
     TierView,
     to_degrade,
 )
-from router._difficulty import DifficultyModel, LabelledExample, builtin_model, read_examples, train
 from router._features import NO_MEDIA, Features, MediaSummary
-from router._learner import Learner
+from router._learning.difficulty import DifficultyModel, LabelledExample, builtin_model, read_examples, train
+from router._learning.learner import Learner
+from router._learning.predictor import (
+    FEATURE_NAMES,
+    Prediction,
+    PredictorConfig,
+    TierPredictor,
+    design,
+    fit_tier,
+)
 from router._policy import (
     DEFAULT_POLICY,
     PERIODS,
@@ -46,7 +54,6 @@ from router._policy import (
     decode_policy,
     strategy_names,
 )
-from router._predictor import FEATURE_NAMES, Prediction, PredictorConfig, TierPredictor, design, fit_tier
 from router._reason import Exclusion, Failover, Reason
 from router._reason import Kind as ReasonKind
 from router._router import Router

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from router._features import Features
-from router._predictor import Prediction
+from router._learning.predictor import Prediction
 
 
 @dataclass(frozen=True, slots=True)

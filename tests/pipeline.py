@@ -54,7 +54,7 @@ class Streamed:
     events: AsyncGenerator[bytes, None]  # the SSE frames
 
 
-async def stream(
+async def streamed(
     chat: ChatService, request: ChatCompletionRequest, request_id: str, ctx: RequestContext | None = None
 ) -> Streamed:
     """A streamed answer: where it came from, and its server-sent events."""

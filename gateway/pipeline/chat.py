@@ -79,6 +79,7 @@ class ChatService:
         fail_instead_of_degrade: bool = False,
     ) -> None:
         self.tiers = tiers
+        self.metrics = metrics
         self._answers = answers
         self._tracing = tracing
         decide = routing.decide if routing is not None else None

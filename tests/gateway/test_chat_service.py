@@ -15,7 +15,7 @@ from gateway.errors import ModalityUnavailable
 from gateway.ops.metrics import Metrics
 from gateway.pipeline.caching import AnswerCache, CacheStatus
 from gateway.pipeline.chat import ChatService, RequestContext
-from tests.pipeline import chat_service, complete, stream
+from tests.pipeline import chat_service, complete, streamed
 from tiers import (
     Capabilities,
     Event,
@@ -122,9 +122,9 @@ async def test_a_tenant_never_reads_another_tenants_answer(tmp_path: Path) -> No
 
 async def test_stream_replay_keeps_the_pieces(tmp_path: Path) -> None:
     chat, _, _ = service(tmp_path)
-    first = await stream(chat, request(temperature=0, stream=True), "r1", RequestContext())
+    first = await streamed(chat, request(temperature=0, stream=True), "r1", RequestContext())
     original = [e async for e in first.events]
-    again = await stream(chat, request(temperature=0, stream=True), "r2", RequestContext())
+    again = await streamed(chat, request(temperature=0, stream=True), "r2", RequestContext())
     assert again.routed.cache is CacheStatus.HIT
     replayed = [e.replace(b"r2", b"r1") async for e in again.events]
 

@@ -20,7 +20,7 @@ from gateway.ops.metrics import Metrics
 from gateway.pipeline.chat import ChatService, RequestContext
 from gateway.pipeline.routing import RoutingService, tier_prices
 from gateway.settings import DEFAULT_PRICES, RouterSettings, TenantLimits
-from tests.pipeline import chat_service, complete, stream
+from tests.pipeline import chat_service, complete, streamed
 from tiers import (
     Capabilities,
     Event,
@@ -101,7 +101,7 @@ async def test_each_tenant_is_routed_by_its_own_policy(setup) -> None:
 async def test_served_requests_are_learned_from_streams_with_their_ttft(setup) -> None:
     chat, routing, *_ = setup
     await complete(chat, parse_chat_request(body()), "r1", RequestContext())
-    start = await stream(chat, parse_chat_request(body(stream=True)), "r2", RequestContext())
+    start = await streamed(chat, parse_chat_request(body(stream=True)), "r2", RequestContext())
     async for _ in start.events:
         pass
     edge = routing.learner.predictors["edge"]
@@ -117,7 +117,7 @@ async def test_a_full_queue_moves_the_request_to_the_next_in_the_fallback_order(
     edge.full = True
     request = parse_chat_request(body(stream=stream))
     if stream:
-        start = await stream(chat, request, "r1", RequestContext())
+        start = await streamed(chat, request, "r1", RequestContext())
         routed = start.routed
         async for _ in start.events:
             pass

@@ -9,7 +9,7 @@ import math
 import random
 
 import router
-from router._predictor import Coefficients, TierPredictor
+from router._learning.predictor import Coefficients, TierPredictor
 
 WIDTH = len(router.FEATURE_NAMES)
 X = [1.0] + [0.0] * (WIDTH - 1)

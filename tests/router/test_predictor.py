@@ -11,7 +11,7 @@ import msgspec
 import pytest
 
 import router
-from router._predictor import TierPredictor
+from router._learning.predictor import TierPredictor
 from tests.router.routing import route
 from tiers import Health, Modality, TierState
 
@@ -79,7 +79,11 @@ def test_fit_predicts_held_out_requests_within_15_percent() -> None:
 
 def test_the_online_correction_follows_a_tier_that_slows_down() -> None:
     p = TierPredictor(router.PredictorConfig())
-    p.adopt(router._predictor.Coefficients(**{k: v for k, v in router.fit_tier(synthetic(300), {}).items()}))
+    p.adopt(
+        router._learning.predictor.Coefficients(
+            **{k: v for k, v in router.fit_tier(synthetic(300), {}).items()}
+        )
+    )
     rows = synthetic(60, seed=5)
     before = [abs(p.predict(x)[2] - 2 * total) / (2 * total) for x, _, total in rows[:10]]
     for x, ttft, total in rows:
@@ -156,7 +160,7 @@ def test_training_difficulty_from_labelled_jsonl() -> None:
 
 
 def test_the_output_share_learns_which_requests_stop_early() -> None:
-    from router._output import OutputShare, output_keys
+    from router._learning.output import OutputShare, output_keys
 
     model = OutputShare()
     chat, story = (
@@ -177,7 +181,7 @@ def test_the_output_share_learns_which_requests_stop_early() -> None:
 def test_the_output_share_is_the_median_share_so_the_usual_answer_is_predicted() -> None:
     """Seven answers in ten run to max_tokens, three stop at a tenth: the median is all of it
     (the mean, 0.73, would under-predict the usual answer by a quarter)."""
-    from router._output import OutputShare, output_keys
+    from router._learning.output import OutputShare, output_keys
 
     model = OutputShare()
     keys = output_keys("write a story about a robot gardener", 48)
@@ -191,7 +195,7 @@ def test_the_output_share_is_the_median_share_so_the_usual_answer_is_predicted()
 
 
 def test_the_output_share_tells_modalities_apart() -> None:
-    from router._output import OutputShare, output_keys
+    from router._learning.output import OutputShare, output_keys
 
     model = OutputShare()
     video = output_keys("describe this", 64, ["text", "video"])
@@ -290,7 +294,7 @@ def test_fitted_coefficients_are_non_negative_and_extrapolate_sanely() -> None:
         for coefficients in fitted[target]:
             assert min(coefficients) >= -1e-9
     p = TierPredictor(router.PredictorConfig())
-    p.adopt(msgspec.convert(fitted, router._predictor.Coefficients))
+    p.adopt(msgspec.convert(fitted, router._learning.predictor.Coefficients))
     for out in (8, 24, 48, 256):
         x = router.design(router.Features(40, out, 1, TEXT, True), TierState("t", Health.READY), 1.0)
         _, _, total, _ = p.predict(x)
@@ -308,12 +312,12 @@ def test_the_models_learn_seconds_per_generated_token_from_the_tokens_actually_g
     for _ in range(120):
         tokens = rng.randint(10, 256)
         total = (0.1 + 0.04 * tokens) * rng.uniform(0.95, 1.05)
-        observations.append(router._predictor.Observation(list(x), 0.1, total, None, None, tokens))
+        observations.append(router._learning.predictor.Observation(list(x), 0.1, total, None, None, tokens))
     fitted = router.fit_tier(msgspec.to_builtins(observations), {})
     per_token = dict(zip(router.FEATURE_NAMES, fitted["total"][0], strict=True))["out_k"] / 1000
     assert per_token == pytest.approx(0.04, rel=0.1)
     p = TierPredictor(router.PredictorConfig())
-    p.adopt(msgspec.convert(fitted, router._predictor.Coefficients))
+    p.adopt(msgspec.convert(fitted, router._learning.predictor.Coefficients))
     _, _, median, high = p.predict(x, ceiling=2.0)
     assert median == pytest.approx(0.1 + 0.04 * 128, rel=0.15)
     assert high >= 0.95 * (0.1 + 0.04 * 256)

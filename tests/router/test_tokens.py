@@ -9,7 +9,7 @@ import random
 import pytest
 
 import router
-from router._tokens import PromptTokens
+from router._learning.tokens import PromptTokens
 from tests.router.routing import route
 from tiers import Capabilities, Health, Modality, TierState
 

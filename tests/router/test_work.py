@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 import router
-from router._predictor import Coefficients
-from router._work import WorkBook
+from router._learning.predictor import Coefficients
+from router._learning.work import WorkBook
 from tests.router.routing import route
 from tiers import Capabilities, Health, Modality, TierState
 

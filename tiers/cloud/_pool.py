@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
 import aiohttp
@@ -26,6 +26,7 @@ import msgspec
 
 from tiers._errors import TierError, TierFailed, TierRejected, TierTimeout, TierUnavailable
 from tiers._events import Event, Finished
+from tiers._protocol import ReplicaListener
 from tiers._types import Capabilities, Generation, Health, Modality, TierState
 from tiers.cloud import _wire
 from tiers.cloud._balance import Balancer
@@ -42,7 +43,6 @@ _JSON_HEADERS = {"Content-Type": "application/json"}
 _PROBE_TIMEOUT = aiohttp.ClientTimeout(total=2.0)
 
 # Told when a replica's health flips or it is ejected: (url, healthy, ejected for seconds, why).
-ReplicaListener = Callable[[str, bool, float, str], None]
 
 
 class _Retry(Exception):
@@ -59,9 +59,8 @@ class _Retry(Exception):
 
 
 class VLLMPool:
-    name = "cloud"
-
-    def __init__(self, config: CloudConfig, log_dir: str | None = None) -> None:
+    def __init__(self, config: CloudConfig, log_dir: str | None = None, name: str = "cloud") -> None:
+        self.name = name  # the tier's name in configuration (clients pin it by this name)
         self._config = config
         self._local = (
             LocalVLLMServer(config.local, log_dir) if not config.urls and config.local.enabled else None

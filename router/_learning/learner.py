@@ -24,11 +24,10 @@ import msgspec
 
 from router._cost import FREE, TierPrice
 from router._decision import Decision, TierView
-from router._difficulty import DifficultyModel
 from router._features import Features
-from router._output import OutputShare, output_keys
-from router._policy import TenantPolicy
-from router._predictor import (
+from router._learning.difficulty import DifficultyModel
+from router._learning.output import OutputShare, output_keys
+from router._learning.predictor import (
     AHEAD,
     BUSY,
     DEFAULT_OUTPUT_TOKENS,
@@ -42,9 +41,10 @@ from router._predictor import (
     TierPredictor,
     design,
 )
+from router._learning.tokens import PromptTokens
+from router._learning.work import WorkBook
+from router._policy import TenantPolicy
 from router._snapshot import Snapshot, Spend
-from router._tokens import PromptTokens
-from router._work import WorkBook
 
 DUMP_FORMAT = 1
 
