@@ -4,8 +4,8 @@
      1 authenticate   the API key → the caller and its tenant        gateway/accounts/tenants/
      2 parse          OpenAI's request shape, strictly               gateway/api/protocol.py
        model          an unknown model is a 404                       gateway/pipeline/tierset.py
-     4 media          fetch and decode, off the event loop, cached    gateway/media/
-     3 limit          the tenant's limits (they count media seconds)  gateway/accounts/tenants/
+     3 media          fetch and decode, off the event loop, cached    gateway/media/
+     4 limit          the tenant's limits (they count media seconds)  gateway/accounts/tenants/
      5 cache          an exact repeat is answered from the cache      gateway/pipeline/caching.py
      6 plan           features → the router's decision (+ degrading)  gateway/pipeline/plan.py, router/
      7 admit          bounded lanes per tier → 429 beyond them        gateway/pipeline/admission.py
@@ -158,9 +158,9 @@ class ChatPipeline:
         try:
             self._chat.tiers.check_model(request.model)
             with self._tracing.span("media"):
-                request, ctx = await self._prepare_media(call, request, ctx)  # 4 media
+                request, ctx = await self._prepare_media(call, request, ctx)  # 3 media
             with self._tracing.span("rate_limit"):
-                await self._limiter.admit(call.tenant, call.demand)  # 3 limit
+                await self._limiter.admit(call.tenant, call.demand)  # 4 limit
             answer = await self._chat.answer(request, incoming.request_id, ctx)  # 5–8
         except Exception as exc:
             self._recorder.failed(call, exc)
