@@ -3,13 +3,13 @@
 Requests go through :mod:`tiers.cloud._http`, a keep-alive client on httptools, because it
 was measured: per request it costs the gateway ~50 µs of CPU where ``aiohttp.ClientSession``
 costs ~145 µs and ``httpx.AsyncClient`` ~550 µs (``python -m bench.upstream_client``).
-Health checks and metric scrapes, off the hot path, use aiohttp.
+Health checks and metric scrapes, off the hot path, use aiohttp (:mod:`tiers.cloud._probe`).
 
 Each request goes to the replica the :class:`~tiers.cloud._balance.Balancer`
 picks from live load; a failure before the answer's first event is retried on
 another replica (the client has seen nothing yet), and replicas that keep failing
-are ejected for a while.  Membership can change at run
-time (:meth:`VLLMPool.set_members`): new replicas join, removed ones drain.
+are ejected for a while.  Membership can change at run time
+(:meth:`VLLMPool.set_members`): new replicas join, removed ones drain.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import time
 from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
-import aiohttp
 import msgspec
 
 from tiers._errors import TierError, TierFailed, TierRejected, TierTimeout, TierUnavailable
@@ -33,14 +32,14 @@ from tiers.cloud._balance import Balancer
 from tiers.cloud._config import CloudConfig
 from tiers.cloud._http import HttpPool, Response, UpstreamError
 from tiers.cloud._local import LocalVLLMServer
-from tiers.cloud._replica import Replica, parse_engine_load
+from tiers.cloud._probe import Prober
+from tiers.cloud._replica import Replica
 
 log = logging.getLogger(__name__)
 
 _encode = msgspec.json.Encoder().encode
 _CHAT_PATH = "/v1/chat/completions"
 _JSON_HEADERS = {"Content-Type": "application/json"}
-_PROBE_TIMEOUT = aiohttp.ClientTimeout(total=2.0)
 
 # Told when a replica's health flips or it is ejected: (url, healthy, ejected for seconds, why).
 
@@ -71,7 +70,7 @@ class VLLMPool:
         )
         self._replicas: list[Replica] = []
         self._watchers: dict[str, asyncio.Task[None]] = {}
-        self._session: aiohttp.ClientSession | None = None  # health checks and scrapes
+        self._probe = Prober()  # health checks and scrapes
         self._http: HttpPool | None = None  # requests
         self._capabilities: Capabilities | None = None
         self._mean_cost = 100.0
@@ -127,9 +126,7 @@ class VLLMPool:
             read_s=t.first_byte_s,
             total_s=t.total_s,
         )
-        self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=8, ttl_dns_cache=300), raise_for_status=False
-        )
+        await self._probe.start()
         if self._local is not None:
             await self._local.start()
         self.set_members(self._pending_urls)
@@ -140,8 +137,7 @@ class VLLMPool:
         for task in self._watchers.values():
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        if self._session is not None:
-            await self._session.close()
+        await self._probe.aclose()
         if self._http is not None:
             await self._http.aclose()
         if self._local is not None:
@@ -224,9 +220,9 @@ class VLLMPool:
                     raise self._status_error(replica, resp.status, await resp.read())
                 if gen.stream:
                     events = _wire.stream_events(resp.chunks(), replica.name, self._model)
+                    event = await anext(events)
                 else:
-                    events = _wire.body_events(await resp.read(), replica.name, self._model)
-                event = await anext(events)
+                    answer = _wire.body_events(await resp.read(), replica.name, self._model)
                 break
             except _Retry as retry:
                 failure: _Retry | TierError = retry
@@ -237,13 +233,17 @@ class VLLMPool:
                 raise
             self._give_up(replica, gen, resp)
             last = self._retry_or_raise(replica, tried, failure)
-        finished = False
+        finished = not gen.stream  # a body is all here
         try:
+            if finished:
+                self._answered(replica, started)
+                for event in answer:
+                    yield event
+                return
             while True:
                 if isinstance(event, Finished):
                     finished = True
-                    replica.succeeded()
-                    replica.observe(time.perf_counter() - started)
+                    self._answered(replica, started)
                 yield event
                 if finished:
                     return
@@ -251,7 +251,8 @@ class VLLMPool:
         except (TimeoutError, UpstreamError, msgspec.DecodeError) as exc:
             raise self._transport_error(replica, exc) from exc
         finally:
-            await events.aclose()
+            if gen.stream:
+                await events.aclose()
             # A stream left early closes its connection, which tells vLLM to stop generating.
             resp.release() if finished else resp.close()
             self._end(replica, gen)
@@ -275,6 +276,11 @@ class VLLMPool:
         replica.in_flight += 1
         replica.outstanding_cost += gen.cost
         self._mean_cost = 0.95 * self._mean_cost + 0.05 * gen.cost
+
+    @staticmethod
+    def _answered(replica: Replica, started: float) -> None:
+        replica.succeeded()
+        replica.observe(time.perf_counter() - started)
 
     def _give_up(self, replica: Replica, gen: Generation, resp: Response | None) -> None:
         """Done with a replica before the answer began."""
@@ -357,36 +363,14 @@ class VLLMPool:
                 await self._check_health(replica)
                 next_health = now + c.health_interval_s
             if replica.healthy:
-                await self._scrape(replica)
+                await self._probe.scrape(replica)
             await asyncio.sleep(min(c.scrape_interval_s, c.health_interval_s))
 
     async def _check_health(self, replica: Replica) -> None:
-        assert self._session is not None
         was = replica.healthy
-        try:
-            async with self._session.get(replica.url + "/health", timeout=_PROBE_TIMEOUT) as resp:
-                ok = resp.status == 200
-            if ok and not self._model:
-                self._model = await self._first_model(replica)
-            replica.health_checked(ok, "" if ok else f"/health answered {resp.status}")
-        except (TimeoutError, aiohttp.ClientError) as exc:
-            replica.health_checked(False, str(exc) or type(exc).__name__)
+        ok, why, model = await self._probe.health(replica, model=not self._model)
+        self._model = self._model or model
+        replica.health_checked(ok, why)
         if replica.healthy != was:
             log.info("cloud replica %s is %s", replica.url, "healthy" if replica.healthy else "unhealthy")
             self._tell(replica)
-
-    async def _scrape(self, replica: Replica) -> None:
-        assert self._session is not None
-        try:
-            async with self._session.get(replica.url + "/metrics", timeout=_PROBE_TIMEOUT) as resp:
-                if resp.status == 200:
-                    replica.engine = parse_engine_load(await resp.text())
-                    replica.finished_since_scrape = 0
-        except (TimeoutError, aiohttp.ClientError):
-            pass  # health checks decide availability; a missed scrape keeps the last reading
-
-    async def _first_model(self, replica: Replica) -> str:
-        assert self._session is not None
-        async with self._session.get(replica.url + "/v1/models", timeout=_PROBE_TIMEOUT) as resp:
-            models = _wire.models_decoder.decode(await resp.read())
-        return models.data[0].id if models.data else ""

@@ -80,17 +80,18 @@ def error_message(body: bytes) -> str:
     return err.message or body[:300].decode("utf-8", "replace")
 
 
-async def body_events(body: bytes, instance: str, model: str) -> AsyncGenerator[Event, None]:
+def body_events(body: bytes, instance: str, model: str) -> tuple[Event, ...]:
     """A chat completion's JSON body as events: :class:`Started`, its text in one piece, :class:`Finished`.
     Raises :class:`msgspec.DecodeError` for a body that is not one."""
     answer = completion_decoder.decode(body)
     choice = answer.choices[0]
     usage = answer.usage or WireUsage()
-    yield Started(instance, answer.model or model)
     text = choice.message.content if choice.message is not None else None
-    if text:
-        yield TextDelta(text)
-    yield Finished(choice.finish_reason or "stop", Usage(usage.prompt_tokens, usage.completion_tokens))
+    return (
+        Started(instance, answer.model or model),
+        *((TextDelta(text),) if text else ()),
+        Finished(choice.finish_reason or "stop", Usage(usage.prompt_tokens, usage.completion_tokens)),
+    )
 
 
 async def stream_events(

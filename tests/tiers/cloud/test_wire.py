@@ -70,10 +70,10 @@ async def test_a_json_body_is_one_piece_of_text_between_start_and_finish() -> No
             "usage": {"prompt_tokens": 4, "completion_tokens": 2},
         }
     ).encode()
-    events = await _events(body_events(body, "cloud-0", "configured"))
-    assert events == [Started("cloud-0", "smol"), TextDelta("Hello there"), Finished("stop", Usage(4, 2))]
+    events = body_events(body, "cloud-0", "configured")
+    assert events == (Started("cloud-0", "smol"), TextDelta("Hello there"), Finished("stop", Usage(4, 2)))
     empty = b'{"choices": [{"message": {"content": null}}]}'
-    assert await _events(body_events(empty, "cloud-0", "configured")) == [
+    assert body_events(empty, "cloud-0", "configured") == (
         Started("cloud-0", "configured"),
         Finished("stop", Usage(0, 0)),
-    ]
+    )
