@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable
+from collections.abc import AsyncGenerator, Iterable
 from dataclasses import dataclass
 
 import router
 from gateway.pipeline.caching import CacheStatus
-from tiers import Event
+from tiers import Event, Finished
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +34,9 @@ class Answer:
     model: str
     events: AsyncGenerator[Event, None]
     completion_id: str
+    # Set when the answer was read whole (a JSON answer, a cache hit): how it finished; its events are
+    # then all in memory, and it can be recorded before it is framed.
+    finished: Finished | None = None
     stream: bool = False  # framed as server-sent events (else one JSON body)
     include_usage: bool = False  # the client asked for a usage chunk (stream_options.include_usage)
 
@@ -60,7 +63,14 @@ async def chain(head: Iterable[Event], rest: AsyncGenerator[Event, None]) -> Asy
         await rest.aclose()
 
 
-async def events_of(items: AsyncIterator[Event]) -> AsyncGenerator[Event, None]:
-    """Any async iterator of events as a closable generator."""
-    async for item in items:
-        yield item
+async def from_list(events: list[Event]) -> AsyncGenerator[Event, None]:
+    """Events already in memory, as the stream the framing reads."""
+    for event in events:
+        yield event
+
+
+def whole(routed: Routed, model: str, events: list[Event], completion_id: str) -> Answer:
+    """An answer read whole: its events in memory, and how it finished."""
+    last = events[-1] if events else None
+    finished = last if isinstance(last, Finished) else None
+    return Answer(routed, model, from_list(events), completion_id, finished)

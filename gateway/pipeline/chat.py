@@ -31,7 +31,7 @@ from gateway.api.protocol import ChatCompletionRequest, parse_chat_request
 from gateway.media import MediaPipeline, has_media
 from gateway.ops.metrics import Metrics
 from gateway.ops.tracing import Tracing
-from gateway.pipeline.answer import Answer, Routed
+from gateway.pipeline.answer import Answer, Routed, whole
 from gateway.pipeline.caching import AnswerCache, CacheStatus, Lookup, replay
 from gateway.pipeline.dispatch import Dispatcher
 from gateway.pipeline.plan import Planner
@@ -92,10 +92,11 @@ class ChatService:
         started = time.perf_counter()
         lookup = await self._lookup(request, ctx)  # 5 cache
         if lookup.answer is not None:
-            return self._replayed(lookup, request, request_id, started)
-        plan = self._planner.plan(request, ctx.tenant, ctx.media, ctx.fail_instead_of_degrade)  # 6 plan
-        generation = plan.generation(request_id, ctx.session_id, ctx.tenant)
-        answer = await self._dispatcher.dispatch(plan, generation, lookup, started)  # 7 admit, 8 dispatch
+            answer = self._replayed(lookup, request_id, started)
+        else:
+            plan = self._planner.plan(request, ctx.tenant, ctx.media, ctx.fail_instead_of_degrade)  # 6 plan
+            generation = plan.generation(request_id, ctx.session_id, ctx.tenant)
+            answer = await self._dispatcher.dispatch(plan, generation, lookup, started)  # 7 admit, 8 dispatch
         return dataclasses.replace(answer, stream=request.stream, include_usage=request.include_usage)
 
     async def _lookup(self, request: ChatCompletionRequest, ctx: RequestContext) -> Lookup:
@@ -110,17 +111,13 @@ class ChatService:
         return lookup
 
     @staticmethod
-    def _replayed(lookup: Lookup, request: ChatCompletionRequest, request_id: str, started: float) -> Answer:
+    def _replayed(lookup: Lookup, request_id: str, started: float) -> Answer:
         """A cached answer, replayed as the pieces it was first streamed in."""
         cached = lookup.answer
         assert cached is not None
-        routed = Routed(
-            cached.tier, "cache hit", lookup.status, (), time.perf_counter() - started, lookup.seconds
-        )
-        completion_id = f"chatcmpl-{request_id}"
-        return Answer(
-            routed, cached.model, replay(cached), completion_id, request.stream, request.include_usage
-        )
+        elapsed = time.perf_counter() - started
+        routed = Routed(cached.tier, "cache hit", lookup.status, (), elapsed, lookup.seconds)
+        return whole(routed, cached.model, replay(cached), f"chatcmpl-{request_id}")
 
     async def aclose(self) -> None:
         if self._answers is not None:
@@ -165,7 +162,7 @@ class ChatPipeline:
         except Exception as exc:
             self._recorder.failed(call, exc)
             raise
-        return self._recorder.recorded(call, answer)  # 10 record, as the answer ends
+        return await self._recorder.recorded(call, answer)  # 10 record, as the answer ends
 
     def _context(self, caller: Caller, headers: Mapping[str, str]) -> RequestContext:
         tenant = caller.tenant.name if caller.tenant else DEFAULT_TENANT

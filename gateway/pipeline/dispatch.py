@@ -18,7 +18,7 @@ from collections.abc import AsyncGenerator
 from gateway.errors import to_gateway_error
 from gateway.ops.metrics import Metrics
 from gateway.ops.tracing import Tracing
-from gateway.pipeline.answer import Answer, Routed, chain, predicted_header
+from gateway.pipeline.answer import Answer, Routed, chain, predicted_header, whole
 from gateway.pipeline.caching import AnswerCache, Lookup, answer_of
 from gateway.pipeline.plan import Plan
 from gateway.pipeline.routing import RoutingService
@@ -97,7 +97,11 @@ class Dispatcher:
                 predicted_header(plan.decision, name),
             )
             model = begun.model or self._tiers[name].capabilities.model  # an edge version swapped meanwhile
-            return Answer(routed, model, chain(head, events), f"chatcmpl-{gen.request_id}")
+            completion_id = f"chatcmpl-{gen.request_id}"
+            if gen.stream:
+                return Answer(routed, model, chain(head, events), completion_id)
+            await events.aclose()  # read whole: nothing more will come
+            return whole(routed, model, head, completion_id)
         assert last is not None
         raise to_gateway_error(last) from last
 

@@ -89,9 +89,13 @@ class Recorder:
             caller, caller.tenant, request, request_id, demand_of(request), time.time(), time.perf_counter()
         )
 
-    def recorded(self, call: Call, answer: Answer) -> Answer:
-        """``answer`` with its end recorded: a stream's first byte is ready now (its ttft)."""
+    async def recorded(self, call: Call, answer: Answer) -> Answer:
+        """``answer`` with its end recorded: at once when it was read whole, else as its stream ends
+        (a stream's first byte is ready now: its ttft)."""
         ttft_ms = (time.perf_counter() - call.started) * 1000 if call.request.stream else None
+        if answer.finished is not None and not call.request.stream:
+            await self._finished(call, answer.routed, answer.model, answer.finished.usage, ttft_ms)
+            return answer
         return dataclasses.replace(answer, events=self._recording(call, answer, ttft_ms))
 
     async def _recording(
