@@ -6,6 +6,8 @@ page works on a machine without internet access.  Sign in with an admin key.
 
     create_admin_ui(settings)  →  a Litestar Router for /admin (pages, data, static files)
     template_config()          →  the Jinja2 templates, for the app's template_config
+    plugin(settings)           →  both, as the Litestar plugin the gateway loads from its
+                                  ``tiergate.plugins`` entry point (None when the UI is off)
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from litestar import Router
+from litestar.config.app import AppConfig
 from litestar.di import Provide
+from litestar.plugins import InitPluginProtocol
 from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.static_files import create_static_files_router
 from litestar.template import TemplateConfig
@@ -28,7 +32,7 @@ from admin_ui._policies import POLICY_ROUTES
 from admin_ui._signin import SIGN_IN_ROUTES
 from admin_ui._tenants import TENANT_ROUTES
 from gateway.errors import GatewayError
-from gateway.settings import AdminUISettings
+from gateway.settings import AdminUISettings, Settings
 
 HERE = Path(__file__).resolve().parent
 TEMPLATES = HERE / "templates"
@@ -60,4 +64,20 @@ def create_admin_ui(settings: AdminUISettings) -> Router:
     )
 
 
-__all__ = ["create_admin_ui", "template_config"]
+class AdminUIPlugin(InitPluginProtocol):
+    """Mounts the admin UI's router and its templates on the gateway's app."""
+
+    def __init__(self, settings: AdminUISettings) -> None:
+        self._settings = settings
+
+    def on_app_init(self, app_config: AppConfig) -> AppConfig:
+        app_config.route_handlers.append(create_admin_ui(self._settings))
+        app_config.template_config = template_config()
+        return app_config
+
+
+def plugin(settings: Settings) -> AdminUIPlugin | None:
+    return AdminUIPlugin(settings.admin_ui) if settings.admin_ui.enabled else None
+
+
+__all__ = ["AdminUIPlugin", "create_admin_ui", "plugin", "template_config"]

@@ -11,10 +11,8 @@ from litestar.response import Template
 
 from admin_ui._guard import AnyRequest, Operator
 from admin_ui._sessions import SessionStore
-from gateway.accounts.service import Accounts
 from gateway.errors import GatewayError, error_response
-from gateway.ops.activity import Activity
-from gateway.pipeline.chat import ChatService
+from gateway.services import Services, services_of
 from gateway.settings import AdminUISettings
 
 # Sent with every admin page and data answer: nothing cached, nothing framed, scripts and
@@ -40,9 +38,9 @@ class UI:
         self.sessions = SessionStore(self.settings.session_idle_s, self.settings.session_max_s)
 
 
-def services(request: AnyRequest) -> tuple[Accounts, ChatService, Activity]:
-    state = request.app.state
-    return state.accounts, state.chat, state.activity
+def services(request: AnyRequest) -> Services:
+    """The gateway's running services (the admin UI sees tiers and accounts only through them)."""
+    return services_of(request.app.state)
 
 
 def page(

@@ -17,7 +17,6 @@ from litestar.response import Template
 from admin_ui._context import SECURITY_HEADERS, UI, page, services
 from admin_ui._guard import AnyRequest, Operator, operator
 from gateway.accounts.ledger import report_csv
-from gateway.api.admin import AdminService
 from gateway.api.protocol import encode
 from gateway.errors import GatewayError, InvalidRequest
 
@@ -51,8 +50,7 @@ class CostQuery:
 
 
 async def report(request: AnyRequest, op: Operator, q: CostQuery, group_by: str) -> dict[str, Any]:
-    accounts, _, _ = services(request)
-    admin = AdminService(accounts.store, accounts.auth)
+    admin = services(request).admin
     return await admin.cost_report(op.caller, q.tenant or None, q.since, q.until, group_by)
 
 
@@ -66,8 +64,7 @@ async def costs_page(
     by: FromQuery[str | None] = None,
 ) -> Template:
     op = await operator(request, ui.sessions)
-    accounts, _, _ = services(request)
-    tenants = await AdminService(accounts.store, accounts.auth).tenants(op.caller)
+    tenants = await services(request).admin.tenants(op.caller)
     q = CostQuery(tenant or "", since or "", until or "", by or "tier")
     error: dict[str, str] = {}
     by_day = per_tenant = None

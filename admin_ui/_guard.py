@@ -18,9 +18,9 @@ from litestar.datastructures import State
 from litestar.response import Redirect
 
 from admin_ui._sessions import COOKIE, Session, SessionStore, same
-from gateway.accounts.service import Accounts
 from gateway.accounts.tenants import ADMIN, Caller
 from gateway.errors import AuthenticationFailed
+from gateway.services import services_of
 
 AnyRequest = Request[object, object, State]
 
@@ -62,8 +62,7 @@ async def operator(request: AnyRequest, sessions: SessionStore, *, page: bool = 
     token = request.cookies.get(COOKIE)
     session = sessions.get(token)
     if session is not None and token is not None:
-        accounts: Accounts = request.app.state.accounts
-        found = await asyncio.to_thread(accounts.store.lookup, session.key_id)
+        found = await asyncio.to_thread(services_of(request.app.state).tenants.lookup, session.key_id)
         if found is not None and found[1] == ADMIN and not found[3]:
             return Operator(token, session, Caller(key_id=session.key_id, role=ADMIN, tenant=None))
         sessions.close_key(session.key_id)

@@ -22,7 +22,8 @@ RECENT = 25
 
 
 def live_state(request: AnyRequest) -> dict[str, Any]:
-    _, chat, activity = services(request)
+    running = services(request)
+    chat, activity = running.chat, running.activity
     summary = activity.summary(WINDOW_S)
     tiers = chat.tier_states()
     replicas = [dict(r, tier=t["name"]) for t in tiers for r in t.get("instances", ())]

@@ -15,11 +15,10 @@ from litestar.di import NamedDependency
 from litestar.params import FromPath, FromQuery
 from litestar.response import Redirect, Template
 
-import router
 from admin_ui import _policy_form as form
 from admin_ui._context import UI, page, services
 from admin_ui._guard import AnyRequest, Operator, checked_form, operator
-from gateway.accounts.policies import DEFAULT_KEY, PolicyBook
+from gateway.accounts.policies import DEFAULT_KEY, PolicyBook, PolicyInvalid
 from gateway.errors import GatewayError, InvalidRequest
 
 DEFAULT_SLUG = "_default"  # tenant names start with a letter or digit, so this names no tenant
@@ -40,16 +39,15 @@ def _clean(message: str) -> str:
 
 
 def _tiers(request: AnyRequest) -> list[str]:
-    accounts, _, _ = services(request)
-    return sorted(accounts.policies.store.tiers)
+    return sorted(services(request).policies.store.tiers)
 
 
 @get("/policies", name="admin_ui:policies")
 async def policies_page(request: AnyRequest, ui: NamedDependency[UI]) -> Template:
     op = await operator(request, ui.sessions)
-    accounts, _, _ = services(request)
-    book: PolicyBook = accounts.policies
-    tenants = await asyncio.to_thread(accounts.store.list_tenants)
+    running = services(request)
+    book: PolicyBook = running.policies
+    tenants = await asyncio.to_thread(running.tenants.list_tenants)
     records = [await book.get(t.name) for t in tenants]
     default = await book.get(DEFAULT_KEY)
     return page(op, "policies.html", title="Policies", nav="policies", records=records, default=default)
@@ -65,11 +63,11 @@ async def _editor(
     saved: bool = False,
     status: int = 200,
 ) -> Template:
-    accounts, _, _ = services(request)
+    running = services(request)
     key = _key(slug)
     if key != DEFAULT_KEY:
-        await asyncio.to_thread(accounts.store.tenant, key)  # 404 for an unknown tenant
-    book: PolicyBook = accounts.policies
+        await asyncio.to_thread(running.tenants.tenant, key)  # 404 for an unknown tenant
+    book: PolicyBook = running.policies
     record = await book.get(key)
     history = await book.history(key, 50)
     baseline = book.store.configured_default if key == DEFAULT_KEY else (await book.get(DEFAULT_KEY)).policy
@@ -110,11 +108,11 @@ async def save_policy(
         try:
             policy = form.to_policy(body)
             version = posted.get("version", "")
-            accounts, _, _ = services(request)
-            await accounts.policies.set(
+            running = services(request)
+            await running.policies.set(
                 _key(slug), policy, _who(op), int(version) if version.isdigit() else None
             )
-        except router.PolicyInvalid as exc:
+        except PolicyInvalid as exc:
             errors[exc.field or "form"] = _clean(exc.message)
         except GatewayError as exc:
             errors[exc.param or "form"] = _clean(exc.message)
@@ -134,12 +132,12 @@ async def rollback_policy(
 ) -> Template | Redirect:
     op = await operator(request, ui.sessions)
     posted = await checked_form(request, op.csrf)
-    accounts, _, _ = services(request)
+    running = services(request)
     version = posted.get("version", "")
     try:
         if not version.isdigit():
             raise InvalidRequest("choose a version to roll back to", param="version")
-        await accounts.policies.rollback(_key(slug), int(version), _who(op))
+        await running.policies.rollback(_key(slug), int(version), _who(op))
     except GatewayError as exc:
         return await _editor(request, op, slug, errors={"form": exc.message}, status=400)
     return Redirect(f"/admin/policies/{slug}?saved=true", status_code=303)

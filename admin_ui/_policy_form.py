@@ -12,10 +12,9 @@ from typing import Any
 
 import msgspec
 
-import router
-from tiers import Modality
+from gateway.accounts import policies
 
-MEDIA = tuple(m.value for m in Modality if m is not Modality.TEXT)
+MEDIA = policies.POLICY_MEDIA
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +43,7 @@ def fields(tiers: list[str]) -> list[tuple[str, list[Field]]]:
                     "Strategy",
                     "select",
                     "how tiergate-auto chooses for this tenant",
-                    tuple((s, s) for s in router.STRATEGIES),
+                    tuple((s, s) for s in policies.STRATEGIES),
                 ),
                 Field(
                     "preferred_tier",
@@ -80,7 +79,7 @@ def fields(tiers: list[str]) -> list[tuple[str, list[Field]]]:
             "Budget",
             [
                 Field("budget.amount_usd", "Amount (USD)", "number", "per period; 0: no budget", step="0.01"),
-                Field("budget.period", "Period", "select", "UTC", tuple((p, p) for p in router.PERIODS)),
+                Field("budget.period", "Period", "select", "UTC", tuple((p, p) for p in policies.PERIODS)),
                 Field(
                     "budget.on_exhausted",
                     "Once spent",
@@ -123,7 +122,7 @@ def fields(tiers: list[str]) -> list[tuple[str, list[Field]]]:
     ]
 
 
-def flatten(policy: router.TenantPolicy) -> dict[str, str]:
+def flatten(policy: policies.TenantPolicy) -> dict[str, str]:
     """The policy as the form's values: dotted path → text."""
     plain = msgspec.to_builtins(policy)
     out: dict[str, str] = {}
@@ -181,12 +180,12 @@ def parse(form: dict[str, str], tiers: list[str]) -> tuple[dict[str, Any], dict[
     return body, errors
 
 
-def to_policy(body: dict[str, Any]) -> router.TenantPolicy:
-    """Decode with the policy's own validation (raises :class:`router.PolicyInvalid`)."""
-    return router.decode_policy(json.dumps(body))
+def to_policy(body: dict[str, Any]) -> policies.TenantPolicy:
+    """Decode with the policy's own validation (raises :class:`~gateway.accounts.policies.PolicyInvalid`)."""
+    return policies.decode_policy(json.dumps(body))
 
 
-def changes(before: router.TenantPolicy | None, after: router.TenantPolicy) -> list[str]:
+def changes(before: policies.TenantPolicy | None, after: policies.TenantPolicy) -> list[str]:
     """What a version changed, field by field (``latency.total_ms: 60000.0 → 800.0``)."""
     old = flatten(before) if before is not None else {}
     new = flatten(after)

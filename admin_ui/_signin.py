@@ -77,10 +77,10 @@ async def sign_in(request: AnyRequest, ui: NamedDependency[UI]) -> Template | Re
     if not same(fields.get("csrf_token", ""), request.cookies.get(LOGIN_COOKIE, "")):
         raise CsrfRefused("the sign-in form has no valid CSRF token")
     next_path = safe_next(fields.get("next"))
-    accounts, _, _ = services(request)
+    running = services(request)
     key = fields.get("key", "").strip()
     try:
-        caller = await accounts.auth.caller({"authorization": f"Bearer {key}"})
+        caller = await running.auth.caller({"authorization": f"Bearer {key}"})
     except AuthenticationFailed:
         return _form(request, next_path, "That is not a valid admin key.", status=401)
     if not caller.is_admin:

@@ -11,8 +11,8 @@ from litestar.response import Redirect, Template
 
 from admin_ui._context import UI, page, services
 from admin_ui._guard import AnyRequest, Operator, checked_form, operator
+from gateway.accounts.admin import AdminService
 from gateway.accounts.tenants import check_tenant_name
-from gateway.api.admin import AdminService
 from gateway.errors import GatewayError
 from gateway.settings import TenantLimits
 
@@ -20,8 +20,7 @@ LIMIT_FIELDS = tuple(TenantLimits.__struct_fields__)
 
 
 def _admin(request: AnyRequest) -> AdminService:
-    accounts, _, _ = services(request)
-    return AdminService(accounts.store, accounts.auth)
+    return services(request).admin
 
 
 async def _tenants_page(

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
+from typing import Any
 
 from litestar import Request, Response
 from litestar.datastructures import State
@@ -162,33 +164,52 @@ _HTTP_STATUS_ERRORS: dict[int, type[GatewayError]] = {
 }
 
 
+def _http(exc: HTTPException) -> GatewayError:
+    if exc.status_code == 413:
+        return PayloadTooLarge(BODY_TOO_LARGE)
+    cls = _HTTP_STATUS_ERRORS.get(exc.status_code, InvalidRequest)
+    error = cls("no such endpoint" if exc.status_code == 404 else exc.detail or "bad request")
+    error.status = exc.status_code
+    return error
+
+
+def _tier_busy(exc: tiers.TierOverloaded) -> GatewayError:
+    return RateLimited(
+        f"the {exc.tier} tier is busy: {exc.message}", retry_after_s=exc.retry_after_s, reason=exc.reason
+    )
+
+
+def _over_budget(exc: router.BudgetExhausted) -> GatewayError:
+    return RateLimited(f"over budget: {exc}", retry_after_s=exc.retry_after_s)
+
+
+def _does_not_fit(exc: router.RequestDoesNotFit) -> GatewayError:
+    return InvalidRequest(f"no tier can take this request: {exc}", code="request_does_not_fit")
+
+
+# Every lower layer's error class → how it becomes one of the gateway's.  The most specific class
+# in an exception's MRO that is listed here decides (so TierTimeout maps as TierUnavailable).
+ERROR_TABLE: dict[type[Exception], Callable[[Any], GatewayError]] = {
+    tiers.TierOverloaded: _tier_busy,
+    tiers.TierRejected: lambda e: InvalidRequest(f"the {e.tier} tier rejected the request: {e.message}"),
+    tiers.TierUnavailable: lambda e: NoTierAvailable(f"the {e.tier} tier is unavailable: {e.message}"),
+    tiers.TierError: lambda e: UpstreamFailed(f"the {e.tier} tier failed: {e.message}"),
+    router.BudgetExhausted: _over_budget,
+    router.RequestDoesNotFit: _does_not_fit,
+    router.NoTierAvailable: lambda e: NoTierAvailable(f"no tier can serve this request now: {e}"),
+    router.PolicyInvalid: lambda e: InvalidRequest(e.message, param=e.field or None, code="invalid_policy"),
+    HTTPException: _http,
+}
+
+
 def to_gateway_error(exc: Exception) -> GatewayError:
     """Map an exception from any layer to the gateway's tree (``raise ... from`` at the boundary)."""
     if isinstance(exc, GatewayError):
         return exc
-    if isinstance(exc, tiers.TierOverloaded):
-        return RateLimited(
-            f"the {exc.tier} tier is busy: {exc.message}", retry_after_s=exc.retry_after_s, reason=exc.reason
-        )
-    if isinstance(exc, tiers.TierRejected):
-        return InvalidRequest(f"the {exc.tier} tier rejected the request: {exc.message}")
-    if isinstance(exc, tiers.TierUnavailable):
-        return NoTierAvailable(f"the {exc.tier} tier is unavailable: {exc.message}")
-    if isinstance(exc, tiers.TierError):
-        return UpstreamFailed(f"the {exc.tier} tier failed: {exc.message}")
-    if isinstance(exc, router.BudgetExhausted):
-        return RateLimited(f"over budget: {exc}", retry_after_s=exc.retry_after_s)
-    if isinstance(exc, router.RequestDoesNotFit):
-        return InvalidRequest(f"no tier can take this request: {exc}", code="request_does_not_fit")
-    if isinstance(exc, router.NoTierAvailable):
-        return NoTierAvailable(f"no tier can serve this request now: {exc}")
-    if isinstance(exc, HTTPException):
-        if exc.status_code == 413:
-            return PayloadTooLarge(BODY_TOO_LARGE)
-        cls = _HTTP_STATUS_ERRORS.get(exc.status_code, InvalidRequest)
-        error = cls("no such endpoint" if exc.status_code == 404 else exc.detail or "bad request")
-        error.status = exc.status_code
-        return error
+    for cls in type(exc).__mro__:
+        convert = ERROR_TABLE.get(cls)
+        if convert is not None:
+            return convert(exc)
     log.exception("unexpected error", exc_info=exc)
     return GatewayError("internal error; the gateway logged the details")
 
@@ -201,7 +222,7 @@ def error_response(request: Request[object, object, State], exc: Exception) -> R
     """Litestar exception handler: every error leaves in OpenAI's shape."""
     error = to_gateway_error(exc)
     if isinstance(error, RateLimited):
-        metrics = request.app.state.get("metrics")
-        if metrics is not None:
-            metrics.rate_limited(error.reason)
+        services = request.app.state.get("services")  # None before the app has started
+        if services is not None:
+            services.metrics.rate_limited(error.reason)
     return Response(content=error_body(error), status_code=error.status, headers=error.headers())

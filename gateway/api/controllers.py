@@ -4,18 +4,17 @@ from __future__ import annotations
 
 from litestar import Request, Response, asgi, get
 from litestar.datastructures import State
+from litestar.di import NamedDependency
 from litestar.exceptions import MethodNotAllowedException
 from litestar.types import Receive, Scope, Send
 
-from gateway.accounts.service import Accounts
+from gateway.accounts.policies import PolicyBook
 from gateway.accounts.tenants import DEFAULT_TENANT
 from gateway.api.asgi_io import EventStream, JSONAnswer, read_body
 from gateway.api.protocol import encode, parse_chat_request
 from gateway.api.request_id import request_id
-from gateway.ops.metrics import Metrics
-from gateway.ops.observe import Observer
-from gateway.pipeline.chat import ChatService, RequestContext, Routed
-from gateway.settings import Settings
+from gateway.pipeline.chat import RequestContext, Routed
+from gateway.services import Services, services_of
 
 JSON = "application/json"
 
@@ -50,8 +49,8 @@ def _chat_headers(scope: Scope) -> dict[str, str]:
     }
 
 
-def _context(headers: dict[str, str], tenant: str, accounts: Accounts) -> RequestContext:
-    policy = accounts.policies.policy(tenant)  # in memory; edits take effect on the next request
+def _context(headers: dict[str, str], tenant: str, policies: PolicyBook) -> RequestContext:
+    policy = policies.policy(tenant)  # in memory; edits take effect on the next request
     return RequestContext(
         tenant=tenant,
         cache_control=headers.get("cache-control", ""),
@@ -68,34 +67,31 @@ async def chat_completions(scope: Scope, receive: Receive, send: Send) -> None:
     its routing, middleware and exception handlers still apply."""
     if scope["method"] != "POST":  # type: ignore[typeddict-item]
         raise MethodNotAllowedException(headers={"Allow": "POST"})
-    state = scope["app"].state
-    accounts: Accounts = state.accounts
-    observer: Observer = state.observer
-    settings: Settings = state.settings
+    services = services_of(scope["app"].state)  # a raw ASGI handler: no dependency injection
     headers = _chat_headers(scope)
-    with observer.tracing.span("auth"):
-        caller = await accounts.auth.caller(headers)
-    raw = await read_body(receive, headers.get("content-length"), settings.server.max_body_bytes)
+    with services.tracing.span("auth"):
+        caller = await services.auth.caller(headers)
+    raw = await read_body(receive, headers.get("content-length"), services.settings.server.max_body_bytes)
     body = parse_chat_request(raw)
     rid = request_id(scope)
-    ctx = _context(headers, caller.tenant.name if caller.tenant else DEFAULT_TENANT, accounts)
-    observer.note(scope, ctx.tenant, body.model)
+    ctx = _context(headers, caller.tenant.name if caller.tenant else DEFAULT_TENANT, services.policies)
+    services.observer.note(scope, ctx.tenant, body.model)
     answer: JSONAnswer | EventStream
     if body.stream:
-        start = await accounts.metered.stream(caller, body, rid, ctx)
+        start = await services.metered.stream(caller, body, rid, ctx)
         answer = EventStream(start.events, _route_headers(start.routed))
     else:
-        routed, completion = await accounts.metered.complete(caller, body, rid, ctx)
+        routed, completion = await services.metered.complete(caller, body, rid, ctx)
         answer = JSONAnswer(encode(completion), _route_headers(routed))
     await answer(scope, receive, send)
 
 
 @get("/v1/models")
-async def list_models(request: Request[object, object, State], state: State) -> Response[bytes]:
-    accounts: Accounts = state.accounts
-    await accounts.auth.caller(request.headers)
-    chat: ChatService = state.chat
-    return Response(encode(chat.models()), media_type=JSON)
+async def list_models(
+    request: Request[object, object, State], services: NamedDependency[Services]
+) -> Response[bytes]:
+    await services.auth.caller(request.headers)
+    return Response(encode(services.chat.models()), media_type=JSON)
 
 
 @get("/healthz")
@@ -104,8 +100,8 @@ async def healthz() -> Response[bytes]:
 
 
 @get("/readyz")
-async def readyz(state: State) -> Response[bytes]:
-    chat: ChatService = state.chat
+async def readyz(services: NamedDependency[Services]) -> Response[bytes]:
+    chat = services.chat
     tiers = chat.tier_states()
     ready = any(t["health"] == "ready" for t in tiers)
     body = {"ready": ready, "tiers": tiers, "breakers": chat.breaker_states()}
@@ -113,9 +109,8 @@ async def readyz(state: State) -> Response[bytes]:
 
 
 @get("/metrics")
-async def prometheus_metrics(state: State) -> Response[bytes]:
-    metrics: Metrics = state.metrics
-    return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+async def prometheus_metrics(services: NamedDependency[Services]) -> Response[bytes]:
+    return Response(services.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
 ROUTES = [chat_completions, list_models, healthz, readyz, prometheus_metrics]

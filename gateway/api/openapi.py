@@ -12,11 +12,11 @@ import functools
 from typing import Any
 
 import msgspec
-from litestar import Request, Response, get
-from litestar.datastructures import State
+from litestar import Response, get
+from litestar.di import NamedDependency
 
 from gateway.api.protocol import ChatCompletion, ChatCompletionRequest, ModelList
-from gateway.pipeline.chat import ChatService
+from gateway.services import Services
 
 
 class ErrorDetail(msgspec.Struct):
@@ -126,9 +126,8 @@ def openapi_document(models: tuple[str, ...]) -> dict[str, Any]:
 
 
 @get("/schema/openapi.json", include_in_schema=False)
-async def openapi_json(request: Request[object, object, State]) -> Response[bytes]:
-    chat: ChatService = request.app.state.chat
-    document = openapi_document(tuple(chat.model_names))
+async def openapi_json(services: NamedDependency[Services]) -> Response[bytes]:
+    document = openapi_document(tuple(services.chat.model_names))
     return Response(msgspec.json.encode(document), media_type="application/json")
 
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 import router
-from gateway.accounts.tenants._models import DEFAULT_TENANT
+from gateway.accounts.tenants import DEFAULT_TENANT
 from gateway.api.protocol import (
     AudioPart,
     ChatCompletion,

@@ -95,14 +95,18 @@ class RoutingService:
         rule: router.AutoRule,
         prices: Mapping[str, router.TierPrice],
         data_path: Path,
+        *,
+        policy_of: Callable[[str], router.TenantPolicy] = lambda _tenant: router.DEFAULT_POLICY,
+        budgets: BudgetBook | None = None,
     ) -> None:
+        """``policy_of`` reads a tenant's policy (the policy book, in memory); ``budgets`` its spend."""
         self.settings = settings
         self.directory = Path(settings.directory).expanduser() if settings.directory else data_path / "router"
         self.router = router.Router(
             rule, prices, exploration=settings.exploration, predictor=settings.predictor
         )
-        self._policy_of: Callable[[str], router.TenantPolicy] = lambda _tenant: router.DEFAULT_POLICY
-        self._budgets: BudgetBook | None = None
+        self._policy_of = policy_of
+        self._budgets = budgets
         self._pool: ProcessPoolExecutor | None = None
         self._refitting: asyncio.Task[None] | None = None
         self._saver: asyncio.Task[None] | None = None
@@ -116,11 +120,6 @@ class RoutingService:
         return all(
             p.coefficients is not None for p in self.router.predictors.values() if len(p.window) >= least
         )
-
-    def bind(self, policy_of: Callable[[str], router.TenantPolicy], budgets: BudgetBook | None) -> None:
-        """Read tenants' policies and spend from these (they need the database, opened later)."""
-        self._policy_of = policy_of
-        self._budgets = budgets
 
     def policy(self, tenant: str) -> router.TenantPolicy:
         return self._policy_of(tenant)

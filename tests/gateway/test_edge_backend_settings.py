@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.app import build_tiers
+from gateway.services import build_tiers
 from gateway.settings import SettingsError, load_settings
 from tiers.edge import EdgeRegistry, LlamaCppTier, OnnxTier
 
@@ -46,8 +46,9 @@ def test_an_unknown_backend_is_an_error() -> None:
         load_settings(environ={"TIERGATE_EDGE__BACKEND": "tensorrt"})
 
 
-def test_the_readme_example_of_edge_models_loads(tmp_path: Path) -> None:
-    section = (Path(__file__).resolve().parents[2] / "README.md").read_text().split("### Edge models", 1)[1]
+def test_the_documented_example_of_edge_models_loads(tmp_path: Path) -> None:
+    page = Path(__file__).resolve().parents[2] / "docs" / "edge.md"
+    section = page.read_text().split("## Edge models", 1)[1]
     example = re.search(r"```toml\n(.*?)```", section, re.S)
     assert example is not None
     (tmp_path / "edge.toml").write_text(example.group(1))

@@ -74,10 +74,15 @@ def setup(tmp_path: Path) -> tuple[ChatService, RoutingService, Tier, Tier, dict
     edge, cloud = Tier("edge", 0.4), Tier("cloud", 0.7)
     tiers = {"edge": edge, "cloud": cloud}
     settings = RouterSettings(exploration=0.0)
-    routing = RoutingService(settings, router.AutoRule(), tier_prices(DEFAULT_PRICES, tiers), tmp_path)
-    routing.router.difficulty = router.builtin_model()
     policies: dict[str, router.TenantPolicy] = {}
-    routing.bind(lambda t: policies.get(t, router.DEFAULT_POLICY), None)
+    routing = RoutingService(
+        settings,
+        router.AutoRule(),
+        tier_prices(DEFAULT_PRICES, tiers),
+        tmp_path,
+        policy_of=lambda t: policies.get(t, router.DEFAULT_POLICY),
+    )
+    routing.router.difficulty = router.builtin_model()
     chat = ChatService(tiers, router.AutoRule(), Metrics(), routing=routing)
     return chat, routing, edge, cloud, policies
 

@@ -167,7 +167,7 @@ def test_a_scripted_mix_shows_in_every_metric_family_and_every_log_line_has_its_
         "gateway.pipeline.caching",
         "gateway.errors",
         "tiers.cloud._pool",
-        "gateway.app",
+        "gateway.services",
         "tiergate.request",
     }
     during = [line for line in lines if line["logger"] in request_loggers and line["level"] != "INFO"]

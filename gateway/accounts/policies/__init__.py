@@ -1,7 +1,28 @@
 """Tenant routing policies: stored with every version (:class:`PolicyStore`), read by the
-request path from an in-memory copy kept current (:class:`PolicyBook`)."""
+request path from an in-memory copy kept current (:class:`PolicyBook`).
+
+The policy's own types come from the router; they are re-exported here for the policy editor
+(the admin UI sees the router only through the gateway).
+"""
 
 from gateway.accounts.policies._book import PolicyBook
 from gateway.accounts.policies._store import DEFAULT_KEY, PolicyChange, PolicyRecord, PolicyStore
+from router import PERIODS, STRATEGIES, PolicyInvalid, TenantPolicy, decode_policy
+from tiers import Modality
 
-__all__ = ["DEFAULT_KEY", "PolicyBook", "PolicyChange", "PolicyRecord", "PolicyStore"]
+# The media a policy's modality rules can name.
+POLICY_MEDIA = tuple(m.value for m in Modality if m is not Modality.TEXT)
+
+__all__ = [
+    "DEFAULT_KEY",
+    "PERIODS",
+    "POLICY_MEDIA",
+    "STRATEGIES",
+    "PolicyBook",
+    "PolicyChange",
+    "PolicyInvalid",
+    "PolicyRecord",
+    "PolicyStore",
+    "TenantPolicy",
+    "decode_policy",
+]

@@ -18,7 +18,7 @@ from sqlalchemy.exc import IntegrityError
 
 import router
 from gateway.accounts.storage import policy_versions, tenant_policies
-from gateway.errors import Conflict, InvalidRequest, NotFound
+from gateway.errors import Conflict, NotFound, to_gateway_error
 
 DEFAULT_KEY = "*"
 
@@ -50,10 +50,6 @@ _encode = msgspec.json.Encoder().encode
 
 def _decode(text: str | None) -> router.TenantPolicy | None:
     return None if text is None else router.decode_policy(text)
-
-
-def invalid(exc: router.PolicyInvalid) -> InvalidRequest:
-    return InvalidRequest(exc.message, param=exc.field or None, code="invalid_policy")
 
 
 class PolicyStore:
@@ -110,7 +106,7 @@ class PolicyStore:
         try:
             return router.check_policy(policy, self.tiers)
         except router.PolicyInvalid as exc:
-            raise invalid(exc) from exc
+            raise to_gateway_error(exc) from exc
 
     def set(
         self,

@@ -6,8 +6,7 @@ from gateway.api.admin._edge import EDGE_ROUTES
 from gateway.api.admin._policies import POLICY_ROUTES
 from gateway.api.admin._pool import POOL_ROUTES
 from gateway.api.admin._router import ROUTER_ROUTES
-from gateway.api.admin._service import AdminService
 
 ADMIN_ROUTES = [*_ACCOUNT_ROUTES, *POOL_ROUTES, *EDGE_ROUTES, *POLICY_ROUTES, *ROUTER_ROUTES]
 
-__all__ = ["ADMIN_ROUTES", "AdminService"]
+__all__ = ["ADMIN_ROUTES"]

@@ -7,14 +7,15 @@ from typing import TypeVar
 import msgspec
 from litestar import Request, Response, delete, get, post
 from litestar.datastructures import State
+from litestar.di import NamedDependency
 from litestar.params import FromPath, FromQuery
 
+from gateway.accounts.admin import AdminService
 from gateway.accounts.ledger import FORMATS, report_csv
-from gateway.accounts.service import Accounts
 from gateway.accounts.tenants import Caller
-from gateway.api.admin._service import AdminService
 from gateway.api.protocol import encode
 from gateway.errors import InvalidRequest
+from gateway.services import Services
 
 JSON = "application/json"
 
@@ -40,10 +41,9 @@ def _decode(body: bytes, kind: type[T]) -> T:
         raise InvalidRequest("invalid request body: its JSON is nested too deeply") from exc
 
 
-async def _admin(request: Request[object, object, State], state: State) -> tuple[AdminService, Caller]:
-    accounts: Accounts = state.accounts
-    caller = await accounts.auth.caller(request.headers)
-    return AdminService(accounts.store, accounts.auth), caller
+async def _admin(request: Request[object, object, State], services: Services) -> tuple[AdminService, Caller]:
+    caller = await services.auth.caller(request.headers)
+    return services.admin, caller
 
 
 def _json(value: object, status: int = 200) -> Response[bytes]:
@@ -51,62 +51,66 @@ def _json(value: object, status: int = 200) -> Response[bytes]:
 
 
 @get("/admin/api/tenants")
-async def list_tenants(request: Request[object, object, State], state: State) -> Response[bytes]:
-    admin, caller = await _admin(request, state)
+async def list_tenants(
+    request: Request[object, object, State], services: NamedDependency[Services]
+) -> Response[bytes]:
+    admin, caller = await _admin(request, services)
     return _json({"data": await admin.tenants(caller)})
 
 
 @post("/admin/api/tenants")
-async def create_tenant(request: Request[object, object, State], state: State) -> Response[bytes]:
-    admin, caller = await _admin(request, state)
+async def create_tenant(
+    request: Request[object, object, State], services: NamedDependency[Services]
+) -> Response[bytes]:
+    admin, caller = await _admin(request, services)
     body = _decode(await request.body(), NewTenantBody)
     return _json(await admin.create_tenant(caller, body.name, body.limits), 201)
 
 
 @get("/admin/api/tenants/{name:str}")
 async def get_tenant(
-    request: Request[object, object, State], state: State, name: FromPath[str]
+    request: Request[object, object, State], services: NamedDependency[Services], name: FromPath[str]
 ) -> Response[bytes]:
-    admin, caller = await _admin(request, state)
+    admin, caller = await _admin(request, services)
     return _json(await admin.tenant(caller, name))
 
 
 @get("/admin/api/tenants/{name:str}/keys")
 async def list_keys(
-    request: Request[object, object, State], state: State, name: FromPath[str]
+    request: Request[object, object, State], services: NamedDependency[Services], name: FromPath[str]
 ) -> Response[bytes]:
-    admin, caller = await _admin(request, state)
+    admin, caller = await _admin(request, services)
     return _json({"data": await admin.keys(caller, name)})
 
 
 @post("/admin/api/tenants/{name:str}/keys")
 async def create_key(
-    request: Request[object, object, State], state: State, name: FromPath[str]
+    request: Request[object, object, State], services: NamedDependency[Services], name: FromPath[str]
 ) -> Response[bytes]:
-    admin, caller = await _admin(request, state)
+    admin, caller = await _admin(request, services)
     body = _decode(await request.body(), NewKeyBody)
     return _json(await admin.create_key(caller, name, body.name), 201)
 
 
 @delete("/admin/api/keys/{key_id:str}", status_code=200)
 async def revoke_key(
-    request: Request[object, object, State], state: State, key_id: FromPath[str]
+    request: Request[object, object, State], services: NamedDependency[Services], key_id: FromPath[str]
 ) -> Response[bytes]:
-    admin, caller = await _admin(request, state)
+    admin, caller = await _admin(request, services)
     return _json(await admin.revoke_key(caller, key_id))
 
 
 @get("/admin/api/reports/costs")
 async def cost_report(
     request: Request[object, object, State],
-    state: State,
+    services: NamedDependency[Services],
     tenant: FromQuery[str | None] = None,
     since: FromQuery[str | None] = None,
     until: FromQuery[str | None] = None,
     group_by: FromQuery[str | None] = None,
     format: FromQuery[str] = "json",
 ) -> Response[bytes]:
-    admin, caller = await _admin(request, state)
+    admin, caller = await _admin(request, services)
     if format not in FORMATS:
         raise InvalidRequest(f"format must be one of {', '.join(FORMATS)}", param="format")
     report = await admin.cost_report(caller, tenant, since, until, group_by)

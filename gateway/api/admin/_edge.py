@@ -9,10 +9,12 @@ from __future__ import annotations
 import msgspec
 from litestar import Request, Response, get, post
 from litestar.datastructures import State
+from litestar.di import NamedDependency
 
 from gateway.api.admin._guard import require_admin
 from gateway.api.protocol import encode
 from gateway.errors import Conflict, GatewayError, InvalidRequest, NotFound
+from gateway.services import Services
 from tiers import InvalidModel, ModelRegistry, NothingToRollBack, RegistryError, UnknownModel
 from tiers.edge import EdgeModel
 
@@ -23,9 +25,9 @@ class ActivateBody(msgspec.Struct, forbid_unknown_fields=True):
     name: str
 
 
-async def _registry(request: Request[object, object, State]) -> ModelRegistry[EdgeModel]:
-    await require_admin(request, "the edge models are")
-    registry: ModelRegistry[EdgeModel] | None = request.app.state.edge_models
+async def _registry(request: Request[object, object, State], services: Services) -> ModelRegistry[EdgeModel]:
+    await require_admin(request, services, "the edge models are")
+    registry: ModelRegistry[EdgeModel] | None = services.edge_models
     if registry is None:
         raise NotFound("this gateway runs no edge tier")
     return registry
@@ -52,13 +54,17 @@ def _listing(registry: ModelRegistry[EdgeModel], status: int = 200) -> Response[
 
 
 @get("/admin/api/edge/models")
-async def list_edge_models(request: Request[object, object, State]) -> Response[bytes]:
-    return _listing(await _registry(request))
+async def list_edge_models(
+    request: Request[object, object, State], services: NamedDependency[Services]
+) -> Response[bytes]:
+    return _listing(await _registry(request, services))
 
 
 @post("/admin/api/edge/models", status_code=201)
-async def register_edge_model(request: Request[object, object, State]) -> Response[bytes]:
-    registry = await _registry(request)
+async def register_edge_model(
+    request: Request[object, object, State], services: NamedDependency[Services]
+) -> Response[bytes]:
+    registry = await _registry(request, services)
     model = _body(await request.body(), EdgeModel)
     assert isinstance(model, EdgeModel)
     try:
@@ -69,8 +75,10 @@ async def register_edge_model(request: Request[object, object, State]) -> Respon
 
 
 @post("/admin/api/edge/models/activate", status_code=200)
-async def activate_edge_model(request: Request[object, object, State]) -> Response[bytes]:
-    registry = await _registry(request)
+async def activate_edge_model(
+    request: Request[object, object, State], services: NamedDependency[Services]
+) -> Response[bytes]:
+    registry = await _registry(request, services)
     body = _body(await request.body(), ActivateBody)
     assert isinstance(body, ActivateBody)
     try:
@@ -81,8 +89,10 @@ async def activate_edge_model(request: Request[object, object, State]) -> Respon
 
 
 @post("/admin/api/edge/models/rollback", status_code=200)
-async def rollback_edge_model(request: Request[object, object, State]) -> Response[bytes]:
-    registry = await _registry(request)
+async def rollback_edge_model(
+    request: Request[object, object, State], services: NamedDependency[Services]
+) -> Response[bytes]:
+    registry = await _registry(request, services)
     try:
         await registry.rollback()
     except RegistryError as exc:

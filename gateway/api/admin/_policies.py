@@ -18,15 +18,15 @@ import asyncio
 import msgspec
 from litestar import Request, Response, get, post, put
 from litestar.datastructures import State
+from litestar.di import NamedDependency
 from litestar.params import FromPath, FromQuery
 
 import router
 from gateway.accounts.policies import DEFAULT_KEY, PolicyBook
-from gateway.accounts.policies._store import invalid
-from gateway.accounts.service import Accounts
 from gateway.accounts.tenants import Caller
 from gateway.api.protocol import encode
-from gateway.errors import InvalidRequest, NotFound, PermissionDenied
+from gateway.errors import InvalidRequest, NotFound, PermissionDenied, to_gateway_error
+from gateway.services import Services
 
 JSON = "application/json"
 
@@ -41,20 +41,19 @@ def who(caller: Caller) -> str:
 
 
 async def _policies(
-    request: Request[object, object, State], tenant: str | None, *, write: bool = False
+    request: Request[object, object, State], services: Services, tenant: str | None, *, write: bool = False
 ) -> tuple[PolicyBook, Caller, str]:
-    accounts: Accounts = request.app.state.accounts
-    caller = await accounts.auth.caller(request.headers)
+    caller = await services.auth.caller(request.headers)
     if tenant is None:  # the default policy
         if write and not caller.is_admin:
             raise PermissionDenied("the default policy is changed with an admin key")
-        return accounts.policies, caller, DEFAULT_KEY
+        return services.policies, caller, DEFAULT_KEY
     if not caller.may_see(tenant):
         raise NotFound(f"no tenant named {tenant!r}")
-    await asyncio.to_thread(accounts.store.tenant, tenant)  # 404 for an unknown tenant
+    await asyncio.to_thread(services.tenants.tenant, tenant)  # 404 for an unknown tenant
     if write and not caller.is_admin:
         raise PermissionDenied("a tenant's policy is changed with an admin key")
-    return accounts.policies, caller, tenant
+    return services.policies, caller, tenant
 
 
 def _json(value: object, status: int = 200) -> Response[bytes]:
@@ -71,32 +70,38 @@ def _expected_version(request: Request[object, object, State]) -> int | None:
         raise InvalidRequest("If-Match must be the policy's version number", param="If-Match") from exc
 
 
-async def _read(request: Request[object, object, State], tenant: str | None) -> Response[bytes]:
-    book, _, key = await _policies(request, tenant)
+async def _read(
+    request: Request[object, object, State], services: Services, tenant: str | None
+) -> Response[bytes]:
+    book, _, key = await _policies(request, services, tenant)
     record = await book.get(key)
     return _json(record)
 
 
-async def _write(request: Request[object, object, State], tenant: str | None) -> Response[bytes]:
-    book, caller, key = await _policies(request, tenant, write=True)
+async def _write(
+    request: Request[object, object, State], services: Services, tenant: str | None
+) -> Response[bytes]:
+    book, caller, key = await _policies(request, services, tenant, write=True)
     try:
         policy = router.decode_policy(await request.body() or b"{}")
     except router.PolicyInvalid as exc:
-        raise invalid(exc) from exc
+        raise to_gateway_error(exc) from exc
     return _json(await book.set(key, policy, who(caller), _expected_version(request)))
 
 
 async def _history(
-    request: Request[object, object, State], tenant: str | None, limit: int
+    request: Request[object, object, State], services: Services, tenant: str | None, limit: int
 ) -> Response[bytes]:
     if not 1 <= limit <= 1000:
         raise InvalidRequest("limit must be between 1 and 1000", param="limit")
-    book, _, key = await _policies(request, tenant)
+    book, _, key = await _policies(request, services, tenant)
     return _json({"data": await book.history(key, limit)})
 
 
-async def _rollback(request: Request[object, object, State], tenant: str | None) -> Response[bytes]:
-    book, caller, key = await _policies(request, tenant, write=True)
+async def _rollback(
+    request: Request[object, object, State], services: Services, tenant: str | None
+) -> Response[bytes]:
+    book, caller, key = await _policies(request, services, tenant, write=True)
     try:
         body = msgspec.json.decode(await request.body() or b"{}", type=RollbackBody)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
@@ -105,47 +110,62 @@ async def _rollback(request: Request[object, object, State], tenant: str | None)
 
 
 @get("/admin/api/tenants/{name:str}/policy")
-async def get_policy(request: Request[object, object, State], name: FromPath[str]) -> Response[bytes]:
-    return await _read(request, name)
+async def get_policy(
+    request: Request[object, object, State], services: NamedDependency[Services], name: FromPath[str]
+) -> Response[bytes]:
+    return await _read(request, services, name)
 
 
 @put("/admin/api/tenants/{name:str}/policy")
-async def put_policy(request: Request[object, object, State], name: FromPath[str]) -> Response[bytes]:
-    return await _write(request, name)
+async def put_policy(
+    request: Request[object, object, State], services: NamedDependency[Services], name: FromPath[str]
+) -> Response[bytes]:
+    return await _write(request, services, name)
 
 
 @get("/admin/api/tenants/{name:str}/policy/history")
 async def policy_history(
-    request: Request[object, object, State], name: FromPath[str], limit: FromQuery[int] = 100
+    request: Request[object, object, State],
+    services: NamedDependency[Services],
+    name: FromPath[str],
+    limit: FromQuery[int] = 100,
 ) -> Response[bytes]:
-    return await _history(request, name, limit)
+    return await _history(request, services, name, limit)
 
 
 @post("/admin/api/tenants/{name:str}/policy/rollback", status_code=200)
-async def rollback_policy(request: Request[object, object, State], name: FromPath[str]) -> Response[bytes]:
-    return await _rollback(request, name)
+async def rollback_policy(
+    request: Request[object, object, State], services: NamedDependency[Services], name: FromPath[str]
+) -> Response[bytes]:
+    return await _rollback(request, services, name)
 
 
 @get("/admin/api/policies/default")
-async def get_default_policy(request: Request[object, object, State]) -> Response[bytes]:
-    return await _read(request, None)
+async def get_default_policy(
+    request: Request[object, object, State], services: NamedDependency[Services]
+) -> Response[bytes]:
+    return await _read(request, services, None)
 
 
 @put("/admin/api/policies/default")
-async def put_default_policy(request: Request[object, object, State]) -> Response[bytes]:
-    return await _write(request, None)
+async def put_default_policy(
+    request: Request[object, object, State], services: NamedDependency[Services]
+) -> Response[bytes]:
+    return await _write(request, services, None)
 
 
 @get("/admin/api/policies/default/history")
 async def default_policy_history(
-    request: Request[object, object, State], limit: FromQuery[int] = 100
+    request: Request[object, object, State], services: NamedDependency[Services], limit: FromQuery[int] = 100
 ) -> Response[bytes]:
-    return await _history(request, None, limit)
+    return await _history(request, services, None, limit)
 
 
 @post("/admin/api/policies/default/rollback", status_code=200)
-async def rollback_default_policy(request: Request[object, object, State]) -> Response[bytes]:
-    return await _rollback(request, None)
+async def rollback_default_policy(
+    request: Request[object, object, State], services: NamedDependency[Services]
+) -> Response[bytes]:
+    return await _rollback(request, services, None)
 
 
 POLICY_ROUTES = [

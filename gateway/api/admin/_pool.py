@@ -5,11 +5,13 @@ from __future__ import annotations
 import msgspec
 from litestar import Request, Response, get, post, put
 from litestar.datastructures import State
+from litestar.di import NamedDependency
 from litestar.params import FromPath
 
 from gateway.api.admin._guard import require_admin
 from gateway.api.protocol import encode
 from gateway.errors import InvalidRequest, NotFound
+from gateway.services import Services
 from tiers import Pool
 
 JSON = "application/json"
@@ -19,22 +21,26 @@ class MembersBody(msgspec.Struct, forbid_unknown_fields=True):
     urls: list[str]
 
 
-async def _pool(request: Request[object, object, State]) -> Pool:
-    await require_admin(request, "the cloud pool is")
-    pool: Pool | None = request.app.state.pool
+async def _pool(request: Request[object, object, State], services: Services) -> Pool:
+    await require_admin(request, services, "the cloud pool is")
+    pool: Pool | None = services.pool
     if pool is None:
         raise NotFound("this gateway has no cloud pool")
     return pool
 
 
 @get("/admin/api/cloud/replicas")
-async def list_replicas(request: Request[object, object, State]) -> Response[bytes]:
-    return Response(encode((await _pool(request)).replicas()), media_type=JSON)
+async def list_replicas(
+    request: Request[object, object, State], services: NamedDependency[Services]
+) -> Response[bytes]:
+    return Response(encode((await _pool(request, services)).replicas()), media_type=JSON)
 
 
 @put("/admin/api/cloud/replicas")
-async def set_replicas(request: Request[object, object, State]) -> Response[bytes]:
-    pool = await _pool(request)
+async def set_replicas(
+    request: Request[object, object, State], services: NamedDependency[Services]
+) -> Response[bytes]:
+    pool = await _pool(request, services)
     try:
         body = msgspec.json.decode(await request.body(), type=MembersBody)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
@@ -47,8 +53,10 @@ async def set_replicas(request: Request[object, object, State]) -> Response[byte
 
 
 @post("/admin/api/cloud/replicas/{name:str}/drain", status_code=200)
-async def drain_replica(request: Request[object, object, State], name: FromPath[str]) -> Response[bytes]:
-    pool = await _pool(request)
+async def drain_replica(
+    request: Request[object, object, State], services: NamedDependency[Services], name: FromPath[str]
+) -> Response[bytes]:
+    pool = await _pool(request, services)
     if not pool.drain(name):
         raise NotFound(f"no replica named {name!r}")
     return Response(encode(pool.replicas()), media_type=JSON)

@@ -9,29 +9,35 @@ from __future__ import annotations
 
 from litestar import Request, Response, get, post
 from litestar.datastructures import State
+from litestar.di import NamedDependency
 
 from gateway.api.admin._guard import require_admin
 from gateway.api.protocol import encode
 from gateway.pipeline.routing import RoutingService
+from gateway.services import Services
 
 JSON = "application/json"
 
 
-async def _routing(request: Request[object, object, State]) -> RoutingService:
-    await require_admin(request, "the router is")
-    routing: RoutingService = request.app.state.routing
+async def _routing(request: Request[object, object, State], services: Services) -> RoutingService:
+    await require_admin(request, services, "the router is")
+    routing: RoutingService = services.routing
     return routing
 
 
 @get("/admin/api/router")
-async def router_state(request: Request[object, object, State]) -> Response[bytes]:
-    routing = await _routing(request)
+async def router_state(
+    request: Request[object, object, State], services: NamedDependency[Services]
+) -> Response[bytes]:
+    routing = await _routing(request, services)
     return Response(encode(routing.router.snapshot()), media_type=JSON)
 
 
 @post("/admin/api/router/refit", status_code=200)
-async def router_refit(request: Request[object, object, State]) -> Response[bytes]:
-    routing = await _routing(request)
+async def router_refit(
+    request: Request[object, object, State], services: NamedDependency[Services]
+) -> Response[bytes]:
+    routing = await _routing(request, services)
     return Response(encode(await routing.refit_now()), media_type=JSON)
 
 

@@ -1,0 +1,292 @@
+"""The composition root: every service of a running gateway, built once, in dependency order.
+
+:func:`open_services` is an async context manager: it opens each part (the database, the
+ledger, the tiers, …) right after the parts it needs, registers its close on an exit stack,
+and yields one frozen :class:`Services`; leaving it closes everything in the reverse order.
+Nothing is built per request, nothing is bound late, no object exists half-built:
+
+    metrics, tracing                                   (made by the app, before it: middleware needs them)
+    tiers behind admission gates · result cache store · circuit breakers (shared through Redis)
+    database → tenants (first-run keys) → authenticator · rate limiter · policies · prices · ledger
+    budgets (ledger + policies) → routing (policies + budgets + prices) → chat (tiers, cache, routing)
+    media pipeline → metered chat (chat + limits + ledger + media) · admin service
+    start: tiers, media, shared state, SIGHUP reload, scaling signal
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+from typing import cast
+
+import msgspec
+from litestar.datastructures import State
+from sqlalchemy import Engine
+
+import cache
+import router
+from gateway.accounts import bootstrap
+from gateway.accounts.admin import AdminService
+from gateway.accounts.budgets import BudgetBook
+from gateway.accounts.ledger import Ledger, PriceBook
+from gateway.accounts.policies import PolicyBook, PolicyStore
+from gateway.accounts.storage import open_database
+from gateway.accounts.tenants import Authenticator, RateLimiter, TenantStore, make_limiter
+from gateway.media import MediaMetrics, MediaPipeline, MediaTargets
+from gateway.ops.activity import Activity
+from gateway.ops.metrics import Metrics
+from gateway.ops.observe import Observer, live_gauges
+from gateway.ops.scaling import ReplicaSignal, run_signal
+from gateway.ops.shared import SharedPool, SharedState, open_shared
+from gateway.ops.tracing import Tracing
+from gateway.pipeline.admission import admit
+from gateway.pipeline.caching import AnswerCache
+from gateway.pipeline.chat import ChatService
+from gateway.pipeline.metering import MeteredChat
+from gateway.pipeline.routing import RoutingService, tier_prices
+from gateway.settings import Settings, SettingsError
+from tiers import Modality, Pool, Tier
+from tiers.cloud import VLLMPool
+from tiers.edge import EdgeRegistry
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Services:
+    """What the handlers use; each field is a started service."""
+
+    settings: Settings
+    observer: Observer  # metrics and tracing of requests
+    chat: ChatService
+    metered: MeteredChat
+    routing: RoutingService
+    auth: Authenticator
+    tenants: TenantStore
+    policies: PolicyBook
+    ledger: Ledger | None
+    admin: AdminService
+    activity: Activity
+    pool: Pool | None  # the cloud pool whose members operators change, if one is configured
+    edge_models: EdgeRegistry | None  # the edge's versioned models, if the edge runs here
+
+    @property
+    def metrics(self) -> Metrics:
+        return self.observer.metrics
+
+    @property
+    def tracing(self) -> Tracing:
+        return self.observer.tracing
+
+
+def services_of(state: State) -> Services:
+    """The one place the running services are read from the app's state (set by its lifespan)."""
+    return cast(Services, state.services)
+
+
+def build_tiers(settings: Settings) -> dict[str, Tier]:
+    tiers: dict[str, Tier] = {}
+    if settings.edge.enabled:
+        tiers["edge"] = EdgeRegistry(settings.edge_config())
+    if settings.cloud.enabled:
+        cloud = msgspec.structs.replace(settings.cloud, local=settings.local_vllm())
+        tiers["cloud"] = VLLMPool(cloud, log_dir=str(settings.data_path / "logs"))
+    return tiers
+
+
+def media_targets(tiers: dict[str, Tier]) -> MediaTargets:
+    """How media are normalised: for the most any tier takes (each tier's limits are checked later)."""
+    caps = [t.capabilities for t in tiers.values()]
+    pixels = [c.limits.max_image_pixels for c in caps if Modality.IMAGE in c.modalities]
+    return MediaTargets(
+        image_max_pixels=None if not pixels or None in pixels else max(p for p in pixels if p is not None),
+        audio=any(Modality.AUDIO in c.modalities for c in caps),
+    )
+
+
+def _breakers(settings: Settings, metrics: Metrics, shared: SharedState | None) -> router.BreakerBoard:
+    def changed(tier: str, modality: Modality, state: router.BreakerState) -> None:
+        log.warning("circuit breaker %s/%s is now %s", tier, modality, state.value)
+        metrics.breaker_transitions.labels(tier, str(modality), state.value).inc()
+        if shared is not None:
+            shared.breaker_changed(tier, modality, state)
+
+    return router.BreakerBoard(settings.breakers, on_transition=changed)
+
+
+async def _open_database(settings: Settings, stack: AsyncExitStack) -> tuple[Engine, TenantStore]:
+    engine = await asyncio.to_thread(open_database, settings.database_url)
+    stack.callback(engine.dispose)
+    store = TenantStore(engine, settings.limits.default)
+    await bootstrap.first_run(store, settings.data_path)
+    return engine, store
+
+
+async def _started_auth(settings: Settings, store: TenantStore) -> Authenticator:
+    if settings.auth.open_mode:
+        log.warning("auth.open_mode is on: no API keys are checked (local development only)")
+    auth = Authenticator(store, cache_s=settings.auth.key_cache_s, open_mode=settings.auth.open_mode)
+    await auth.start()
+    return auth
+
+
+async def _started_ledger(settings: Settings, engine: Engine, stack: AsyncExitStack) -> Ledger | None:
+    if not settings.ledger.enabled:
+        return None
+    ledger = Ledger(
+        engine,
+        settings.data_path / "ledger",
+        flush_interval_s=settings.ledger.flush_interval_s,
+        writer_process=settings.ledger.writer_process,
+        sync=settings.ledger.sync,
+    )
+    await ledger.start()
+    stack.push_async_callback(ledger.aclose)
+    return ledger
+
+
+def _reloader(settings_of: Callable[[], Settings] | None, pool: Pool | None) -> Callable[[], None]:
+    """SIGHUP: re-read the settings and apply the cloud pool's membership (``cloud.urls``)."""
+
+    def reload() -> None:
+        if settings_of is None or pool is None:
+            return
+        try:
+            urls = settings_of().cloud.urls
+        except SettingsError as exc:
+            log.error("SIGHUP: settings not reloaded: %s", exc)
+            return
+        if urls:
+            log.info("SIGHUP: cloud pool members are now %s", urls)
+            pool.set_members(urls)
+        else:
+            log.warning("SIGHUP: cloud.urls is empty; the pool keeps its members")
+
+    return reload
+
+
+@asynccontextmanager
+async def open_services(
+    settings: Settings,
+    observer: Observer,
+    tiers: dict[str, Tier],
+    reload_settings: Callable[[], Settings] | None = None,
+) -> AsyncIterator[Services]:
+    """Build and start every service; close them all, in reverse, on the way out.
+
+    ``tiers`` are the tiers to serve (:func:`build_tiers` makes the configured ones).  With
+    ``reload_settings``, SIGHUP re-reads the settings and applies the cloud pool's membership.
+    """
+    settings.data_path.mkdir(parents=True, exist_ok=True)
+    metrics, tracing = observer.metrics, observer.tracing
+    pool = next((t for t in tiers.values() if isinstance(t, Pool)), None)
+    edge_models = next((t for t in tiers.values() if isinstance(t, EdgeRegistry)), None)
+    admitted = admit(tiers, settings.admission, metrics)
+    async with AsyncExitStack() as stack:
+        stack.callback(tracing.shutdown)
+        shared = open_shared(settings)
+        breakers = _breakers(settings, metrics, shared)
+        engine, store = await _open_database(settings, stack)
+        auth = await _started_auth(settings, store)
+        limiter: RateLimiter = make_limiter(settings.limits.redis_url)
+        stack.push_async_callback(limiter.aclose)
+        policy_store = PolicyStore(engine, settings.policies.default, list(admitted))
+        policies = PolicyBook(policy_store, refresh_s=settings.policies.refresh_s)
+        await policies.start()
+        stack.push_async_callback(policies.aclose)
+        pricing = settings.pricing
+        prices = await asyncio.to_thread(PriceBook.sync, engine, pricing.prices, pricing.counterfactual_tier)
+        ledger = await _started_ledger(settings, engine, stack)
+        budgets = BudgetBook(engine, policies.policy, settings.router.budget_refresh_s)
+        await budgets.start()
+        stack.push_async_callback(budgets.aclose)
+        routing = RoutingService(
+            settings.router,
+            settings.routing,
+            tier_prices(settings.pricing.prices, admitted),
+            settings.data_path,
+            policy_of=policies.policy,
+            budgets=budgets,
+        )
+        await routing.start()
+        stack.push_async_callback(routing.aclose)
+        store_ = cache.open_store(settings.cache, settings.data_path) if settings.cache.enabled else None
+        chat = ChatService(
+            admitted,
+            settings.routing,
+            metrics,
+            answers=AnswerCache(settings.cache, store_, settings.routing, metrics),
+            breakers=breakers,
+            fail_instead_of_degrade=settings.degradation.fail_instead,
+            tracing=tracing,
+            routing=routing,
+        )
+        stack.push_async_callback(chat.aclose)
+        media = None
+        if settings.media.enabled:
+            targets = media_targets(admitted)
+            media = MediaPipeline(settings.media, settings.data_path, targets, metrics=MediaMetrics(metrics))
+        activity = Activity(settings.admin_ui.recent_decisions)
+        metered = MeteredChat(chat, limiter, ledger, prices, media, activity)
+        await _start_tiers(admitted, stack)
+        if media is not None:
+            await media.start()
+            stack.push_async_callback(media.aclose)
+        reload = _reloader(reload_settings, pool)
+        if shared is not None:
+            shared.attach(breakers, pool, reload)
+            await shared.start()
+            stack.push_async_callback(shared.aclose)
+        if reload_settings is not None and pool is not None:
+            loop = asyncio.get_running_loop()
+            loop.add_signal_handler(signal.SIGHUP, _also(reload, shared.reloaded if shared else None))
+            stack.callback(loop.remove_signal_handler, signal.SIGHUP)
+        if settings.scaling.enabled and "cloud" in admitted:
+            scaling = asyncio.create_task(
+                run_signal(ReplicaSignal(settings.scaling), admitted["cloud"], metrics), name="scaling"
+            )
+            stack.callback(scaling.cancel)
+        metrics.on_scrape(live_gauges(admitted, chat.breaker_states))
+        if ledger is not None:
+            metrics.on_scrape(lambda m: m.ledger_backlog.set(ledger.backlog))
+        log.info("tiergate ready to accept requests; tiers: %s", chat.tier_states())
+        yield Services(
+            settings=settings,
+            observer=observer,
+            chat=chat,
+            metered=metered,
+            routing=routing,
+            auth=auth,
+            tenants=store,
+            policies=policies,
+            ledger=ledger,
+            admin=AdminService(store, auth),
+            activity=activity,
+            pool=SharedPool(pool, shared) if shared is not None and pool is not None else pool,
+            edge_models=edge_models,
+        )
+        log.info("tiergate stopping its tiers")
+
+
+async def _start_tiers(tiers: dict[str, Tier], stack: AsyncExitStack) -> None:
+    async def close_all() -> None:
+        await asyncio.gather(*(tier.aclose() for tier in tiers.values()), return_exceptions=True)
+
+    stack.push_async_callback(close_all)
+    await asyncio.gather(*(tier.start() for tier in tiers.values()))
+
+
+def _also(first: Callable[[], None], then: Callable[[], None] | None) -> Callable[[], None]:
+    def both() -> None:
+        first()
+        if then is not None:
+            then()
+
+    return both
+
+
+__all__ = ["Services", "build_tiers", "media_targets", "open_services", "services_of"]
