@@ -23,15 +23,15 @@ RECENT = 25
 
 def live_state(request: AnyRequest) -> dict[str, Any]:
     running = services(request)
-    chat, activity = running.chat, running.activity
+    tiers, activity = running.tiers, running.activity
     summary = activity.summary(WINDOW_S)
-    tiers = chat.tier_states()
-    replicas = [dict(r, tier=t["name"]) for t in tiers for r in t.get("instances", ())]
+    states = tiers.states()
+    replicas = [dict(r, tier=t["name"]) for t in states for r in t.get("instances", ())]
     return {
         "time": time.time(),
-        "tiers": tiers,
+        "tiers": states,
         "replicas": replicas,
-        "breakers": chat.breaker_states(),
+        "breakers": tiers.breaker_states(),
         "summary": summary.as_dict(),
         "recent": [d.as_dict() for d in activity.recent(RECENT)],
     }

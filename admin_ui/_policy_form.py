@@ -43,7 +43,7 @@ def fields(tiers: list[str]) -> list[tuple[str, list[Field]]]:
                     "Strategy",
                     "select",
                     "how tiergate-auto chooses for this tenant",
-                    tuple((s, s) for s in policies.STRATEGIES),
+                    tuple((s, s) for s in policies.strategy_names(tiers)),
                 ),
                 Field(
                     "preferred_tier",
@@ -123,8 +123,10 @@ def fields(tiers: list[str]) -> list[tuple[str, list[Field]]]:
 
 
 def flatten(policy: policies.TenantPolicy) -> dict[str, str]:
-    """The policy as the form's values: dotted path → text."""
+    """The policy as the form's values: dotted path → text (a strategy by its current name:
+    ``always:edge`` for a policy stored as ``always-edge``)."""
     plain = msgspec.to_builtins(policy)
+    plain["strategy"] = policies.canonical_strategy(policy.strategy)
     out: dict[str, str] = {}
 
     def walk(prefix: str, value: Any) -> None:

@@ -154,10 +154,10 @@ class LoadGenerator:
         if not conn.closed.done():
             self.idle.append(conn)
 
-    async def open_loop(self, rate: float, duration: float) -> list[Sample]:
-        """Send ``rate`` requests a second, evenly spaced, for ``duration`` seconds."""
+    async def open_loop(self, rate: float, duration: float, requests: int | None = None) -> list[Sample]:
+        """Send ``rate`` requests a second, evenly spaced, for ``duration`` seconds (or ``requests``)."""
         loop = asyncio.get_running_loop()
-        count = int(rate * duration)
+        count = requests if requests is not None else int(rate * duration)
         samples = [Sample(sent=i / rate) for i in range(count)]
         tasks: list[asyncio.Task[None]] = []
         t0 = time.perf_counter()
@@ -172,15 +172,19 @@ class LoadGenerator:
         await asyncio.gather(*tasks, return_exceptions=True)
         return samples
 
-    async def closed_loop(self, connections: int, duration: float) -> list[Sample]:
-        """``connections`` clients, each sending its next request when the last one ends."""
+    async def closed_loop(
+        self, connections: int, duration: float, requests: int | None = None
+    ) -> list[Sample]:
+        """``connections`` clients, each sending its next request when the last one ends, for
+        ``duration`` seconds or until ``requests`` requests have been sent, whichever comes first."""
         samples: list[Sample] = []
         t0 = time.perf_counter()
         end = t0 + duration
+        limit = requests if requests is not None else -1
 
         async def client() -> None:
             conn: _Connection | None = None
-            while time.perf_counter() < end:
+            while time.perf_counter() < end and len(samples) != limit:
                 if conn is None or conn.closed.done():
                     conn, _ = await self._connection(fresh=True)
                 sample = Sample(sent=time.perf_counter() - t0)
@@ -204,20 +208,26 @@ def run(
     url: str,
     body: bytes,
     *,
-    duration: float,
+    duration: float = float("inf"),
     rate: float | None = None,
     connections: int = 64,
     headers: dict[str, str] | None = None,
+    requests: int | None = None,
 ) -> tuple[list[Sample], int]:
-    """One run on a fresh event loop; returns the samples and the count of failed connections."""
+    """One run on a fresh event loop; returns the samples and the count of failed connections.
+
+    ``requests``: a fixed number of requests (open loop: all of them, ``1 / rate`` apart; closed loop:
+    the run ends when that many were sent and answered, or at ``duration``)."""
+    if requests is None and duration == float("inf"):
+        raise ValueError("a run needs a duration or a number of requests")
 
     async def go() -> tuple[list[Sample], int]:
         gen = LoadGenerator(url, body, headers)
         try:
             if rate is not None:
-                samples = await gen.open_loop(rate, duration)
+                samples = await gen.open_loop(rate, duration, requests)
             else:
-                samples = await gen.closed_loop(connections, duration)
+                samples = await gen.closed_loop(connections, duration, requests)
         finally:
             gen.close()
         return samples, gen.errors

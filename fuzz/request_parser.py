@@ -33,8 +33,8 @@ def _imports() -> None:
     from gateway.errors import InvalidRequest, error_body
     from gateway.ops.metrics import Metrics
     from gateway.pipeline.caching import AnswerCache
-    from gateway.pipeline.chat import conversation_key, features_of
-    from gateway.pipeline.metering import demand_of
+    from gateway.pipeline.plan import conversation_key, features_of
+    from gateway.pipeline.record import demand_of
     from router import AutoRule
 
 

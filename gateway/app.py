@@ -27,7 +27,7 @@ from gateway.errors import error_response
 from gateway.ops.metrics import Metrics
 from gateway.ops.observe import Observer
 from gateway.ops.tracing import Tracing
-from gateway.pipeline.chat import AUTO_MODEL
+from gateway.pipeline.tierset import AUTO_MODEL
 from gateway.services import Services, build_tiers, open_services, services_of
 from gateway.settings import Settings
 from tiers import Tier

@@ -198,6 +198,9 @@ ERROR_TABLE: dict[type[Exception], Callable[[Any], GatewayError]] = {
     router.RequestDoesNotFit: _does_not_fit,
     router.NoTierAvailable: lambda e: NoTierAvailable(f"no tier can serve this request now: {e}"),
     router.PolicyInvalid: lambda e: InvalidRequest(e.message, param=e.field or None, code="invalid_policy"),
+    tiers.UnknownModel: lambda e: NotFound(e.message, param="name"),
+    tiers.NothingToRollBack: lambda e: Conflict(e.message),
+    tiers.InvalidModel: lambda e: InvalidRequest(e.message, code="invalid_model"),
     HTTPException: _http,
 }
 

@@ -9,7 +9,7 @@ Nothing is built per request, nothing is bound late, no object exists half-built
     tiers behind admission gates · result cache store · circuit breakers (shared through Redis)
     database → tenants (first-run keys) → authenticator · rate limiter · policies · prices · ledger
     budgets (ledger + policies) → routing (policies + budgets + prices) → chat (tiers, cache, routing)
-    media pipeline → metered chat (chat + limits + ledger + media) · admin service
+    media pipeline → the chat pipeline (auth, policies, limits, media, chat, recorder) · admin service
     start: tiers, media, shared state, SIGHUP reload, scaling signal
 """
 
@@ -23,7 +23,6 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import cast
 
-import msgspec
 from litestar.datastructures import State
 from sqlalchemy import Engine
 
@@ -45,13 +44,14 @@ from gateway.ops.shared import SharedPool, SharedState, open_shared
 from gateway.ops.tracing import Tracing
 from gateway.pipeline.admission import admit
 from gateway.pipeline.caching import AnswerCache
-from gateway.pipeline.chat import ChatService
-from gateway.pipeline.metering import MeteredChat
+from gateway.pipeline.chat import ChatPipeline, ChatService
+from gateway.pipeline.record import Recorder
 from gateway.pipeline.routing import RoutingService, tier_prices
+from gateway.pipeline.tierset import TierSet
 from gateway.settings import Settings, SettingsError
-from tiers import Modality, Pool, Tier
+from tiers import Modality, ModelRegistry, Pool, Tier
 from tiers.cloud import VLLMPool
-from tiers.edge import EdgeRegistry
+from tiers.edge import EdgeConfig, EdgeModel, EdgeRegistry
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +62,8 @@ class Services:
 
     settings: Settings
     observer: Observer  # metrics and tracing of requests
-    chat: ChatService
-    metered: MeteredChat
+    tiers: TierSet  # the tiers by name, with their breakers
+    pipeline: ChatPipeline  # a chat request's stages
     routing: RoutingService
     auth: Authenticator
     tenants: TenantStore
@@ -72,7 +72,7 @@ class Services:
     admin: AdminService
     activity: Activity
     pool: Pool | None  # the cloud pool whose members operators change, if one is configured
-    edge_models: EdgeRegistry | None  # the edge's versioned models, if the edge runs here
+    edge_models: ModelRegistry[EdgeModel] | None  # the edge's versioned models, if the edge runs here
 
     @property
     def metrics(self) -> Metrics:
@@ -89,12 +89,14 @@ def services_of(state: State) -> Services:
 
 
 def build_tiers(settings: Settings) -> dict[str, Tier]:
+    """Every configured tier by name: an in-process edge for an edge section, a vLLM pool for a cloud one."""
     tiers: dict[str, Tier] = {}
-    if settings.edge.enabled:
-        tiers["edge"] = EdgeRegistry(settings.edge_config())
-    if settings.cloud.enabled:
-        cloud = msgspec.structs.replace(settings.cloud, local=settings.local_vllm())
-        tiers["cloud"] = VLLMPool(cloud, log_dir=str(settings.data_path / "logs"))
+    logs = str(settings.data_path / "logs")
+    for name, config in settings.tier_configs().items():
+        if isinstance(config, EdgeConfig):
+            tiers[name] = EdgeRegistry(config, name=name)
+        else:
+            tiers[name] = VLLMPool(config, name=name, log_dir=logs)
     return tiers
 
 
@@ -184,7 +186,7 @@ async def open_services(
     settings.data_path.mkdir(parents=True, exist_ok=True)
     metrics, tracing = observer.metrics, observer.tracing
     pool = next((t for t in tiers.values() if isinstance(t, Pool)), None)
-    edge_models = next((t for t in tiers.values() if isinstance(t, EdgeRegistry)), None)
+    edge_models = next((t for t in tiers.values() if isinstance(t, ModelRegistry)), None)
     admitted = admit(tiers, settings.admission, metrics)
     async with AsyncExitStack() as stack:
         stack.callback(tracing.shutdown)
@@ -215,15 +217,15 @@ async def open_services(
         await routing.start()
         stack.push_async_callback(routing.aclose)
         store_ = cache.open_store(settings.cache, settings.data_path) if settings.cache.enabled else None
+        tier_set = TierSet(admitted, breakers)
         chat = ChatService(
-            admitted,
-            settings.routing,
+            tier_set,
             metrics,
+            tracing,
+            rule=settings.routing,
             answers=AnswerCache(settings.cache, store_, settings.routing, metrics),
-            breakers=breakers,
-            fail_instead_of_degrade=settings.degradation.fail_instead,
-            tracing=tracing,
             routing=routing,
+            fail_instead_of_degrade=settings.degradation.fail_instead,
         )
         stack.push_async_callback(chat.aclose)
         media = None
@@ -231,7 +233,8 @@ async def open_services(
             targets = media_targets(admitted)
             media = MediaPipeline(settings.media, settings.data_path, targets, metrics=MediaMetrics(metrics))
         activity = Activity(settings.admin_ui.recent_decisions)
-        metered = MeteredChat(chat, limiter, ledger, prices, media, activity)
+        recorder = Recorder(limiter, ledger, prices, metrics, tracing, activity)
+        pipeline = ChatPipeline(chat, auth, policies, limiter, recorder, tracing, media)
         await _start_tiers(admitted, stack)
         if media is not None:
             await media.start()
@@ -250,15 +253,15 @@ async def open_services(
                 run_signal(ReplicaSignal(settings.scaling), admitted["cloud"], metrics), name="scaling"
             )
             stack.callback(scaling.cancel)
-        metrics.on_scrape(live_gauges(admitted, chat.breaker_states))
+        metrics.on_scrape(live_gauges(admitted, tier_set.breaker_states))
         if ledger is not None:
             metrics.on_scrape(lambda m: m.ledger_backlog.set(ledger.backlog))
-        log.info("tiergate ready to accept requests; tiers: %s", chat.tier_states())
+        log.info("tiergate ready to accept requests; tiers: %s", tier_set.states())
         yield Services(
             settings=settings,
             observer=observer,
-            chat=chat,
-            metered=metered,
+            tiers=tier_set,
+            pipeline=pipeline,
             routing=routing,
             auth=auth,
             tenants=store,

@@ -15,7 +15,7 @@ import tomllib
 import typing
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -173,6 +173,20 @@ class AdminUISettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     recent_decisions: int = 500
 
 
+class EdgeTier(EdgeConfig, frozen=True, tag="edge", tag_field="kind"):
+    """One more in-process tier (``kind = "edge"``): the settings of ``[edge]``, under its own name."""
+
+
+class CloudTier(CloudConfig, frozen=True, tag="cloud", tag_field="kind"):
+    """One more pool of vLLM servers (``kind = "cloud"``): the settings of ``[cloud]``, under its own name.
+    It starts no local server: list its servers in ``urls``."""
+
+
+# A tier's name: what clients put in ``model`` to pin it, and what policies and prices name.
+TierName = Annotated[str, msgspec.Meta(pattern=r"^[a-z][a-z0-9_-]{0,31}$")]
+RESERVED_TIER_NAMES = frozenset({"edge", "cloud", "tiergate-auto"})
+
+
 class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     # Everything the gateway writes (logs, and later caches, ledger, predictor).
     data_dir: str = "~/.local/share/tiergate"
@@ -182,6 +196,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     http: HttpSettings = msgspec.field(default_factory=HttpSettings)
     edge: EdgeConfig = msgspec.field(default_factory=EdgeConfig)
     cloud: CloudConfig = msgspec.field(default_factory=CloudConfig)
+    # More tiers, by name, beside edge and cloud (the embedded default's two): [tiers.<name>] with
+    # kind = "edge" or "cloud" and that section's settings. Route to them like to any other tier.
+    tiers: dict[TierName, EdgeTier | CloudTier] = msgspec.field(default_factory=dict)
     routing: AutoRule = msgspec.field(default_factory=AutoRule)
     admission: AdmissionSettings = msgspec.field(default_factory=AdmissionSettings)
     cache: CacheConfig = msgspec.field(default_factory=CacheConfig)
@@ -209,15 +226,38 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     def database_url(self) -> str:
         return self.storage.database_url or f"sqlite:///{self.data_path / 'tiergate.db'}"
 
-    def edge_config(self) -> EdgeConfig:
-        """The edge tier's settings with an empty ONNX folder filled from the build cache."""
-        edge = self.edge
+    def __post_init__(self) -> None:
+        taken = RESERVED_TIER_NAMES & set(self.tiers)
+        if taken:
+            raise SettingsError(f"tiers.{min(taken)}: that name is taken (edge, cloud, tiergate-auto)")
+
+    def edge_config(self, edge: EdgeConfig | None = None) -> EdgeConfig:
+        """An edge tier's settings (``[edge]``'s by default) with an empty ONNX folder filled from the
+        build cache; ``[edge]`` also gets its share of the CPUs when vLLM runs here too."""
+        cpus = self._cpu_shares()[0] if edge is None else []
+        edge = self.edge if edge is None else edge
         cache = Path(self.build_cache_dir).expanduser()
         return msgspec.structs.replace(
             edge,
             onnx_model_dir=edge.onnx_model_dir or str(cache / DEFAULT_ONNX_MODEL_DIR),
-            cpus=edge.cpus or self._cpu_shares()[0],
+            cpus=edge.cpus or cpus,
         )
+
+    def tier_configs(self) -> dict[str, EdgeConfig | CloudConfig]:
+        """Every enabled tier's settings by name, paths filled in: edge, cloud, then [tiers.*]."""
+        out: dict[str, EdgeConfig | CloudConfig] = {}
+        if self.edge.enabled:
+            out["edge"] = self.edge_config()
+        if self.cloud.enabled:
+            out["cloud"] = msgspec.structs.replace(self.cloud, local=self.local_vllm())
+        for name, tier in self.tiers.items():
+            if isinstance(tier, EdgeTier) and tier.enabled:
+                out[name] = self.edge_config(tier)
+            elif isinstance(tier, CloudTier) and tier.enabled:
+                out[name] = msgspec.structs.replace(
+                    tier, local=msgspec.structs.replace(tier.local, enabled=False)
+                )
+        return out
 
     def local_vllm(self) -> LocalServer:
         """The local vLLM server's settings with empty paths filled from the build cache."""

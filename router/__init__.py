@@ -1,7 +1,15 @@
 """Routing: from a request's features and the tiers' states to a decision with its reason.
 
-The router knows no HTTP and no storage; it sees tiers only as capability and
-state values.
+    learner = Learner(prices)                                   # owns everything learned
+    snapshot = learner.snapshot(features, views, policy, spend)
+    decision = Router(rule).decide(features, views, policy, snapshot)  # pure: changes nothing
+    learner.routed(decision)                                    # books the work sent
+    ...
+    learner.observe(decision, tier, ttft_s, total_s, completion_tokens, prompt_tokens)
+
+The router knows no HTTP and no storage; it sees tiers only as capability and state values,
+by the names configuration gives them.  A decision's reason is a typed :class:`Reason` (its
+:class:`ReasonKind` labels metrics) and its text is rendered from it.
 """
 
 from router._breaker import (
@@ -14,45 +22,51 @@ from router._breaker import (
 )
 from router._cost import TierPrice
 from router._decision import (
-    CLOUD,
-    EDGE,
     AutoRule,
     Decision,
     NoTierAvailable,
     RequestDoesNotFit,
-    RouteDetail,
     TierView,
-    auto,
-    decide,
-    pinned,
     to_degrade,
 )
-from router._difficulty import DifficultyModel, LabelledExample, builtin_model, read_examples, train
 from router._features import NO_MEDIA, Features, MediaSummary
+from router._learning.difficulty import DifficultyModel, LabelledExample, builtin_model, read_examples, train
+from router._learning.learner import Learner
+from router._learning.predictor import (
+    FEATURE_NAMES,
+    Prediction,
+    PredictorConfig,
+    TierPredictor,
+    design,
+    fit_tier,
+)
 from router._policy import (
     DEFAULT_POLICY,
     PERIODS,
-    STRATEGIES,
+    STRATEGY_ALIASES,
     Budget,
     LatencyObjective,
     PolicyInvalid,
     TenantPolicy,
+    always_tier,
+    canonical_strategy,
     check_policy,
     decode_policy,
+    strategy_names,
 )
-from router._predictor import FEATURE_NAMES, Prediction, PredictorConfig, TierPredictor, design, fit_tier
+from router._reason import Exclusion, Failover, Reason
+from router._reason import Kind as ReasonKind
 from router._router import Router
-from router._strategies import STRATEGY_NAMES, BudgetExhausted, RouteRequest, Spend, Strategy
+from router._snapshot import NOTHING_LEARNED, Snapshot, Spend
+from router._strategies import BudgetExhausted, Choice, RouteRequest, Strategy
 
 __all__ = [
-    "CLOUD",
     "DEFAULT_POLICY",
-    "EDGE",
     "FEATURE_NAMES",
+    "NOTHING_LEARNED",
     "NO_MEDIA",
     "PERIODS",
-    "STRATEGIES",
-    "STRATEGY_NAMES",
+    "STRATEGY_ALIASES",
     "AutoRule",
     "BreakerBoard",
     "BreakerConfig",
@@ -60,37 +74,43 @@ __all__ = [
     "BreakerState",
     "Budget",
     "BudgetExhausted",
+    "Choice",
     "CircuitBreaker",
     "Decision",
     "DifficultyModel",
+    "Exclusion",
+    "Failover",
     "Features",
     "LabelledExample",
     "LatencyObjective",
+    "Learner",
     "MediaSummary",
     "NoTierAvailable",
     "PolicyInvalid",
     "Prediction",
     "PredictorConfig",
+    "Reason",
+    "ReasonKind",
     "RequestDoesNotFit",
-    "RouteDetail",
     "RouteRequest",
     "Router",
+    "Snapshot",
     "Spend",
     "Strategy",
     "TenantPolicy",
     "TierPredictor",
     "TierPrice",
     "TierView",
+    "always_tier",
     "attributed",
-    "auto",
     "builtin_model",
+    "canonical_strategy",
     "check_policy",
-    "decide",
     "decode_policy",
     "design",
     "fit_tier",
-    "pinned",
     "read_examples",
+    "strategy_names",
     "to_degrade",
     "train",
 ]

@@ -3,7 +3,7 @@
 Cloud tiers are priced per token and/or per GPU-second, edge tiers as amortised machine cost
 (per token, or per second of the machine); media per image and per media second.  The
 output is not known before it is generated: it is ``max_tokens`` × the share of it answers to
-requests like this one have used (:mod:`router._output`).
+requests like this one have used (:mod:`router._learning.output`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from router._features import Features
-from router._predictor import DEFAULT_OUTPUT_TOKENS
+from router._learning.predictor import DEFAULT_OUTPUT_TOKENS
 
 
 @dataclass(frozen=True, slots=True)

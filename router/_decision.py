@@ -1,29 +1,37 @@
-"""The routing decision: a pure function of (features, tier views, rule) → decision with a reason."""
+"""The routing decision's values and the checks that say which tiers can take a request."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import msgspec
 
 from router._breaker import attributed
 from router._features import Features
-from router._predictor import Prediction
+from router._reason import (
+    BreakerOpen,
+    ContextTooSmall,
+    Exclusion,
+    NotAccepted,
+    NotReady,
+    OverMediaLimit,
+    Reason,
+)
+from router._snapshot import Snapshot
 from tiers import Capabilities, Health, Modality, TierState
-
-EDGE = "edge"
-CLOUD = "cloud"
 
 
 class AutoRule(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """The first, explicit rule for ``tiergate-auto`` (until the learned router replaces it).
+    """The first, explicit rule for ``tiergate-auto`` (the ``rule`` strategy).
 
-    A request goes to the edge model when it is small: its prompt is at most
+    A request goes to the small model when it is small: its prompt is at most
     ``edge_max_prompt_tokens`` (estimated) and it asks for at most
-    ``edge_max_output_tokens`` new tokens, and the edge takes every modality it
-    carries.  Everything else goes to the cloud pool.  If the chosen tier is
-    not ready, the other one serves the request when it can.
+    ``edge_max_output_tokens`` new tokens.  Everything else goes to the large model.
+    The small model is the tier of the lowest declared quality (of equals, the first
+    configured), the large one that of the highest (of equals, the last configured): on the
+    embedded defaults, the edge and the cloud.  If the chosen tier cannot take the request,
+    the next in that order that can serves it.
     """
 
     edge_max_prompt_tokens: int = 512
@@ -46,26 +54,12 @@ class TierView:
 
 
 @dataclass(frozen=True, slots=True)
-class RouteDetail:
-    """What the learned router saw when it decided: per tier, the feature vector and the
-    prediction (so the outcome can be learned from), and the request's difficulty."""
-
-    features: Features
-    vectors: Mapping[str, tuple[float, ...]]
-    predictions: Mapping[str, Prediction]
-    difficulty: float | None = None
-    strategy: str = ""
-    output_keys: tuple[int, ...] = ()  # the request's features for the output-share model
-    output_share: float = 1.0  # the share of max_tokens its answer was expected to use
-    ticket: int = 0  # its entry in the router's book of work in hand at the chosen tier
-
-
-@dataclass(frozen=True, slots=True)
 class Decision:
     tier: str
     fallbacks: tuple[str, ...]
-    reason: str
-    detail: RouteDetail | None = None
+    reason: Reason
+    strategy: str = ""  # the strategy that chose (``pinned`` when the client named the tier)
+    snapshot: Snapshot | None = None  # what the learner knew when it was decided
 
 
 class NoTierAvailable(Exception):
@@ -76,128 +70,67 @@ class RequestDoesNotFit(NoTierAvailable):
     """No configured tier could ever take this request (a modality none accepts, too long)."""
 
 
-def cannot_take(view: TierView, features: Features) -> str | None:
+def cannot_take(view: TierView, features: Features) -> Exclusion | None:
     """Why ``view`` could never take the request, whatever its state, or None."""
     missing = features.modalities - view.capabilities.modalities
     if missing:
-        return f"{view.name} does not accept {', '.join(sorted(m.value for m in missing))}"
+        return NotAccepted(view.name, missing)
     if over := _over_media_limits(view, features):
         return over
     needed = features.prompt_tokens + (features.max_tokens or 1)
     if needed > view.capabilities.max_context_tokens:
-        return (
-            f"{view.name} context is {view.capabilities.max_context_tokens} tokens, "
-            f"the request needs ~{needed}"
-        )
+        return ContextTooSmall(view.name, view.capabilities.max_context_tokens, needed)
     return None
 
 
-def _over_media_limits(view: TierView, features: Features) -> str | None:
+def _over_media_limits(view: TierView, features: Features) -> OverMediaLimit | None:
     """Which of the tier's media limits the request passes, or None."""
     media, limits = features.media, view.capabilities.limits
     if limits.max_images is not None and media.images > limits.max_images:
-        return f"{view.name} takes at most {limits.max_images} images, the request has {media.images}"
+        return OverMediaLimit(view.name, "images", limits.max_images, media.images)
     if (
         limits.max_image_pixels is not None
         and media.images
         and media.image_pixels > limits.max_image_pixels * media.images
     ):
-        return f"{view.name} takes images of at most {limits.max_image_pixels} pixels"
+        return OverMediaLimit(view.name, "image_pixels", limits.max_image_pixels)
     if limits.max_video_seconds is not None and media.video_seconds > limits.max_video_seconds:
-        return (
-            f"{view.name} takes at most {limits.max_video_seconds:g} s of video, "
-            f"the request has {media.video_seconds:.1f} s"
-        )
+        return OverMediaLimit(view.name, "video", limits.max_video_seconds, media.video_seconds)
     if limits.max_audio_seconds is not None and media.audio_seconds > limits.max_audio_seconds:
-        return (
-            f"{view.name} takes at most {limits.max_audio_seconds:g} s of audio, "
-            f"the request has {media.audio_seconds:.1f} s"
-        )
+        return OverMediaLimit(view.name, "audio", limits.max_audio_seconds, media.audio_seconds)
     return None
 
 
-def why_not(view: TierView, features: Features) -> str | None:
+def why_not(view: TierView, features: Features) -> Exclusion | None:
     """Why ``view`` cannot take the request now, or None if it can."""
     if why := cannot_take(view, features):
         return why
     if not view.ready:
-        return f"{view.name} is {view.state.health.value}"
+        return NotReady(view.name, view.state.health)
     if broken := attributed(features.modalities) & view.open_breakers:
-        return f"{view.name} {', '.join(sorted(m.value for m in broken))} breaker is open"
+        return BreakerOpen(view.name, broken)
     return None
 
 
 def unavailable(views: Sequence[TierView], features: Features) -> NoTierAvailable:
-    why = "; ".join(w for v in views if (w := why_not(v, features)))
+    why = "; ".join(str(w) for v in views if (w := why_not(v, features)))
     if all(cannot_take(v, features) for v in views):
         return RequestDoesNotFit(why)
     return NoTierAvailable(why)
 
 
-def pinned(name: str, views: Sequence[TierView], features: Features) -> Decision:
-    """The client named a tier: use it or say why not; never move the request elsewhere."""
-    for view in views:
-        if view.name == name:
-            if why_not(view, features) is not None:
-                raise unavailable([view], features)
-            return Decision(name, (), f"{name}: pinned by model name")
-    raise NoTierAvailable(f"{name} is not configured")
+def to_degrade(views: Sequence[TierView], features: Features) -> frozenset[Modality]:
+    """The media modalities a request must lose to be served now.
 
-
-def auto(rule: AutoRule, views: Sequence[TierView], features: Features) -> Decision:
-    able = {v.name: v for v in views if why_not(v, features) is None}
-    if not able:
-        raise unavailable(views, features)
-    max_out = features.max_tokens
-    small = features.prompt_tokens <= rule.edge_max_prompt_tokens and (
-        max_out is not None and max_out <= rule.edge_max_output_tokens
-    )
-    if small:
-        size = (
-            f"prompt ~{features.prompt_tokens} <= {rule.edge_max_prompt_tokens} tokens, "
-            f"max_tokens {max_out} <= {rule.edge_max_output_tokens}"
-        )
-        preferred, other = EDGE, CLOUD
-    else:
-        if features.prompt_tokens > rule.edge_max_prompt_tokens:
-            size = f"prompt ~{features.prompt_tokens} > {rule.edge_max_prompt_tokens} tokens"
-        elif max_out is None:
-            size = "max_tokens not set"
-        else:
-            size = f"max_tokens {max_out} > {rule.edge_max_output_tokens}"
-        preferred, other = CLOUD, EDGE
-    if preferred in able:
-        fallbacks = (other,) if other in able else ()
-        return Decision(preferred, fallbacks, f"{preferred}: {size}")
-    # The preferred tier cannot take it: say why, and use one that can.
-    view = next((v for v in views if v.name == preferred), None)
-    why = why_not(view, features) if view is not None else f"{preferred} is not configured"
-    chosen, *rest = able
-    return Decision(chosen, tuple(rest), f"{chosen}: {why}")
-
-
-def _candidates(model: str, views: Sequence[TierView]) -> Sequence[TierView]:
-    return [v for v in views if v.name == model] if model in (EDGE, CLOUD) else views
-
-
-def to_degrade(model: str, views: Sequence[TierView], features: Features) -> frozenset[Modality]:
-    """The media modalities a request for ``model`` must lose to be served now.
-
-    A modality is lost when some candidate tier accepts it but every candidate that
-    does has its breaker for it open.  A modality no tier accepts at all is not
-    degraded (the request does not fit), and text is never lost.
+    A modality is lost when some candidate tier (the pinned one, else all) accepts it but
+    every candidate that does has its breaker for it open.  A modality no tier accepts at all
+    is not degraded (the request does not fit), and text is never lost.
     """
     out = set()
-    candidates = _candidates(model, views)
+    pinned = features.pinned
+    candidates = views if pinned is None else [v for v in views if v.name == pinned]
     for m in features.modalities - {Modality.TEXT}:
         accepting = [v for v in candidates if m in v.capabilities.modalities]
         if accepting and all(m in v.open_breakers for v in accepting):
             out.add(m)
     return frozenset(out)
-
-
-def decide(model: str, rule: AutoRule, views: Sequence[TierView], features: Features) -> Decision:
-    """Route a request for ``model`` (``tiergate-auto`` or a tier's name)."""
-    if model in (EDGE, CLOUD):
-        return pinned(model, views, features)
-    return auto(rule, views, features)

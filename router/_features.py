@@ -39,6 +39,7 @@ class Features:
     tenant: str = ""
     hour: int = 0  # UTC hour of day when the request arrived
     text: str = ""  # the last user turn's text, for the difficulty estimate (not copied)
+    pinned: str | None = None  # the tier the client named; None: the router chooses
 
     @classmethod
     def estimate(
@@ -53,6 +54,7 @@ class Features:
         tenant: str = "",
         hour: int = 0,
         text: str = "",
+        pinned: str | None = None,
     ) -> Features:
         prompt = int(text_chars / CHARS_PER_TOKEN) + TOKENS_PER_TURN * turns
-        return cls(prompt, max_tokens, turns, modalities, stream, media, tenant, hour, text)
+        return cls(prompt, max_tokens, turns, modalities, stream, media, tenant, hour, text, pinned)

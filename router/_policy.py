@@ -2,8 +2,9 @@
 
 A :class:`TenantPolicy` is a plain value (msgspec, JSON on the wire and in the database):
 
-    strategy        which routing strategy serves the tenant (``learned``, ``always-edge``,
-                    ``always-cloud``, ``round-robin``, ``rule``)
+    strategy        which routing strategy serves the tenant (``learned``, ``always:<tier>``,
+                    ``round-robin``, ``rule``; ``always-edge`` and ``always-cloud`` are the
+                    older names of ``always:edge`` and ``always:cloud``)
     latency         the objective: time to first token and/or total time, in ms, at a percentile
     budget          spend allowed per period (day, week, month; UTC), and what to do once spent
     preferred_tier  taken whenever it meets the objective and the quality floor, even if dearer
@@ -22,7 +23,7 @@ the field), :func:`check_policy` checks what depends on the gateway (tier and st
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from typing import Annotated, Literal
 
 import msgspec
@@ -30,8 +31,12 @@ from msgspec import Meta
 
 from tiers import Modality
 
-# The names router._strategies registers (kept here so a policy can be checked without building a router).
-STRATEGIES = ("learned", "always-edge", "always-cloud", "round-robin", "rule")
+# The strategies router._strategies has (named here so a policy can be checked without a router):
+# these, and ALWAYS + a tier's name.
+FIXED_STRATEGIES = ("learned", "round-robin", "rule")
+ALWAYS = "always:"
+# Names policies were stored with before tiers were named in configuration.
+STRATEGY_ALIASES = {"always-edge": "always:edge", "always-cloud": "always:cloud"}
 PERIODS = ("day", "week", "month")
 
 Milliseconds = Annotated[float, Meta(gt=0, le=3_600_000)]
@@ -82,6 +87,24 @@ class TenantPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
 
 DEFAULT_POLICY = TenantPolicy()
 
+
+def canonical_strategy(name: str) -> str:
+    """A strategy's name, older names (``always-edge``) replaced by their current one."""
+    return STRATEGY_ALIASES.get(name, name)
+
+
+def always_tier(strategy: str) -> str | None:
+    """The tier an ``always:<tier>`` strategy (or an older name of one) sends to, else None."""
+    name = canonical_strategy(strategy)
+    return name[len(ALWAYS) :] if name.startswith(ALWAYS) else None
+
+
+def strategy_names(tiers: Iterable[str]) -> tuple[str, ...]:
+    """Every strategy a policy may name on a gateway with ``tiers``."""
+    learned, *rest = FIXED_STRATEGIES
+    return (learned, *(ALWAYS + t for t in tiers), *rest)
+
+
 _decoder = msgspec.json.Decoder(TenantPolicy)
 
 
@@ -107,11 +130,13 @@ def decode_policy(body: bytes | str) -> TenantPolicy:
 
 
 def check_policy(policy: TenantPolicy, tiers: Collection[str]) -> TenantPolicy:
-    """Check the names a policy uses against this gateway's tiers and strategies."""
-    if policy.strategy not in STRATEGIES:
-        raise PolicyInvalid(
-            "strategy", f"unknown strategy {policy.strategy!r}; use one of {', '.join(STRATEGIES)}"
-        )
+    """Check the names a policy uses against this gateway's tiers and strategies (the older names
+    ``always-edge`` and ``always-cloud`` pass whatever the tiers, as they always have: a tier
+    they name that is missing cannot take the request, and the reason says so)."""
+    known = policy.strategy in FIXED_STRATEGIES or policy.strategy in STRATEGY_ALIASES  # as ever
+    if not known and always_tier(policy.strategy) not in tiers:
+        names = ", ".join(strategy_names(sorted(tiers)))
+        raise PolicyInvalid("strategy", f"unknown strategy {policy.strategy!r}; use one of {names}")
     if policy.preferred_tier is not None and policy.preferred_tier not in tiers:
         raise PolicyInvalid(
             "preferred_tier", f"no tier named {policy.preferred_tier!r}; tiers: {', '.join(sorted(tiers))}"

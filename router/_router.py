@@ -1,289 +1,118 @@
-"""The router: features × tier views × tenant policy → decision with a reason, and learning
-from what then happened.  Pure and synchronous: no HTTP, no storage, no threads; the gateway
-persists :meth:`Router.dump`, runs refits (:func:`router.fit_tier`) wherever it likes and hands
-the results to :meth:`Router.adopt`.
+"""The routing decision: features × tier views × tenant policy × the learner's snapshot →
+a decision with its reason.  :meth:`Router.decide` is a pure function of its arguments: it
+changes nothing, not even the strategies it consults (none keeps state), so the same inputs
+always give the same decision.  Learning lives apart, in :class:`router.Learner`.
 """
 
 from __future__ import annotations
 
-import math
-import random
-import time
-from collections import deque
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
-import msgspec
-
-from router._cost import FREE, TierPrice
 from router._decision import (
     AutoRule,
     Decision,
     NoTierAvailable,
     RequestDoesNotFit,
-    RouteDetail,
     TierView,
     cannot_take,
-    pinned,
     unavailable,
     why_not,
 )
-from router._difficulty import DifficultyModel
 from router._features import Features
-from router._output import OutputShare, output_keys
-from router._policy import TenantPolicy
-from router._predictor import (
-    AHEAD,
-    BUSY,
-    DEFAULT_OUTPUT_TOKENS,
-    NO_CORRECTION,
-    OUT_K,
-    WIDTH,
-    Coefficients,
-    Observation,
-    Prediction,
-    PredictorConfig,
-    TierPredictor,
-    design,
-)
-from router._strategies import RouteRequest, Spend, Strategy, strategies
-from router._tokens import PromptTokens
-from router._work import WorkBook
+from router._policy import FIXED_STRATEGIES, TenantPolicy, always_tier
+from router._reason import PINNED, Exclusion, Reason
+from router._snapshot import NOTHING_LEARNED, Snapshot
+from router._strategies import Always, Learned, RoundRobin, RouteRequest, Rule, Strategy
+from tiers import Modality
 
-DUMP_FORMAT = 1
+PINNED_STRATEGY = "pinned"
 
 
 class Router:
-    def __init__(
-        self,
-        rule: AutoRule,
-        prices: Mapping[str, TierPrice],
-        *,
-        exploration: float = 0.02,
-        predictor: PredictorConfig | None = None,
-        difficulty: DifficultyModel | None = None,
-        seed: int | None = None,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.prices = dict(prices)
-        self.config = predictor or PredictorConfig()
-        self.difficulty = difficulty
-        self.predictors: dict[str, TierPredictor] = {}
-        self.output = OutputShare()
-        self.tokens = PromptTokens()  # the prompt in each tier's tokens, from their usage
-        self.strategies: dict[str, Strategy] = strategies(rule, exploration, random.Random(seed))
-        self.version = 0  # grows with every refit adopted
-        self.work = WorkBook()  # what each tier has in hand: its wait for the next request
-        self._clock = clock
-        # Exploration is for keeping every tier measured: a tier that served one of the last
-        # 1/exploration requests routed is measured already and is not explored.
-        self._horizon = math.ceil(1 / exploration) if exploration > 0 else 0
-        self._routed = 0
-        self._last_served: dict[str, int] = {}
+    """Decides; keeps nothing.  ``rule``: the size rule of the ``rule`` strategy."""
 
-    def predictor(self, tier: str) -> TierPredictor:
-        found = self.predictors.get(tier)
-        if found is None:
-            found = self.predictors[tier] = TierPredictor(self.config)
-        return found
+    __slots__ = ("_strategies", "rule")
 
-    def _predict(
-        self, view: TierView, features: Features, share: float, load: float, now: float
-    ) -> tuple[tuple[float, ...], Prediction]:
-        predictor = self.predictor(view.name)
-        state = view.state
-        others = load - (state.in_flight + state.queued)
-        wait = self.work.wait(view.name, state.in_flight, state.queued, now, predictor.mean_service_s)
-        prompt = self.tokens.estimate(view.name, features)
-        x = design(features, state, predictor.mean_service_s, share, others, wait, prompt)
-        t50, thi, tot50, tothi = predictor.predict(x, 1 / share if share > 0 else 1.0)
-        price = self.prices.get(view.name, FREE)
-        cost = price.estimate(features, share, tot50, prompt)
-        tokens = x[OUT_K] * 1000
-        per_token = predictor.per_token(x)
-        return x, Prediction(t50, thi, tot50, tothi, self.config.high_quantile, cost, tokens, per_token)
+    def __init__(self, rule: AutoRule | None = None) -> None:
+        self.rule = rule or AutoRule()
+        made: tuple[Strategy, ...] = (Learned(), RoundRobin(), Rule(self.rule))
+        self._strategies = {s.name: s for s in made}
+        assert set(self._strategies) == set(FIXED_STRATEGIES)
 
-    def _book(self, view: TierView, x: Sequence[float], now: float) -> int:
-        """Enter a request sent to ``view`` (feature vector ``x``) in the book of work in hand,
-        with its predicted service time: its median total with nothing ahead of it."""
-        idle = list(x)
-        idle[BUSY] = idle[AHEAD] = 0.0
-        service = self.predictor(view.name).predict(idle)[2]
-        state = view.state
-        queues = self.work.queues(view.name, state.in_flight, state.queued)
-        return self.work.add(view.name, service, now, (x[BUSY], x[AHEAD]), queues)
+    def strategy(self, name: str) -> Strategy:
+        """The strategy a policy names (``always:<tier>`` for any tier, older names included)."""
+        found = self._strategies.get(name)
+        if found is not None:
+            return found
+        tier = always_tier(name)
+        if tier is None:
+            raise ValueError(f"unknown strategy {name!r}")
+        return Always(tier)
 
     def decide(
         self,
-        model: str,
-        views: Sequence[TierView],
         features: Features,
+        views: Sequence[TierView],
         policy: TenantPolicy,
-        spend: Spend | None = None,
+        snapshot: Snapshot = NOTHING_LEARNED,
     ) -> Decision:
-        """Route a request for ``model`` (``tiergate-auto`` or a tier's name)."""
-        keys = output_keys(features.text, features.max_tokens, (m.value for m in features.modalities))
-        share = self.output.predict(keys)
-        load = float(sum(v.state.in_flight + v.state.queued for v in views))
-        now = self._clock()
-        if any(v.name == model for v in views):
-            decision = pinned(model, views, features)
-            view = next(v for v in views if v.name == model)
-            x, p = self._predict(view, features, share, load, now)
-            ticket = self._book(view, x, now)
-            detail = RouteDetail(
-                features, {model: x}, {model: p}, output_keys=keys, output_share=share, ticket=ticket
-            )
-            return Decision(decision.tier, decision.fallbacks, decision.reason, detail)
-        able = [v for v in views if why_not(v, features) is None]
+        """Route a request (to ``features.pinned`` when the client named a tier).  Raises
+        :class:`NoTierAvailable` (or :class:`RequestDoesNotFit`) when no tier can take it, and
+        :class:`router.BudgetExhausted` when its tenant's budget is spent and the policy refuses.
+        The learned strategy needs the snapshot's prediction for every able tier."""
+        if features.pinned is not None:
+            return _pinned(features.pinned, views, features, snapshot)
+        excluded: list[Exclusion] = []
+        able = []
+        for view in views:
+            why = why_not(view, features)
+            if why is None:
+                able.append(view)
+            else:
+                excluded.append(why)
         if not able:
             raise unavailable(views, features)
-        for modality in sorted(features.modalities & policy.modality_rules.keys()):
-            tier = policy.modality_rules[modality]
-            kept = [v for v in able if v.name == tier]
-            if not kept:
-                ruled = next((v for v in views if v.name == tier), None)
-                said = f"the tenant's policy sends {modality.value} to {tier}"
-                if ruled is None:
-                    raise RequestDoesNotFit(f"{said}, which is not configured")
-                if never := cannot_take(ruled, features):
-                    raise RequestDoesNotFit(f"{said}, and {never}")
-                raise NoTierAvailable(f"{said}, and {why_not(ruled, features)}")
-            able = kept
-        vectors, predictions = {}, {}
-        for view in able:
-            vectors[view.name], predictions[view.name] = self._predict(view, features, share, load, now)
-        strategy = self.strategies[policy.strategy]
-        difficulty = None
-        if strategy.name == "learned" and self.difficulty is not None and policy.weigh_difficulty:
-            difficulty = self.difficulty.estimate(features.text, features)
-        self._routed += 1
-        unmeasured = frozenset(
-            v.name
-            for v in able
-            if self._routed - self._last_served.get(v.name, -self._horizon) > self._horizon
-        )
-        request = RouteRequest(features, able, views, policy, predictions, difficulty, spend, unmeasured)
-        decision = strategy.choose(request)
-        chosen = next((v for v in able if v.name == decision.tier), None)
-        ticket = self._book(chosen, vectors[chosen.name], now) if chosen is not None else 0
-        detail = RouteDetail(features, vectors, predictions, difficulty, strategy.name, keys, share, ticket)
-        reason = decision.reason
-        if features.modalities & policy.modality_rules.keys():
-            rules = ", ".join(f"{m.value} to {t}" for m, t in sorted(policy.modality_rules.items()))
-            reason += f" (policy sends {rules})"
-        left_out = [why for v in views if v not in able and (why := why_not(v, features))]
-        if left_out and strategy.name != "rule":  # why a tier was not a candidate (down, breaker, size)
-            reason += "; " + "; ".join(left_out)
-        return Decision(decision.tier, decision.fallbacks, reason, detail)
+        rules: tuple[tuple[Modality, str], ...] = ()
+        if ruled := features.modalities & policy.modality_rules.keys():
+            able = _ruled(sorted(ruled), able, views, features, policy)
+            rules = tuple(sorted(policy.modality_rules.items()))
+        strategy = self.strategy(policy.strategy)
+        choice = strategy.choose(RouteRequest(features, able, views, policy, snapshot))
+        # Why a tier was not a candidate (down, breaker, size); the rule says it itself.
+        left_out = () if strategy.name == "rule" else tuple(excluded)
+        tier, *fallbacks = choice.order
+        reason = Reason(tier, choice.cause, rules, left_out)
+        return Decision(tier, tuple(fallbacks), reason, strategy.name, snapshot)
 
-    def observe(
-        self,
-        decision: Decision,
-        tier: str,
-        ttft_s: float | None,
-        total_s: float,
-        completion_tokens: int | None = None,
-        prompt_tokens: int | None = None,
-    ) -> None:
-        """Learn from a request ``tier`` served (features as they were when it was routed);
-        the token counts are the tier's own, from its usage."""
-        detail = decision.detail
-        if detail is None:
-            return
-        self.work.done(decision.tier, detail.ticket)
-        self._last_served[tier] = self._routed
-        if tier not in detail.vectors:
-            return
-        predictor = self.predictor(tier)
-        made = detail.predictions.get(tier)
-        predicted = (made.ttft_p50, made.total_p50) if made is not None else (None, None)
-        high = (made.ttft_hi, made.total_hi) if made is not None else (None, None)
-        predictor.observe(detail.vectors[tier], ttft_s, total_s, predicted, completion_tokens, high)
-        if prompt_tokens is not None:
-            self.tokens.observe(tier, detail.features, prompt_tokens)
-        if completion_tokens is not None:
-            predictor.observe_usage(detail.features.max_tokens, completion_tokens)
-            ceiling = detail.features.max_tokens or DEFAULT_OUTPUT_TOKENS
-            self.output.update(detail.output_keys, completion_tokens / ceiling)
 
-    # -- refits ------------------------------------------------------------------------------
+def _pinned(name: str, views: Sequence[TierView], features: Features, snapshot: Snapshot) -> Decision:
+    """The client named a tier: use it or say why not; never move the request elsewhere."""
+    for view in views:
+        if view.name == name:
+            if why_not(view, features) is not None:
+                raise unavailable([view], features)
+            return Decision(name, (), Reason(name, PINNED), PINNED_STRATEGY, snapshot)
+    raise NoTierAvailable(f"{name} is not configured")
 
-    def due(self) -> list[tuple[str, list[list[Any]]]]:
-        """Tiers whose models should be refit now, with their windows as plain data."""
-        out = []
-        for tier, predictor in self.predictors.items():
-            if predictor.due():
-                predictor.since_refit = 0  # one refit at a time per batch of observations
-                out.append((tier, msgspec.to_builtins(list(predictor.window))))
-        return out
 
-    def adopt(self, tier: str, fitted: Mapping[str, Any]) -> None:
-        self.predictor(tier).adopt(msgspec.convert(fitted, Coefficients))
-        self.version += 1
-
-    # -- persistence -------------------------------------------------------------------------
-
-    def dump(self) -> dict[str, Any]:
-        return {
-            "format": DUMP_FORMAT,
-            "version": self.version,
-            "saved_at": time.time(),
-            "output": self.output.dump(),
-            "prompt_tokens": self.tokens.dump(),
-            "tiers": {
-                tier: {
-                    "coefficients": msgspec.to_builtins(p.coefficients),
-                    "window": msgspec.to_builtins(list(p.window)),
-                    "correction": p.correction,
-                    "mean_service_s": p.mean_service_s,
-                    "completion_ratio": p.completion_ratio,
-                }
-                for tier, p in self.predictors.items()
-            },
-        }
-
-    def load(self, data: Mapping[str, Any]) -> None:
-        if data.get("format") != DUMP_FORMAT:
-            raise ValueError(f"unknown predictor file format {data.get('format')!r}")
-        self.version = int(data.get("version", 0))
-        if "output" in data:
-            self.output.load(data["output"])
-        self.tokens.load(data.get("prompt_tokens", {}))
-        for tier, saved in data.get("tiers", {}).items():
-            coefficients = saved.get("coefficients") or {}
-            widths = {len(c) for c in coefficients.get("total", [])} | {
-                len(o[0]) for o in saved.get("window", [])
-            }
-            if widths - {WIDTH}:  # saved with other features: start this tier afresh
-                continue
-            p = self.predictor(tier)
-            if saved.get("coefficients"):
-                p.coefficients = msgspec.convert(saved["coefficients"], Coefficients)
-            window = msgspec.convert(saved.get("window", []), list[Observation])
-            p.window = deque(window[-self.config.window :])
-            saved_correction = saved.get("correction", {})
-            p.correction = {**NO_CORRECTION, **{k: float(v) for k, v in saved_correction.items()}}
-            p.mean_service_s = float(saved.get("mean_service_s", p.mean_service_s))
-            p.completion_ratio = float(saved.get("completion_ratio", p.completion_ratio))
-
-    def snapshot(self) -> dict[str, Any]:
-        """For operators: per tier, samples, fit time, held-out and live error."""
-        out: dict[str, Any] = {
-            "version": self.version,
-            "tiers": {t: p.snapshot() for t, p in self.predictors.items()},
-            "output_share": {"updates": self.output.updates},
-            "prompt_tokens": {
-                t: {"samples": c.samples, "weights": [round(w, 3) for w in c.weights]}
-                for t, c in self.tokens.tiers.items()
-            },
-        }
-        if self.difficulty is not None:
-            d = self.difficulty
-            out["difficulty"] = {
-                "source": d.source,
-                "examples": d.examples,
-                "trained_at": d.trained_at,
-                "metrics": d.metrics,
-            }
-        return out
+def _ruled(
+    ruled: list[Modality],
+    able: list[TierView],
+    views: Sequence[TierView],
+    features: Features,
+    policy: TenantPolicy,
+) -> list[TierView]:
+    """The able tiers the policy's modality rules leave for a request carrying ``ruled``."""
+    for modality in ruled:
+        tier = policy.modality_rules[modality]
+        kept = [v for v in able if v.name == tier]
+        if not kept:
+            said = f"the tenant's policy sends {modality.value} to {tier}"
+            view = next((v for v in views if v.name == tier), None)
+            if view is None:
+                raise RequestDoesNotFit(f"{said}, which is not configured")
+            if never := cannot_take(view, features):
+                raise RequestDoesNotFit(f"{said}, and {never}")
+            raise NoTierAvailable(f"{said}, and {why_not(view, features)}")
+        able = kept
+    return able

@@ -1,31 +1,44 @@
-"""Routing strategies: one small interface, a registry by name, chosen per tenant policy.
+"""Routing strategies: one small interface, chosen by name per tenant policy; none keeps state.
 
 Every strategy gets the same :class:`RouteRequest` (the tiers that can take the request now,
-already filtered by capabilities, health, breakers and the policy's modality rules, with a
-prediction for each) and returns a :class:`Decision`.  So the baselines run through the
-same code as the learned router, and a benchmark compares like with like.
+already filtered by capabilities, health, breakers and the policy's modality rules, and the
+learner's snapshot: a prediction for each tier, the exploration draw, the round-robin turn,
+the tenant's spend) and returns a :class:`Choice`: the tiers in the order to try them, and
+why.  So the baselines run through the same code as the learned router, and a benchmark
+compares like with like.
 
     learned        cheapest predicted cost that meets the latency objective and quality; else
                    the tier most likely to; explores a tier that has served nothing lately
-    always-edge    the edge when it can, else the rest
-    always-cloud   the cloud when it can, else the rest
+    always:<tier>  that tier when it can, else the rest (``always-edge``, ``always-cloud``: older names)
     round-robin    the able tiers in turn
-    rule           the size rule (router.AutoRule) that came before the learned router
+    rule           the size rule (router.AutoRule): small requests to the small model, the rest
+                   to the large one, by the tiers' declared quality
 """
 
 from __future__ import annotations
 
-import itertools
-import random
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar
 
-from router._decision import CLOUD, EDGE, AutoRule, Decision, TierView, auto
+from router._decision import AutoRule, TierView, why_not
 from router._features import Features
-from router._policy import TenantPolicy
-from router._predictor import Prediction
+from router._policy import ALWAYS, TenantPolicy
+from router._reason import (
+    AlwaysTier,
+    BudgetSpent,
+    Cause,
+    Closest,
+    Cost,
+    Exploring,
+    LatencyCheck,
+    MeetsPolicy,
+    Size,
+    Turn,
+    Unable,
+    budget_spent,
+)
+from router._snapshot import Snapshot
 
 
 class BudgetExhausted(Exception):
@@ -37,66 +50,50 @@ class BudgetExhausted(Exception):
 
 
 @dataclass(frozen=True, slots=True)
-class Spend:
-    """The tenant's spend in the policy's current period (from the ledger)."""
-
-    spent_usd: float
-    seconds_left: float  # until the period ends
-
-
-@dataclass(frozen=True, slots=True)
 class RouteRequest:
     features: Features
     able: Sequence[TierView]  # in configured order; never empty
     views: Sequence[TierView]
     policy: TenantPolicy
-    predictions: Mapping[str, Prediction]
-    difficulty: float | None
-    spend: Spend | None
-    # Able tiers that served none of the last requests routed (None: not known, all may be explored).
-    unmeasured: frozenset[str] | None = None
+    snapshot: Snapshot
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    order: tuple[str, ...]  # the tier to use, then its fallbacks
+    cause: Cause
 
 
 class Strategy(ABC):
-    name: ClassVar[str]
+    name: str
 
     @abstractmethod
-    def choose(self, request: RouteRequest) -> Decision: ...
+    def choose(self, request: RouteRequest) -> Choice: ...
 
 
-def _ordered(first: str, request: RouteRequest, why: str) -> Decision:
-    names = [v.name for v in request.able]
-    if first in names:
-        return Decision(first, tuple(n for n in names if n != first), f"{first}: {why}")
-    chosen, *rest = names
-    return Decision(chosen, tuple(rest), f"{chosen}: {why}, but {first} cannot take it")
+def _names(views: Sequence[TierView]) -> tuple[str, ...]:
+    return tuple(v.name for v in views)
 
 
-class AlwaysEdge(Strategy):
-    name = "always-edge"
+class Always(Strategy):
+    def __init__(self, tier: str) -> None:
+        self.tier = tier
+        self.name = ALWAYS + tier
 
-    def choose(self, request: RouteRequest) -> Decision:
-        return _ordered(EDGE, request, "always-edge strategy")
-
-
-class AlwaysCloud(Strategy):
-    name = "always-cloud"
-
-    def choose(self, request: RouteRequest) -> Decision:
-        return _ordered(CLOUD, request, "always-cloud strategy")
+    def choose(self, request: RouteRequest) -> Choice:
+        names = _names(request.able)
+        if self.tier in names:
+            return Choice((self.tier, *(n for n in names if n != self.tier)), AlwaysTier(self.tier))
+        return Choice(names, AlwaysTier(self.tier, served=False))
 
 
 class RoundRobin(Strategy):
     name = "round-robin"
 
-    def __init__(self) -> None:
-        self._turn = itertools.count()
-
-    def choose(self, request: RouteRequest) -> Decision:
-        names = [v.name for v in request.able]
-        i = next(self._turn) % len(names)
-        order = names[i:] + names[:i]
-        return Decision(order[0], tuple(order[1:]), f"{order[0]}: round-robin")
+    def choose(self, request: RouteRequest) -> Choice:
+        names = _names(request.able)
+        i = request.snapshot.turn % len(names)
+        return Choice(names[i:] + names[:i], Turn())
 
 
 class Rule(Strategy):
@@ -105,15 +102,29 @@ class Rule(Strategy):
     def __init__(self, rule: AutoRule) -> None:
         self._rule = rule
 
-    def choose(self, request: RouteRequest) -> Decision:
+    def choose(self, request: RouteRequest) -> Choice:
+        features, rule = request.features, self._rule
+        size = Size(
+            features.prompt_tokens,
+            rule.edge_max_prompt_tokens,
+            features.max_tokens,
+            rule.edge_max_output_tokens,
+        )
         # The rule explains unavailable tiers itself, so it sees them all, unless a modality rule
         # of the policy narrowed the candidates.
-        ruled = request.features.modalities & request.policy.modality_rules.keys()
-        return auto(self._rule, request.able if ruled else request.views, request.features)
-
-
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1000:.0f}ms"
+        ruled = features.modalities & request.policy.modality_rules.keys()
+        views = request.able if ruled else request.views
+        ranked = sorted(views, key=lambda v: v.capabilities.quality)  # of equals, the first configured
+        if not size.small:
+            ranked.reverse()
+        able = {v.name for v in request.able}
+        order = tuple(v.name for v in ranked if v.name in able)
+        first = ranked[0]
+        if first.name in able:
+            return Choice(order, size)
+        why = why_not(first, features)
+        assert why is not None  # it is not able
+        return Choice(order, Unable(why))  # say why the tier of choice cannot, and use one that can
 
 
 class Learned(Strategy):
@@ -121,100 +132,69 @@ class Learned(Strategy):
 
     name = "learned"
 
-    def __init__(self, exploration: float, rng: random.Random) -> None:
-        self._exploration = exploration
-        self._rng = rng
-
-    def choose(self, request: RouteRequest) -> Decision:
-        policy, predictions = request.policy, request.predictions
+    def choose(self, request: RouteRequest) -> Choice:
+        policy, snapshot = request.policy, request.snapshot
+        predictions = snapshot.predictions
         able = list(request.able)
-        most = max(able, key=lambda v: predictions[v.name].cost_usd)
+        dearest = max(able, key=lambda v: predictions[v.name].cost_usd)
+        top = predictions[dearest.name].cost_usd
 
-        def cost_text(name: str) -> str:
-            top = predictions[most.name].cost_usd
-            if name == most.name or top <= 0:
-                return f"cost ${predictions[name].cost_usd:.6f}"
-            return f"cost {predictions[name].cost_usd / top:.2g}x {most.name}"
+        def cost(view: TierView) -> Cost:
+            usd = predictions[view.name].cost_usd
+            if view is dearest or top <= 0:
+                return Cost(usd)
+            return Cost(usd, usd / top, dearest.name)
 
-        spend = request.spend
-        budget = policy.budget
+        spend, budget = snapshot.spend, policy.budget
         if spend is not None and budget.amount_usd > 0 and spend.spent_usd >= budget.amount_usd:
-            spent = f"budget spent (${spend.spent_usd:.4f} of ${budget.amount_usd:g} this {budget.period})"
             if budget.on_exhausted == "refuse":
+                spent = budget_spent(spend.spent_usd, budget.amount_usd, budget.period)
                 raise BudgetExhausted(f"the tenant's {spent}", spend.seconds_left)
             ranked = sorted(able, key=lambda v: predictions[v.name].cost_usd)
-            return self._decision(ranked, f"{spent}: cheapest, {cost_text(ranked[0].name)}", request)
+            used = BudgetSpent(spend.spent_usd, budget.amount_usd, budget.period, cost(ranked[0]))
+            return Choice(_names(ranked), used)
 
-        need = max(policy.quality_floor, request.difficulty or 0.0)
+        need = max(policy.quality_floor, snapshot.difficulty or 0.0)
         latency = policy.latency
-        pct = latency.percentile
         scored = []
         for view in able:
             p = predictions[view.name]
-            ratios, texts = [], []
+            checks = []
             for target, bound in (("ttft", latency.ttft_ms), ("total", latency.total_ms)):
                 if bound is None:
                     continue
                 # A client that does not stream sees its first byte when the answer is done.
-                value = p.at("total" if not request.features.stream else target, pct)
-                ratios.append(value * 1000 / bound)
-                sign = "<" if value * 1000 <= bound else ">"
-                label = "ttft " if target == "ttft" else ""
-                texts.append(f"p{pct:g} {label}predicted {_ms(value)} {sign} slo {bound:g}ms")
+                value = p.at("total" if not request.features.stream else target, latency.percentile)
+                checks.append(LatencyCheck(target, latency.percentile, value, bound))
+            ratio = max((c.ratio for c in checks), default=0.0)
             shortfall = max(0.0, need - view.capabilities.quality)
-            scored.append((view, max(ratios, default=0.0), shortfall, "; ".join(texts)))
+            scored.append((view, ratio, shortfall, tuple(checks)))
 
+        shown = snapshot.difficulty if any(s[2] > 0 for s in scored) else None
         ok = [s for s in scored if s[1] <= 1.0 and s[2] == 0.0]
+        cause: Cause
         if ok:
             preferred = next((s for s in ok if s[0].name == policy.preferred_tier), None)
-            if preferred is not None:
-                pick, why = preferred, "preferred tier"
-            else:
-                pick = min(ok, key=lambda s: predictions[s[0].name].cost_usd)
-                why = "cheapest that meets the policy"
+            pick = preferred or min(ok, key=lambda s: predictions[s[0].name].cost_usd)
             rest = sorted((s for s in scored if s is not pick), key=lambda s: (s[2], s[1] > 1, s[1]))
-            reason = f"{pick[3] or 'no latency objective'}, {cost_text(pick[0].name)} ({why})"
+            cause = MeetsPolicy(pick[3], cost(pick[0]), preferred is not None, shown)
         else:
-            closest = sorted(scored, key=lambda s: (s[2], s[1]))
-            pick, rest = closest[0], closest[1:]
-            what = []
-            if pick[2] > 0:
-                what.append(f"no tier has quality >= {need:.2f}")
-            if pick[1] > 1:
-                what.append("no tier is predicted to meet the objective")
-            reason = f"{pick[3] or 'no latency objective'}; {' and '.join(what) or 'none meets the policy'}, "
-            reason += f"most likely to meet it, {cost_text(pick[0].name)}"
-        if request.difficulty is not None and any(s[2] > 0 for s in scored):
-            reason += f"; difficulty {request.difficulty:.2f}"
+            pick, *rest = sorted(scored, key=lambda s: (s[2], s[1]))
+            needed = need if pick[2] > 0 else None
+            cause = Closest(pick[3], cost(pick[0]), needed, pick[1] > 1, shown)
         order = [pick[0], *(s[0] for s in rest)]
 
-        if self._exploration > 0 and len(order) > 1 and self._rng.random() < self._exploration:
+        if snapshot.explore is not None and len(order) > 1:
             # Only a tier not measured lately: one that serves requests anyway needs no detour.
-            floor, unmeasured = policy.quality_floor, request.unmeasured
+            floor, unmeasured = policy.quality_floor, snapshot.unmeasured
             others = [
                 v
                 for v in order[1:]
                 if v.capabilities.quality >= floor and (unmeasured is None or v.name in unmeasured)
             ]
             if others:
-                chosen = self._rng.choice(others)
+                chosen = others[min(int(snapshot.explore * len(others)), len(others) - 1)]
                 order = [chosen, *(v for v in order if v is not chosen)]
-                p = predictions[chosen.name]
-                reason = (
-                    f"exploring ({self._exploration:.0%} of requests keep every tier measured): "
-                    f"p50 predicted {_ms(p.total_p50)}, {cost_text(chosen.name)}"
-                )
-        return self._decision(order, reason, request)
-
-    @staticmethod
-    def _decision(order: Sequence[TierView], reason: str, request: RouteRequest) -> Decision:
-        return Decision(order[0].name, tuple(v.name for v in order[1:]), f"{order[0].name}: {reason}")
-
-
-STRATEGY_NAMES = ("learned", "always-edge", "always-cloud", "round-robin", "rule")
-
-
-def strategies(rule: AutoRule, exploration: float, rng: random.Random) -> dict[str, Strategy]:
-    """One instance of every strategy, by name."""
-    made: list[Strategy] = [Learned(exploration, rng), AlwaysEdge(), AlwaysCloud(), RoundRobin(), Rule(rule)]
-    return {s.name: s for s in made}
+                total = predictions[chosen.name].total_p50
+                cause = Exploring(snapshot.exploration, total, cost(chosen))
+        return Choice(_names(order), cause)

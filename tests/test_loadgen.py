@@ -61,3 +61,13 @@ def test_open_loop_keeps_its_schedule_when_some_answers_are_slow(slow_every_tent
 def test_closed_loop_counts_every_answer(slow_every_tenth: str) -> None:
     samples, failed = loadgen.run(slow_every_tenth, b"{}", duration=0.5, rate=None, connections=4)
     assert failed == 0 and samples and all(s.ok and s.total > 0 for s in samples)
+
+
+def test_a_fixed_number_of_requests_closed_and_open_loop(slow_every_tenth: str) -> None:
+    samples, failed = loadgen.run(slow_every_tenth, b"{}", requests=37, rate=None, connections=4)
+    assert failed == 0 and len(samples) == 37 and all(s.ok for s in samples)
+    samples, failed = loadgen.run(slow_every_tenth, b"{}", requests=25, rate=500)
+    assert failed == 0 and len(samples) == 25 and all(s.ok for s in samples)
+    assert round(samples[-1].sent, 3) == 0.048  # 2 ms apart
+    with pytest.raises(ValueError, match="duration or a number"):
+        loadgen.run(slow_every_tenth, b"{}")

@@ -17,7 +17,7 @@ from tiers._errors import (
     UnknownModel,
 )
 from tiers._events import Event, EventStream, Finished, Started, TextDelta, collect
-from tiers._protocol import ModelRegistry, Pool, Tier
+from tiers._protocol import ModelRegistry, Pool, ReplicaListener, SharedReplicas, Tier
 from tiers._types import (
     Capabilities,
     Completion,
@@ -44,6 +44,8 @@ __all__ = [
     "NothingToRollBack",
     "Pool",
     "RegistryError",
+    "ReplicaListener",
+    "SharedReplicas",
     "Started",
     "TextDelta",
     "Tier",

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from tiers._events import EventStream
@@ -48,6 +48,20 @@ class Pool(Protocol):
     def set_members(self, urls: Sequence[str]) -> None: ...
 
     def drain(self, name: str) -> bool: ...
+
+
+# Told when a replica's health flips or it is ejected: (url, healthy, ejected for seconds, why).
+ReplicaListener = Callable[[str, bool, float, str], None]
+
+
+@runtime_checkable
+class SharedReplicas(Pool, Protocol):
+    """A pool whose replicas' health several gateways share: it reports what it sees of them, and
+    takes what the others saw."""
+
+    def watch_replicas(self, listener: ReplicaListener) -> None: ...
+
+    def apply_replica_state(self, url: str, *, healthy: bool, ejected_for_s: float, why: str) -> None: ...
 
 
 @runtime_checkable

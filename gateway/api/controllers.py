@@ -8,12 +8,12 @@ from litestar.di import NamedDependency
 from litestar.exceptions import MethodNotAllowedException
 from litestar.types import Receive, Scope, Send
 
-from gateway.accounts.policies import PolicyBook
-from gateway.accounts.tenants import DEFAULT_TENANT
 from gateway.api.asgi_io import EventStream, JSONAnswer, read_body
-from gateway.api.protocol import encode, parse_chat_request
+from gateway.api.framing import event_stream, json_body
+from gateway.api.protocol import encode
 from gateway.api.request_id import request_id
-from gateway.pipeline.chat import RequestContext, Routed
+from gateway.pipeline.answer import Routed
+from gateway.pipeline.chat import Incoming
 from gateway.services import Services, services_of
 
 JSON = "application/json"
@@ -49,41 +49,31 @@ def _chat_headers(scope: Scope) -> dict[str, str]:
     }
 
 
-def _context(headers: dict[str, str], tenant: str, policies: PolicyBook) -> RequestContext:
-    policy = policies.policy(tenant)  # in memory; edits take effect on the next request
-    return RequestContext(
-        tenant=tenant,
-        cache_control=headers.get("cache-control", ""),
-        session_id=headers.get("x-session-id") or None,
-        use_cache=policy.cache,
-        fail_instead_of_degrade=policy.fail_instead_of_degrade,
-    )
-
-
 @asgi("/v1/chat/completions", copy_scope=False)
 async def chat_completions(scope: Scope, receive: Receive, send: Send) -> None:
     """POST only. A raw ASGI handler: the chat path reads its body and builds its answers itself
     (gateway/api/asgi_io.py), so Litestar's request parsing and response conversion are skipped;
-    its routing, middleware and exception handlers still apply."""
+    its routing, middleware and exception handlers still apply.  The stages are the pipeline's
+    (gateway/pipeline/chat.py); this frames what it answers."""
     if scope["method"] != "POST":  # type: ignore[typeddict-item]
         raise MethodNotAllowedException(headers={"Allow": "POST"})
     services = services_of(scope["app"].state)  # a raw ASGI handler: no dependency injection
     headers = _chat_headers(scope)
-    with services.tracing.span("auth"):
-        caller = await services.auth.caller(headers)
-    raw = await read_body(receive, headers.get("content-length"), services.settings.server.max_body_bytes)
-    body = parse_chat_request(raw)
-    rid = request_id(scope)
-    ctx = _context(headers, caller.tenant.name if caller.tenant else DEFAULT_TENANT, services.policies)
-    services.observer.note(scope, ctx.tenant, body.model)
-    answer: JSONAnswer | EventStream
-    if body.stream:
-        start = await services.metered.stream(caller, body, rid, ctx)
-        answer = EventStream(start.events, _route_headers(start.routed))
+    limit = services.settings.server.max_body_bytes
+
+    def noted(tenant: str, model: str) -> None:
+        services.observer.note(scope, tenant, model)
+
+    incoming = Incoming(
+        headers, lambda: read_body(receive, headers.get("content-length"), limit), request_id(scope), noted
+    )
+    answer = await services.pipeline.run(incoming)
+    response: JSONAnswer | EventStream
+    if answer.stream:
+        response = EventStream(event_stream(answer), _route_headers(answer.routed))
     else:
-        routed, completion = await services.metered.complete(caller, body, rid, ctx)
-        answer = JSONAnswer(encode(completion), _route_headers(routed))
-    await answer(scope, receive, send)
+        response = JSONAnswer(await json_body(answer), _route_headers(answer.routed))
+    await response(scope, receive, send)
 
 
 @get("/v1/models")
@@ -91,7 +81,7 @@ async def list_models(
     request: Request[object, object, State], services: NamedDependency[Services]
 ) -> Response[bytes]:
     await services.auth.caller(request.headers)
-    return Response(encode(services.chat.models()), media_type=JSON)
+    return Response(encode(services.tiers.models()), media_type=JSON)
 
 
 @get("/healthz")
@@ -101,10 +91,9 @@ async def healthz() -> Response[bytes]:
 
 @get("/readyz")
 async def readyz(services: NamedDependency[Services]) -> Response[bytes]:
-    chat = services.chat
-    tiers = chat.tier_states()
+    tiers = services.tiers.states()
     ready = any(t["health"] == "ready" for t in tiers)
-    body = {"ready": ready, "tiers": tiers, "breakers": chat.breaker_states()}
+    body = {"ready": ready, "tiers": tiers, "breakers": services.tiers.breaker_states()}
     return Response(encode(body), media_type=JSON, status_code=200 if ready else 503)
 
 

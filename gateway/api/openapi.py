@@ -127,7 +127,7 @@ def openapi_document(models: tuple[str, ...]) -> dict[str, Any]:
 
 @get("/schema/openapi.json", include_in_schema=False)
 async def openapi_json(services: NamedDependency[Services]) -> Response[bytes]:
-    document = openapi_document(tuple(services.chat.model_names))
+    document = openapi_document(tuple(services.tiers.model_names))
     return Response(msgspec.json.encode(document), media_type="application/json")
 
 

@@ -1,1 +1,2 @@
-"""The chat pipeline: one request's stages from cache lookup to the tier's answer, and what wraps them."""
+"""The chat pipeline: one request's stages, in order, listed in :mod:`gateway.pipeline.chat`
+(authenticate, parse, media, limit, cache, plan, admit, dispatch, frame, record)."""

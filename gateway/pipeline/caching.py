@@ -13,7 +13,6 @@ import enum
 import hashlib
 import logging
 import time
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import msgspec
@@ -139,8 +138,8 @@ def completion_of(answer: cache.CachedAnswer) -> Completion:
     return Completion(answer.text, answer.finish_reason, usage, answer.model)
 
 
-async def replay(answer: cache.CachedAnswer) -> AsyncIterator[Event]:
+def replay(answer: cache.CachedAnswer) -> list[Event]:
     """A cached answer as the text pieces it was first streamed in, then its finish."""
-    for piece in answer.pieces:
-        yield TextDelta(piece)
-    yield Finished(answer.finish_reason, Usage(answer.prompt_tokens, answer.completion_tokens))
+    events: list[Event] = [TextDelta(piece) for piece in answer.pieces]
+    events.append(Finished(answer.finish_reason, Usage(answer.prompt_tokens, answer.completion_tokens)))
+    return events

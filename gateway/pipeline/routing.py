@@ -1,8 +1,8 @@
 """The learned router inside the gateway: policies and budgets in, decisions out, and learning.
 
-:class:`RoutingService` owns a :class:`router.Router` and what the pure router must not do:
-it reads the tenant's policy (from the policy book, in memory) and budget spend (from the
-ledger, refreshed in the background), loads and saves the predictors in
+:class:`RoutingService` holds the pure :class:`router.Router` and the :class:`router.Learner`,
+and does what neither may: it reads the tenant's policy (from the policy book, in memory) and
+budget spend (from the ledger, refreshed in the background), loads and saves the predictors in
 ``<data_dir>/router/predictor.json`` (with their version and error metrics) and the
 difficulty classifier from ``difficulty.json`` (else trains the built-in default at start),
 and refits the predictors in a worker process so the event loop never waits on a fit.
@@ -102,9 +102,8 @@ class RoutingService:
         """``policy_of`` reads a tenant's policy (the policy book, in memory); ``budgets`` its spend."""
         self.settings = settings
         self.directory = Path(settings.directory).expanduser() if settings.directory else data_path / "router"
-        self.router = router.Router(
-            rule, prices, exploration=settings.exploration, predictor=settings.predictor
-        )
+        self.router = router.Router(rule)
+        self.learner = router.Learner(prices, exploration=settings.exploration, predictor=settings.predictor)
         self._policy_of = policy_of
         self._budgets = budgets
         self._pool: ProcessPoolExecutor | None = None
@@ -118,7 +117,7 @@ class RoutingService:
         """Whether every tier with enough requests has had its first fit (that one never waits)."""
         least = self.settings.predictor.min_samples
         return all(
-            p.coefficients is not None for p in self.router.predictors.values() if len(p.window) >= least
+            p.coefficients is not None for p in self.learner.predictors.values() if len(p.window) >= least
         )
 
     def policy(self, tenant: str) -> router.TenantPolicy:
@@ -126,14 +125,16 @@ class RoutingService:
 
     # -- the request path (no I/O) ------------------------------------------------------------
 
-    def decide(
-        self, model: str, views: Sequence[router.TierView], features: router.Features
-    ) -> router.Decision:
+    def decide(self, views: Sequence[router.TierView], features: router.Features) -> router.Decision:
+        """Route a request: the learner's snapshot, the pure decision, the work booked."""
         policy = self._policy_of(features.tenant)
         spend = None
         if self._budgets is not None and policy.budget.amount_usd > 0:
             spend = self._budgets.spend(features.tenant, policy)
-        return self.router.decide(model, views, features, policy, spend)
+        snapshot = self.learner.snapshot(features, views, policy, spend)
+        decision = self.router.decide(features, views, policy, snapshot)
+        self.learner.routed(decision)
+        return decision
 
     def observe(
         self,
@@ -144,13 +145,13 @@ class RoutingService:
         completion_tokens: int | None = None,
         prompt_tokens: int | None = None,
     ) -> None:
-        self.router.observe(decision, tier, ttft_s, total_s, completion_tokens, prompt_tokens)
+        self.learner.observe(decision, tier, ttft_s, total_s, completion_tokens, prompt_tokens)
         if not self._loaded or (self._refitting is not None and not self._refitting.done()):
             return
         now = time.monotonic()
         if now - self._last_refit < self.settings.predictor.refit_interval_s and self._all_fitted():
             return
-        due = self.router.due()
+        due = self.learner.due()
         if due:
             self._last_refit = now
             self._refitting = asyncio.get_running_loop().create_task(self._refit(due), name="router-refit")
@@ -175,7 +176,7 @@ class RoutingService:
             except Exception:
                 log.exception("router: refitting %s failed; keeping its current model", tier)
                 continue
-            self.router.adopt(tier, fitted)
+            self.learner.adopt(tier, fitted)
             log.info(
                 "router: refit %s on %d requests in %.1f s, held-out MAPE total %.0f%%",
                 tier,
@@ -189,14 +190,14 @@ class RoutingService:
         if self._refitting is not None:
             with contextlib.suppress(Exception):
                 await self._refitting
-        for predictor in self.router.predictors.values():
+        for predictor in self.learner.predictors.values():
             predictor.since_refit = self.settings.predictor.refit_every
-        due = self.router.due()
+        due = self.learner.due()
         if due:
             self._refitting = asyncio.get_running_loop().create_task(self._refit(due))
             await self._refitting
         await self.save()
-        return self.router.snapshot()
+        return self.learner.report()
 
     # -- persistence ----------------------------------------------------------------------------
 
@@ -205,12 +206,12 @@ class RoutingService:
         if path.exists():
             try:
                 data = await asyncio.to_thread(lambda: json.loads(path.read_text()))
-                self.router.load(data)
-                log.info("router: loaded predictors v%d from %s", self.router.version, path)
+                self.learner.load(data)
+                log.info("router: loaded predictors v%d from %s", self.learner.version, path)
             except (OSError, ValueError, msgspec.ValidationError) as exc:
                 log.error("router: cannot load %s (%s); starting from the prior", path, exc)
         self._loaded = True
-        self.router.difficulty = await asyncio.to_thread(load_difficulty, self.directory)
+        self.learner.difficulty = await asyncio.to_thread(load_difficulty, self.directory)
         self._difficulty_mtime = self._mtime(self.directory / DIFFICULTY_FILE)
         self._saver = asyncio.create_task(self._save_periodically(), name="router-save")
 
@@ -222,7 +223,7 @@ class RoutingService:
             return 0.0
 
     async def save(self) -> None:
-        await asyncio.to_thread(write_json, self.directory / PREDICTOR_FILE, self.router.dump())
+        await asyncio.to_thread(write_json, self.directory / PREDICTOR_FILE, self.learner.dump())
 
     async def _save_periodically(self) -> None:
         while True:
@@ -231,7 +232,7 @@ class RoutingService:
                 await self.save()
                 mtime = self._mtime(self.directory / DIFFICULTY_FILE)
                 if mtime != self._difficulty_mtime:  # `tiergate router train-difficulty` wrote a new one
-                    self.router.difficulty = await asyncio.to_thread(load_difficulty, self.directory)
+                    self.learner.difficulty = await asyncio.to_thread(load_difficulty, self.directory)
                     self._difficulty_mtime = mtime
                     log.info("router: loaded the difficulty model trained %s", time.ctime(mtime))
             except Exception:

@@ -10,7 +10,8 @@ from typing import Annotated, Any
 import msgspec
 import typer
 
-from gateway.settings import Settings, SettingsError, load_settings
+from gateway.settings import load_settings
+from gateway.tools.cli_options import ConfigOption, settings_or_exit
 
 cli = typer.Typer(
     help="tiergate: an OpenAI-compatible gateway that sends each chat request to an edge model "
@@ -18,26 +19,6 @@ cli = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
 )
-
-ConfigOption = Annotated[
-    Path | None,
-    typer.Option(
-        "--config",
-        "-c",
-        envvar="TIERGATE_CONFIG",
-        help="TOML settings file. Every setting can also be set as TIERGATE_<SECTION>__<NAME>.",
-        exists=True,
-        dir_okay=False,
-    ),
-]
-
-
-def _settings(config: Path | None, **overrides: Any) -> Settings:
-    try:
-        return load_settings(config, **overrides)
-    except SettingsError as exc:
-        typer.echo(f"tiergate: {exc}", err=True)
-        raise typer.Exit(2) from exc
 
 
 @cli.command()
@@ -56,7 +37,7 @@ def serve(
     from gateway.server import run
 
     overrides: dict[str, Any] = {"server.host": host, "server.port": port}
-    settings = _settings(config, **overrides)
+    settings = settings_or_exit(config, **overrides)
     run(settings, lambda: load_settings(config, **overrides))
 
 
@@ -90,7 +71,7 @@ def export_onnx(
     from gateway.tools.modelbuild.onnx_export import export_onnx as run_export
     from tiers.cloud import DEFAULT_MODEL_DIR
 
-    settings = _settings(config)
+    settings = settings_or_exit(config)
     cache = Path(settings.build_cache_dir).expanduser()
     source = src or cache / DEFAULT_MODEL_DIR
     try:
@@ -115,7 +96,7 @@ def export_onnx(
 @cli.command("config")
 def show_config(config: ConfigOption = None) -> None:
     """Print the effective settings (defaults, then the file, then TIERGATE_* variables) as JSON."""
-    settings = _settings(config)
+    settings = settings_or_exit(config)
     typer.echo(msgspec.json.format(msgspec.json.encode(settings), indent=2).decode())
 
 

@@ -10,13 +10,13 @@ from typing import Annotated
 
 import typer
 
-from gateway.tools.cli import ConfigOption, _settings
+from gateway.tools.cli_options import ConfigOption, settings_or_exit
 
 router_cli = typer.Typer(help="The learned router: difficulty classifier, predictors.", no_args_is_help=True)
 
 
 def _credentials(config: Path | None) -> dict[str, str]:
-    path = _settings(config).data_path / "initial-credentials.json"
+    path = settings_or_exit(config).data_path / "initial-credentials.json"
     try:
         return dict(json.loads(path.read_text()))
     except (OSError, ValueError):
@@ -40,7 +40,7 @@ def calibrate(
     """
     from gateway.tools.calibration import calibrate as run
 
-    settings = _settings(config)
+    settings = settings_or_exit(config)
     creds = _credentials(config)
     key = key or creds.get("tenant_key")
     admin_key = admin_key or creds.get("admin_key")
@@ -73,7 +73,7 @@ def train_difficulty(
     import router
     from gateway.pipeline.routing import DIFFICULTY_FILE, write_json
 
-    settings = _settings(config)
+    settings = settings_or_exit(config)
     try:
         examples = router.read_examples(file.read_text().splitlines())
         model = router.train(examples, source=str(file))

@@ -14,7 +14,7 @@ TIERS = ["cloud", "edge"]
 
 def test_a_policy_round_trips_through_the_form() -> None:
     policy = router.TenantPolicy(
-        strategy="always-edge",
+        strategy="always:edge",
         latency=router.LatencyObjective(ttft_ms=300.0, total_ms=None, percentile=99.0),
         budget=router.Budget(amount_usd=12.5, period="day", on_exhausted="refuse"),
         preferred_tier="edge",
@@ -28,6 +28,15 @@ def test_a_policy_round_trips_through_the_form() -> None:
     body, errors = form.parse(values, TIERS)
     assert errors == {}
     assert form.to_policy(body) == policy
+
+
+def test_a_strategy_stored_by_its_older_name_is_shown_by_its_current_one() -> None:
+    (_, routing), *_ = form.fields(TIERS)
+    choices = [value for value, _ in routing[0].choices]
+    assert choices == ["learned", "always:cloud", "always:edge", "round-robin", "rule"]
+    older = router.TenantPolicy(strategy="always-edge")
+    assert form.flatten(older)["strategy"] == "always:edge"
+    assert form.changes(older, router.TenantPolicy(strategy="always:edge")) == ["no change"]
 
 
 def test_text_that_is_no_number_is_reported_at_its_field() -> None:

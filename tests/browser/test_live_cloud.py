@@ -52,7 +52,7 @@ def test_a_policy_edited_in_the_browser_moves_the_next_request_between_tiers(
         )
         return reply.headers["x-tiergate-tier"]
 
-    for strategy, tier in (("always-cloud", "cloud"), ("always-edge", "edge"), ("always-cloud", "cloud")):
+    for strategy, tier in (("always:cloud", "cloud"), ("always:edge", "edge"), ("always:cloud", "cloud")):
         page.goto(f"{cloud_gateway.url}/admin/policies/mover")
         page.select_option("#f-strategy", strategy)
         page.click("text=Save policy")

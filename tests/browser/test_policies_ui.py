@@ -66,7 +66,7 @@ def test_edit_a_policy_and_the_next_request_follows_it_then_roll_it_back(
     assert "always-edge" not in ask(ui_gateway, key, fresh).headers["x-tiergate-route-reason"]
 
     # Version 1: another strategy and a latency objective. Version 2: no result cache.
-    page.select_option("#f-strategy", "always-edge")
+    page.select_option("#f-strategy", "always:edge")
     page.fill("#f-latency-percentile", "95")
     page.fill("#f-latency-total_ms", "800")
     page.click("text=Save policy")

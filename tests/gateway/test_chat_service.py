@@ -15,6 +15,7 @@ from gateway.errors import ModalityUnavailable
 from gateway.ops.metrics import Metrics
 from gateway.pipeline.caching import AnswerCache, CacheStatus
 from gateway.pipeline.chat import ChatService, RequestContext
+from tests.pipeline import chat_service, complete, streamed
 from tiers import (
     Capabilities,
     Event,
@@ -82,7 +83,7 @@ def service(tmp_path: Path, **kw: object) -> tuple[ChatService, FakeTier, FakeTi
     config = cache.CacheConfig()
     answers = AnswerCache(config, cache.DiskStore(tmp_path / "c", 1 << 24), RULE, Metrics())
     breakers = router.BreakerBoard(router.BreakerConfig(consecutive_failures=2, cooldown_s=60))
-    chat = ChatService(
+    chat = chat_service(
         {"edge": edge, "cloud": cloud}, RULE, Metrics(), answers=answers, breakers=breakers, **kw
     )  # type: ignore[arg-type]
     return chat, edge, cloud
@@ -109,17 +110,17 @@ IMAGE = [
 async def test_a_tenant_never_reads_another_tenants_answer(tmp_path: Path) -> None:
     chat, edge, _ = service(tmp_path)
     acme, globex = RequestContext(tenant="acme"), RequestContext(tenant="globex")
-    routed, first = await chat.complete(request(temperature=0), "r1", acme)
+    routed, first = await complete(chat, request(temperature=0), "r1", acme)
     assert routed.cache is CacheStatus.MISS
-    routed, again = await chat.complete(request(temperature=0), "r2", acme)
+    routed, again = await complete(chat, request(temperature=0), "r2", acme)
     assert routed.cache is CacheStatus.HIT
     assert again.choices[0].message.content == first.choices[0].message.content == "edge answer #1"
-    routed, other = await chat.complete(request(temperature=0), "r3", globex)
+    routed, other = await complete(chat, request(temperature=0), "r3", globex)
     assert routed.cache is CacheStatus.MISS
     assert other.choices[0].message.content == "edge answer #2"
     assert len(edge.calls) == 2
-    routed, _ = await chat.complete(
-        request(temperature=0), "r4", RequestContext(tenant="acme", use_cache=False)
+    routed, _ = await complete(
+        chat, request(temperature=0), "r4", RequestContext(tenant="acme", use_cache=False)
     )
     assert routed.cache is CacheStatus.BYPASS
     assert len(edge.calls) == 3
@@ -128,9 +129,9 @@ async def test_a_tenant_never_reads_another_tenants_answer(tmp_path: Path) -> No
 
 async def test_stream_replay_keeps_the_pieces(tmp_path: Path) -> None:
     chat, _, _ = service(tmp_path)
-    first = await chat.stream(request(temperature=0, stream=True), "r1", RequestContext())
+    first = await streamed(chat, request(temperature=0, stream=True), "r1", RequestContext())
     original = [e async for e in first.events]
-    again = await chat.stream(request(temperature=0, stream=True), "r2", RequestContext())
+    again = await streamed(chat, request(temperature=0, stream=True), "r2", RequestContext())
     assert again.routed.cache is CacheStatus.HIT
     replayed = [e.replace(b"r2", b"r1") async for e in again.events]
 
@@ -146,19 +147,19 @@ async def test_open_image_breaker_degrades_image_requests_and_spares_text(tmp_pa
     cloud.fail_images = True
     for _ in range(2):
         with pytest.raises(Exception, match="vision encoder crashed"):
-            await chat.complete(request(IMAGE), "r", RequestContext())
-    assert {(b["tier"], b["modality"], b["state"]) for b in chat.breaker_states()} == {
+            await complete(chat, request(IMAGE), "r", RequestContext())
+    assert {(b["tier"], b["modality"], b["state"]) for b in chat.tiers.breaker_states()} == {
         ("cloud", "image", "open")
     }
     calls = len(cloud.calls)
-    routed, body = await chat.complete(request(IMAGE), "r", RequestContext())
+    routed, body = await complete(chat, request(IMAGE), "r", RequestContext())
     assert routed.degraded == ("image",)
     assert body.tiergate.degraded == ["image"]  # type: ignore[union-attr]
     sent = (edge if routed.tier == "edge" else cloud).calls[-1].messages
     assert sent[0]["role"] == "system" and "image" in sent[0]["content"]
     assert all(isinstance(m["content"], str) for m in sent)
     assert len(cloud.calls) == calls or routed.tier == "cloud"
-    routed, _ = await chat.complete(request("Hi", max_tokens=400), "r", RequestContext())
+    routed, _ = await complete(chat, request("Hi", max_tokens=400), "r", RequestContext())
     assert routed.tier == "cloud" and routed.degraded == ()
 
 
@@ -167,13 +168,13 @@ async def test_fail_instead_of_degrade_is_a_503(tmp_path: Path) -> None:
     cloud.fail_images = True
     for _ in range(2):
         with pytest.raises(Exception, match="vision"):
-            await chat.complete(request(IMAGE), "r", RequestContext())
+            await complete(chat, request(IMAGE), "r", RequestContext())
     with pytest.raises(ModalityUnavailable) as caught:
-        await chat.complete(request(IMAGE), "r", RequestContext())
+        await complete(chat, request(IMAGE), "r", RequestContext())
     assert caught.value.status == 503
     assert "image path is failing" in caught.value.message
     # and a tenant policy can override the setting per request
-    routed, _ = await chat.complete(request(IMAGE), "r", RequestContext(fail_instead_of_degrade=False))
+    routed, _ = await complete(chat, request(IMAGE), "r", RequestContext(fail_instead_of_degrade=False))
     assert routed.degraded == ("image",)
 
 
@@ -184,11 +185,11 @@ async def test_a_tier_failing_before_its_first_event_fails_over_to_the_next(
     chat, edge, cloud = service(tmp_path)
     edge.down = True
     if stream:
-        start = await chat.stream(request(stream=True), "r", RequestContext())
+        start = await streamed(chat, request(stream=True), "r", RequestContext())
         routed, sent = start.routed, b"".join([e async for e in start.events])
         assert b"cloud answer #1" not in sent and b'"cloud "' in sent and sent.endswith(b"data: [DONE]\n\n")
     else:
-        routed, body = await chat.complete(request(), "r", RequestContext())
+        routed, body = await complete(chat, request(), "r", RequestContext())
         assert body.choices[0].message.content == "cloud answer #1"
     assert routed.tier == "cloud" and "edge: connection refused, failed over" in routed.reason
     assert len(edge.calls) == len(cloud.calls) == 1
@@ -199,7 +200,7 @@ async def test_a_stream_failing_after_its_first_event_ends_with_an_error_and_no_
 ) -> None:
     chat, edge, cloud = service(tmp_path)
     edge.fail_after = 1
-    start = await chat.stream(request(stream=True), "r", RequestContext())
+    start = await streamed(chat, request(stream=True), "r", RequestContext())
     assert start.routed.tier == "edge"
     sent = [e async for e in start.events]
     assert b'"edge "' in sent[0]  # the role and the first piece
@@ -210,5 +211,5 @@ async def test_a_stream_failing_after_its_first_event_ends_with_an_error_and_no_
 async def test_a_json_answer_failing_midway_is_answered_by_the_next_tier(tmp_path: Path) -> None:
     chat, edge, _ = service(tmp_path)
     edge.fail_after = 1  # the client has seen nothing of it
-    routed, body = await chat.complete(request(), "r", RequestContext())
+    routed, body = await complete(chat, request(), "r", RequestContext())
     assert routed.tier == "cloud" and body.choices[0].message.content == "cloud answer #1"

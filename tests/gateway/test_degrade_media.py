@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gateway.api.protocol import ChatCompletionRequest, FramesPart, ImagePart, ImageURL, Message, TextPart
 from gateway.pipeline import degrade
-from gateway.pipeline.chat import features_of
+from gateway.pipeline.plan import features_of
 from router import MediaSummary
 from tiers import Modality
 

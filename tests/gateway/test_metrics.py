@@ -129,12 +129,12 @@ def test_metrics_turned_off_record_nothing_and_render_empty() -> None:
 def test_the_bisecting_histogram_counts_exactly_as_the_library_does() -> None:
     from prometheus_client import CollectorRegistry, Histogram
 
-    from gateway.ops.metrics import _Histogram
+    from gateway.ops.metric_families import BisectHistogram
 
     buckets = (0.001, 0.01, 0.1, 1, 10)
     values = [0.0, 0.0005, 0.001, 0.0010001, 0.01, 0.05, 0.1, 1, 9.99, 10, 10.5, 1e9, -3.0]
     samples = []
-    for kind in (Histogram, _Histogram):
+    for kind in (Histogram, BisectHistogram):
         registry = CollectorRegistry()
         family = kind("h", "h", ["tier"], registry=registry, buckets=buckets)
         child = family.labels("edge")

@@ -42,8 +42,11 @@ def test_names_are_checked_against_the_gateway() -> None:
     good = router.decode_policy(b'{"modality_rules": {"video": "cloud"}, "preferred_tier": "edge"}')
     assert router.check_policy(good, TIERS) is good
     assert good.modality_rules == {Modality.VIDEO: "cloud"}
+    for name in ("always:cloud", "always-edge", "always-cloud", "round-robin"):
+        assert router.check_policy(router.TenantPolicy(strategy=name), TIERS).strategy == name
     for body, field in (
         (b'{"strategy": "coin-flip"}', "strategy"),
+        (b'{"strategy": "always:moon"}', "strategy"),
         (b'{"preferred_tier": "moon"}', "preferred_tier"),
         (b'{"modality_rules": {"video": "moon"}}', "modality_rules.video"),
     ):

@@ -8,6 +8,7 @@ from collections.abc import AsyncGenerator
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 import router
 from gateway.accounts.budgets import BudgetBook, period_bounds, spent_usd
@@ -19,6 +20,7 @@ from gateway.ops.metrics import Metrics
 from gateway.pipeline.chat import ChatService, RequestContext
 from gateway.pipeline.routing import RoutingService, tier_prices
 from gateway.settings import DEFAULT_PRICES, RouterSettings, TenantLimits
+from tests.pipeline import chat_service, complete, streamed
 from tiers import (
     Capabilities,
     Event,
@@ -82,27 +84,27 @@ def setup(tmp_path: Path) -> tuple[ChatService, RoutingService, Tier, Tier, dict
         tmp_path,
         policy_of=lambda t: policies.get(t, router.DEFAULT_POLICY),
     )
-    routing.router.difficulty = router.builtin_model()
-    chat = ChatService(tiers, router.AutoRule(), Metrics(), routing=routing)
+    routing.learner.difficulty = router.builtin_model()
+    chat = chat_service(tiers, router.AutoRule(), Metrics(), routing=routing)
     return chat, routing, edge, cloud, policies
 
 
 async def test_each_tenant_is_routed_by_its_own_policy(setup) -> None:
     chat, _, _, _, policies = setup
     policies["acme"] = router.TenantPolicy(strategy="always-cloud")
-    routed, _ = await chat.complete(parse_chat_request(body()), "r1", RequestContext(tenant="acme"))
+    routed, _ = await complete(chat, parse_chat_request(body()), "r1", RequestContext(tenant="acme"))
     assert (routed.tier, routed.reason) == ("cloud", "cloud: always-cloud strategy")
-    routed, _ = await chat.complete(parse_chat_request(body()), "r2", RequestContext(tenant="other"))
+    routed, _ = await complete(chat, parse_chat_request(body()), "r2", RequestContext(tenant="other"))
     assert routed.tier == "edge" and "predicted" in routed.reason and routed.predicted.startswith("ttft=")
 
 
 async def test_served_requests_are_learned_from_streams_with_their_ttft(setup) -> None:
     chat, routing, *_ = setup
-    await chat.complete(parse_chat_request(body()), "r1", RequestContext())
-    start = await chat.stream(parse_chat_request(body(stream=True)), "r2", RequestContext())
+    await complete(chat, parse_chat_request(body()), "r1", RequestContext())
+    start = await streamed(chat, parse_chat_request(body(stream=True)), "r2", RequestContext())
     async for _ in start.events:
         pass
-    edge = routing.router.predictors["edge"]
+    edge = routing.learner.predictors["edge"]
     assert len(edge.window) == 2
     assert edge.window[0].ttft is None and edge.window[1].ttft is not None
     assert edge.window[1].ttft <= edge.window[1].total
@@ -115,13 +117,36 @@ async def test_a_full_queue_moves_the_request_to_the_next_in_the_fallback_order(
     edge.full = True
     request = parse_chat_request(body(stream=stream))
     if stream:
-        start = await chat.stream(request, "r1", RequestContext())
+        start = await streamed(chat, request, "r1", RequestContext())
         routed = start.routed
         async for _ in start.events:
             pass
     else:
-        routed, _ = await chat.complete(request, "r1", RequestContext())
-    assert routed.tier == "cloud" and "failed over" in routed.reason and cloud.calls == 1
+        routed, _ = await complete(chat, request, "r1", RequestContext())
+    assert routed.tier == "cloud" and cloud.calls == 1
+    full = TierOverloaded("edge", "the fast lane is full", retry_after_s=2)
+    assert routed.reason == f"cloud: {full}, failed over"  # why the edge did not serve
+
+
+async def test_route_decisions_are_counted_by_strategy_and_the_reasons_kind(setup) -> None:
+    chat, _, _, _, policies = setup
+    policies["acme"] = router.TenantPolicy(strategy="always:cloud")
+    await complete(chat, parse_chat_request(body()), "r1", RequestContext(tenant="acme"))
+    await complete(chat, parse_chat_request(body()), "r2", RequestContext(tenant="other"))
+    pinned = body().replace(b"tiergate-auto", b"edge")
+    await complete(chat, parse_chat_request(pinned), "r3", RequestContext(tenant="other"))
+    text = chat.metrics.render().decode()
+    counted = {
+        (s.labels["strategy"], s.labels["tier"], s.labels["reason_class"]): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == "tiergate_route_decisions_total"
+    }
+    assert counted == {
+        ("always:cloud", "cloud", "policy"): 1,
+        ("learned", "edge", "slo"): 1,
+        ("pinned", "edge", "pinned"): 1,
+    }
 
 
 def row(tenant_id: int, ts: float, cost_nusd: int, n: int) -> LedgerRow:

@@ -4,7 +4,10 @@ from pathlib import Path
 
 import pytest
 
+from gateway.services import build_tiers
 from gateway.settings import SettingsError, load_settings
+from tiers.cloud import CloudConfig
+from tiers.edge import EdgeConfig
 
 
 def test_defaults() -> None:
@@ -66,3 +69,36 @@ def test_tenant_limits_storage_and_prices(tmp_path: Path) -> None:
     assert default.database_url == f"sqlite:///{tmp_path / 'tiergate.db'}"
     with pytest.raises(SettingsError, match="requests_per_hour"):
         load_settings(environ={"TIERGATE_LIMITS__DEFAULT__REQUESTS_PER_HOUR": "1"})
+
+
+def test_more_tiers_are_named_in_configuration(tmp_path: Path) -> None:
+    config = tmp_path / "tiergate.toml"
+    config.write_text(
+        '[tiers.onnx]\nkind = "edge"\nbackend = "onnx"\nquality = 0.3\n'
+        '[tiers.gpu]\nkind = "cloud"\nurls = ["http://127.0.0.1:9"]\nquality = 0.9\n'
+    )
+    settings = load_settings(config, environ={})
+    configs = settings.tier_configs()
+    assert list(configs) == ["edge", "cloud", "onnx", "gpu"]
+    assert isinstance(configs["onnx"], EdgeConfig) and configs["onnx"].backend == "onnx"
+    assert configs["onnx"].onnx_model_dir  # filled from the build cache, as [edge]'s is
+    assert isinstance(configs["gpu"], CloudConfig) and not configs["gpu"].local.enabled
+    tiers = build_tiers(settings)
+    assert {name: tier.name for name, tier in tiers.items()} == {n: n for n in configs}
+    assert tiers["gpu"].capabilities.quality == 0.9
+
+
+@pytest.mark.parametrize(
+    ("table", "why"),
+    [
+        ('[tiers.cloud]\nkind = "cloud"\n', "taken"),
+        ('[tiers.Big]\nkind = "cloud"\n', "tiers"),
+        ('[tiers.x]\nkind = "gpu"\n', "kind"),
+        ('[tiers.x]\nbackend = "onnx"\n', "kind"),
+    ],
+)
+def test_a_named_tier_must_have_a_free_name_and_a_kind(tmp_path: Path, table: str, why: str) -> None:
+    config = tmp_path / "tiergate.toml"
+    config.write_text(table)
+    with pytest.raises(SettingsError, match=why):
+        load_settings(config, environ={})

@@ -86,6 +86,8 @@ def test_the_strategy_follows_the_tenant_policy_on_the_next_request(gw: Gateway)
     assert resp.headers["x-tiergate-route-reason"] == "cloud: always-cloud strategy"
     set_policy(gw, {"strategy": "always-edge"})
     assert ask(gw).headers["x-tiergate-tier"] == "edge"
+    set_policy(gw, {"strategy": "always:cloud"})  # the current name of always-cloud
+    assert ask(gw).headers["x-tiergate-route-reason"] == "cloud: always-cloud strategy"
     set_policy(gw, {"strategy": "rule"})
     assert ask(gw, max_tokens=1000).headers["x-tiergate-route-reason"] == "cloud: max_tokens 1000 > 256"
     set_policy(gw, {"strategy": "round-robin"})

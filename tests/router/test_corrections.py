@@ -9,7 +9,7 @@ import math
 import random
 
 import router
-from router._predictor import Coefficients, TierPredictor
+from router._learning.predictor import Coefficients, TierPredictor
 
 WIDTH = len(router.FEATURE_NAMES)
 X = [1.0] + [0.0] * (WIDTH - 1)
@@ -80,11 +80,11 @@ def test_a_total_is_never_predicted_below_its_time_to_first_token() -> None:
 
 
 def test_a_saved_state_without_high_quantile_corrections_still_loads() -> None:
-    r = router.Router(router.AutoRule(), {})
+    r = router.Learner({})
     r.predictor("edge").adopt(fitted().coefficients)  # type: ignore[arg-type]
     saved = r.dump()
     saved["tiers"]["edge"]["correction"] = {"ttft": 0.1, "total": 0.2}  # an older file
-    fresh = router.Router(router.AutoRule(), {})
+    fresh = router.Learner({})
     fresh.load(saved)
     assert fresh.predictor("edge").correction["total_hi"] == 0.0
     assert fresh.predictor("edge").predict(X)[2] == 2.0 * math.exp(0.2)

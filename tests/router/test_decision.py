@@ -7,24 +7,33 @@ from tiers import Capabilities, Health, Modality, TierState
 
 TEXT = frozenset({Modality.TEXT})
 RULE = router.AutoRule(edge_max_prompt_tokens=100, edge_max_output_tokens=50)
+ROUTER = router.Router(RULE)
+RULE_ONLY = router.TenantPolicy(strategy="rule")
 
 
 def view(name: str, health: Health = Health.READY, context: int = 2048, modalities=TEXT) -> router.TierView:
     return router.TierView(name, Capabilities(modalities, context, f"{name}-model"), TierState(name, health))
 
 
-def features(prompt: int = 10, max_tokens: int | None = 20, modalities=TEXT) -> router.Features:
-    return router.Features(prompt, max_tokens, 1, modalities, False)
+def features(
+    prompt: int = 10, max_tokens: int | None = 20, modalities=TEXT, pinned: str | None = None
+) -> router.Features:
+    return router.Features(prompt, max_tokens, 1, modalities, False, pinned=pinned)
+
+
+def decide(views: list[router.TierView], f: router.Features) -> router.Decision:
+    """Routing by the rule alone, as the gateway does without a learner."""
+    return ROUTER.decide(f, views, RULE_ONLY)
 
 
 BOTH = [view("edge"), view("cloud")]
 
 
 def test_small_request_goes_to_edge_with_cloud_as_fallback() -> None:
-    decision = router.decide("tiergate-auto", RULE, BOTH, features())
+    decision = decide(BOTH, features())
     assert decision.tier == "edge"
     assert decision.fallbacks == ("cloud",)
-    assert "prompt ~10 <= 100" in decision.reason
+    assert "prompt ~10 <= 100" in str(decision.reason)
 
 
 @pytest.mark.parametrize(
@@ -32,54 +41,58 @@ def test_small_request_goes_to_edge_with_cloud_as_fallback() -> None:
     [(101, 20, "prompt ~101 > 100"), (10, 51, "max_tokens 51 > 50"), (10, None, "max_tokens not set")],
 )
 def test_large_or_open_ended_request_goes_to_cloud(prompt: int, max_tokens: int | None, why: str) -> None:
-    decision = router.decide("tiergate-auto", RULE, BOTH, features(prompt, max_tokens))
+    decision = decide(BOTH, features(prompt, max_tokens))
     assert decision.tier == "cloud"
     assert decision.fallbacks == ("edge",)
-    assert why in decision.reason
+    assert why in str(decision.reason)
 
 
 def test_when_cloud_is_starting_the_edge_serves_and_says_why() -> None:
     views = [view("edge"), view("cloud", Health.STARTING)]
-    decision = router.decide("tiergate-auto", RULE, views, features(500, 100))
+    decision = decide(views, features(500, 100))
     assert decision.tier == "edge"
-    assert decision.reason == "edge: cloud is starting"
+    assert str(decision.reason) == "edge: cloud is starting"
 
 
 def test_request_larger_than_a_context_skips_that_tier() -> None:
     views = [view("edge", context=512), view("cloud", Health.DOWN)]
     with pytest.raises(router.NoTierAvailable, match="edge context is 512 tokens") as caught:
-        router.decide("tiergate-auto", RULE, views, features(600, 10))
+        decide(views, features(600, 10))
     assert not isinstance(caught.value, router.RequestDoesNotFit)  # the cloud could, once it is up
 
 
 def test_request_no_tier_could_ever_take_is_told_so() -> None:
     views = [view("edge", context=512), view("cloud", Health.DOWN, context=1024)]
     with pytest.raises(router.RequestDoesNotFit):
-        router.decide("tiergate-auto", RULE, views, features(2000, 10))
+        decide(views, features(2000, 10))
 
 
 def test_pinned_tier_never_moves() -> None:
     views = [view("edge", Health.DOWN), view("cloud")]
     with pytest.raises(router.NoTierAvailable, match="edge is down"):
-        router.decide("edge", RULE, views, features())
-    assert router.decide("cloud", RULE, views, features()) == router.Decision(
-        "cloud", (), "cloud: pinned by model name"
+        decide(views, features(pinned="edge"))
+    decision = decide(views, features(pinned="cloud"))
+    assert (decision.tier, decision.fallbacks, str(decision.reason)) == (
+        "cloud",
+        (),
+        "cloud: pinned by model name",
     )
+    assert decision.reason.kind is router.ReasonKind.PINNED and decision.strategy == "pinned"
 
 
 def test_modality_the_edge_lacks_goes_to_a_tier_that_has_it() -> None:
     image = frozenset({Modality.TEXT, Modality.IMAGE})
     views = [view("edge"), view("cloud", modalities=image)]
-    decision = router.decide("tiergate-auto", RULE, views, features(modalities=image))
+    decision = decide(views, features(modalities=image))
     assert decision.tier == "cloud"
     assert decision.fallbacks == ()
-    assert decision.reason == "cloud: edge does not accept image"
+    assert str(decision.reason) == "cloud: edge does not accept image"
 
 
 def test_no_tier_at_all_says_why_for_each() -> None:
     views = [view("edge", Health.DOWN), view("cloud", Health.STARTING)]
     with pytest.raises(router.NoTierAvailable, match="edge is down; cloud is starting"):
-        router.decide("tiergate-auto", RULE, views, features())
+        decide(views, features())
 
 
 def open_view(name: str, modalities, open_breakers) -> router.TierView:
@@ -97,19 +110,33 @@ IMAGE = frozenset({Modality.TEXT, Modality.IMAGE})
 def test_open_image_breaker_removes_the_tier_for_image_requests_only() -> None:
     views = [view("edge"), open_view("cloud", IMAGE, {Modality.IMAGE})]
     with pytest.raises(router.NoTierAvailable, match="cloud image breaker is open"):
-        router.decide("tiergate-auto", RULE, views, features(modalities=IMAGE))
-    assert router.decide("cloud", RULE, views, features(max_tokens=None)).tier == "cloud"
-    assert router.to_degrade("tiergate-auto", views, features(modalities=IMAGE)) == {Modality.IMAGE}
-    assert router.to_degrade("tiergate-auto", views, features()) == frozenset()
+        decide(views, features(modalities=IMAGE))
+    assert decide(views, features(max_tokens=None, pinned="cloud")).tier == "cloud"
+    assert router.to_degrade(views, features(modalities=IMAGE)) == {Modality.IMAGE}
+    assert router.to_degrade(views, features()) == frozenset()
 
 
 def test_no_degradation_while_a_tier_with_a_closed_breaker_takes_the_modality() -> None:
     views = [open_view("edge", IMAGE, {Modality.IMAGE}), open_view("cloud", IMAGE, set())]
-    assert router.to_degrade("tiergate-auto", views, features(modalities=IMAGE)) == frozenset()
-    assert router.to_degrade("edge", views, features(modalities=IMAGE)) == {Modality.IMAGE}
-    assert router.decide("tiergate-auto", RULE, views, features(modalities=IMAGE)).tier == "cloud"
+    assert router.to_degrade(views, features(modalities=IMAGE)) == frozenset()
+    assert router.to_degrade(views, features(modalities=IMAGE, pinned="edge")) == {Modality.IMAGE}
+    assert decide(views, features(modalities=IMAGE)).tier == "cloud"
 
 
 def test_a_modality_no_tier_accepts_is_not_degraded_but_does_not_fit() -> None:
     views = [view("edge"), view("cloud")]
-    assert router.to_degrade("tiergate-auto", views, features(modalities=IMAGE)) == frozenset()
+    assert router.to_degrade(views, features(modalities=IMAGE)) == frozenset()
+
+
+def test_what_the_gateway_adds_to_a_reason_is_typed_and_rendered() -> None:
+    views = [view("edge"), open_view("cloud", IMAGE, set())]
+    reason = decide(views, features()).reason
+    degraded = reason.removing({Modality.VIDEO, Modality.IMAGE})
+    assert (
+        str(degraded)
+        == "edge: prompt ~10 <= 100 tokens, max_tokens 20 <= 50; image, video removed: breaker open"
+    )
+    assert degraded.kind is router.ReasonKind.SIZE and degraded.removed == (Modality.IMAGE, Modality.VIDEO)
+    moved = degraded.failed_over("cloud", "edge is unavailable: connection refused")
+    assert str(moved) == "cloud: edge is unavailable: connection refused, failed over"
+    assert moved.kind is router.ReasonKind.FAILOVER and moved.cause == reason.cause

@@ -16,7 +16,10 @@ def _view(name: str, limits: MediaLimits) -> router.TierView:
     )
 
 
-def _features(media: router.MediaSummary) -> router.Features:
+RULE_ONLY = router.TenantPolicy(strategy="rule")
+
+
+def _features(media: router.MediaSummary, pinned: str | None = None) -> router.Features:
     modalities = {Modality.TEXT}
     if media.images:
         modalities.add(Modality.IMAGE)
@@ -25,7 +28,13 @@ def _features(media: router.MediaSummary) -> router.Features:
     if media.audio_clips:
         modalities.add(Modality.AUDIO)
     return router.Features.estimate(
-        text_chars=40, turns=1, max_tokens=600, modalities=frozenset(modalities), stream=False, media=media
+        text_chars=40,
+        turns=1,
+        max_tokens=600,
+        modalities=frozenset(modalities),
+        stream=False,
+        media=media,
+        pinned=pinned,
     )
 
 
@@ -46,23 +55,25 @@ def test_a_tier_whose_limits_the_media_pass_is_skipped_and_the_reason_says_so(
     media: router.MediaSummary, why: str
 ) -> None:
     views = [_view("edge", SMALL), _view("cloud", LARGE)]
-    decision = router.decide("tiergate-auto", router.AutoRule(), views, _features(media))
+    decision = router.Router().decide(_features(media), views, RULE_ONLY)
     assert decision.tier == "cloud" and decision.fallbacks == ()
     with pytest.raises(router.RequestDoesNotFit, match=why):
-        router.decide("edge", router.AutoRule(), views, _features(media))
+        router.Router().decide(_features(media, pinned="edge"), views, RULE_ONLY)
 
 
 def test_media_within_the_limits_may_go_to_either_tier() -> None:
     media = router.MediaSummary(
         images=2, image_pixels=150_000, videos=1, video_seconds=9.0, audio_clips=1, audio_seconds=5
     )
-    decision = router.decide(
-        "tiergate-auto", router.AutoRule(), [_view("edge", SMALL), _view("cloud", LARGE)], _features(media)
+    decision = router.Router().decide(
+        _features(media), [_view("edge", SMALL), _view("cloud", LARGE)], RULE_ONLY
     )
     assert {decision.tier, *decision.fallbacks} == {"edge", "cloud"}
 
 
 def test_no_limits_means_no_limit_of_the_tiers_own() -> None:
     media = router.MediaSummary(images=50, image_pixels=50 * 4_000_000, videos=1, video_seconds=3600.0)
-    decision = router.decide("cloud", router.AutoRule(), [_view("cloud", MediaLimits())], _features(media))
+    decision = router.Router().decide(
+        _features(media, pinned="cloud"), [_view("cloud", MediaLimits())], RULE_ONLY
+    )
     assert decision.tier == "cloud"

@@ -11,7 +11,8 @@ import msgspec
 import pytest
 
 import router
-from router._predictor import TierPredictor
+from router._learning.predictor import TierPredictor
+from tests.router.routing import route
 from tiers import Health, Modality, TierState
 
 TEXT = frozenset({Modality.TEXT})
@@ -65,7 +66,7 @@ def test_fit_predicts_held_out_requests_within_15_percent() -> None:
     assert fitted["metrics"]["ttft_holdout_mape"] < 0.15
     assert 0.85 <= fitted["metrics"]["total_holdout_coverage"] <= 1.0  # the 95% quantile covers ~95%
     p = TierPredictor(config)
-    r = router.Router(router.AutoRule(), {})
+    r = router.Learner({})
     r.predictors["t"] = p
     r.adopt("t", fitted)
     errors = []
@@ -78,7 +79,11 @@ def test_fit_predicts_held_out_requests_within_15_percent() -> None:
 
 def test_the_online_correction_follows_a_tier_that_slows_down() -> None:
     p = TierPredictor(router.PredictorConfig())
-    p.adopt(router._predictor.Coefficients(**{k: v for k, v in router.fit_tier(synthetic(300), {}).items()}))
+    p.adopt(
+        router._learning.predictor.Coefficients(
+            **{k: v for k, v in router.fit_tier(synthetic(300), {}).items()}
+        )
+    )
     rows = synthetic(60, seed=5)
     before = [abs(p.predict(x)[2] - 2 * total) / (2 * total) for x, _, total in rows[:10]]
     for x, ttft, total in rows:
@@ -91,7 +96,7 @@ def test_the_online_correction_follows_a_tier_that_slows_down() -> None:
 
 
 def test_refits_are_due_after_enough_new_observations() -> None:
-    r = router.Router(router.AutoRule(), {}, predictor=router.PredictorConfig(min_samples=10, refit_every=5))
+    r = router.Learner({}, predictor=router.PredictorConfig(min_samples=10, refit_every=5))
     p = r.predictor("edge")
     for x, ttft, total in synthetic(9):
         p.observe(x, ttft, total)
@@ -107,14 +112,14 @@ def test_refits_are_due_after_enough_new_observations() -> None:
 
 
 def test_what_was_learned_survives_a_dump_and_load() -> None:
-    r = router.Router(router.AutoRule(), {})
+    r = router.Learner({})
     p = r.predictor("cloud")
     for x, ttft, total in synthetic(50):
         p.observe(x, ttft, total)
     r.adopt("cloud", router.fit_tier(msgspec.to_builtins(list(p.window)), {}))
     p.observe(*synthetic(1, seed=4)[0])
     dumped = json.loads(json.dumps(r.dump()))
-    again = router.Router(router.AutoRule(), {})
+    again = router.Learner({})
     again.load(dumped)
     x = synthetic(1, seed=8)[0][0]
     assert again.predictor("cloud").predict(x) == pytest.approx(p.predict(x))
@@ -155,7 +160,7 @@ def test_training_difficulty_from_labelled_jsonl() -> None:
 
 
 def test_the_output_share_learns_which_requests_stop_early() -> None:
-    from router._output import OutputShare, output_keys
+    from router._learning.output import OutputShare, output_keys
 
     model = OutputShare()
     chat, story = (
@@ -176,7 +181,7 @@ def test_the_output_share_learns_which_requests_stop_early() -> None:
 def test_the_output_share_is_the_median_share_so_the_usual_answer_is_predicted() -> None:
     """Seven answers in ten run to max_tokens, three stop at a tenth: the median is all of it
     (the mean, 0.73, would under-predict the usual answer by a quarter)."""
-    from router._output import OutputShare, output_keys
+    from router._learning.output import OutputShare, output_keys
 
     model = OutputShare()
     keys = output_keys("write a story about a robot gardener", 48)
@@ -190,7 +195,7 @@ def test_the_output_share_is_the_median_share_so_the_usual_answer_is_predicted()
 
 
 def test_the_output_share_tells_modalities_apart() -> None:
-    from router._output import OutputShare, output_keys
+    from router._learning.output import OutputShare, output_keys
 
     model = OutputShare()
     video = output_keys("describe this", 64, ["text", "video"])
@@ -203,7 +208,7 @@ def test_the_output_share_tells_modalities_apart() -> None:
 
 
 def test_the_router_feeds_the_expected_output_to_the_latency_model() -> None:
-    r = router.Router(router.AutoRule(), {})
+    r = router.Learner({})
     views = [
         router.TierView(
             "edge", router._decision.Capabilities(TEXT, 4096, "m"), TierState("edge", Health.READY)
@@ -211,16 +216,16 @@ def test_the_router_feeds_the_expected_output_to_the_latency_model() -> None:
     ]
     f = router.Features(10, 200, 1, TEXT, False, text="say hello")
     for _ in range(100):
-        d = r.decide("edge", views, f, router.DEFAULT_POLICY)
+        d = route(r, "edge", views, f, router.DEFAULT_POLICY)
         r.observe(d, "edge", None, 0.5, 10)
-    d = r.decide("edge", views, f, router.DEFAULT_POLICY)
-    assert d.detail is not None and d.detail.output_share < 0.2
-    assert d.detail.vectors["edge"][router.FEATURE_NAMES.index("out_k")] < 0.2 * 200 / 1000
+    d = route(r, "edge", views, f, router.DEFAULT_POLICY)
+    assert d.snapshot is not None and d.snapshot.output_share < 0.2
+    assert d.snapshot.vectors["edge"][router.FEATURE_NAMES.index("out_k")] < 0.2 * 200 / 1000
 
 
 def test_the_load_on_the_other_tiers_is_a_feature() -> None:
     """Co-located tiers share cores: the edge slows down while the cloud is busy."""
-    r = router.Router(router.AutoRule(), {})
+    r = router.Learner({})
     busy = TierState("cloud", Health.READY, in_flight=3, queued=1)
     views = [
         router.TierView(
@@ -228,14 +233,14 @@ def test_the_load_on_the_other_tiers_is_a_feature() -> None:
         ),
         router.TierView("cloud", router._decision.Capabilities(TEXT, 4096, "m"), busy),
     ]
-    d = r.decide("tiergate-auto", views, router.Features(10, 100, 1, TEXT, False), router.DEFAULT_POLICY)
-    assert d.detail is not None
-    edge = dict(zip(router.FEATURE_NAMES, d.detail.vectors["edge"], strict=True))
-    cloud = dict(zip(router.FEATURE_NAMES, d.detail.vectors["cloud"], strict=True))
+    d = route(r, "tiergate-auto", views, router.Features(10, 100, 1, TEXT, False), router.DEFAULT_POLICY)
+    assert d.snapshot is not None
+    edge = dict(zip(router.FEATURE_NAMES, d.snapshot.vectors["edge"], strict=True))
+    cloud = dict(zip(router.FEATURE_NAMES, d.snapshot.vectors["cloud"], strict=True))
     assert edge["others_load"] == 4 and edge["busy_s"] == 0 and cloud["others_load"] == 0
     assert cloud["busy_s"] == 3 * r.predictor("cloud").mean_service_s and cloud["out_k_x_load"] > 0
     stale = {"format": 1, "tiers": {"edge": {"coefficients": None, "window": [[[1.0] * 10, None, 1.0]]}}}
-    fresh = router.Router(router.AutoRule(), {})
+    fresh = router.Learner({})
     fresh.load(stale)  # a file written with fewer features is ignored, not misread
     assert "edge" not in fresh.predictors
 
@@ -289,7 +294,7 @@ def test_fitted_coefficients_are_non_negative_and_extrapolate_sanely() -> None:
         for coefficients in fitted[target]:
             assert min(coefficients) >= -1e-9
     p = TierPredictor(router.PredictorConfig())
-    p.adopt(msgspec.convert(fitted, router._predictor.Coefficients))
+    p.adopt(msgspec.convert(fitted, router._learning.predictor.Coefficients))
     for out in (8, 24, 48, 256):
         x = router.design(router.Features(40, out, 1, TEXT, True), TierState("t", Health.READY), 1.0)
         _, _, total, _ = p.predict(x)
@@ -307,12 +312,12 @@ def test_the_models_learn_seconds_per_generated_token_from_the_tokens_actually_g
     for _ in range(120):
         tokens = rng.randint(10, 256)
         total = (0.1 + 0.04 * tokens) * rng.uniform(0.95, 1.05)
-        observations.append(router._predictor.Observation(list(x), 0.1, total, None, None, tokens))
+        observations.append(router._learning.predictor.Observation(list(x), 0.1, total, None, None, tokens))
     fitted = router.fit_tier(msgspec.to_builtins(observations), {})
     per_token = dict(zip(router.FEATURE_NAMES, fitted["total"][0], strict=True))["out_k"] / 1000
     assert per_token == pytest.approx(0.04, rel=0.1)
     p = TierPredictor(router.PredictorConfig())
-    p.adopt(msgspec.convert(fitted, router._predictor.Coefficients))
+    p.adopt(msgspec.convert(fitted, router._learning.predictor.Coefficients))
     _, _, median, high = p.predict(x, ceiling=2.0)
     assert median == pytest.approx(0.1 + 0.04 * 128, rel=0.15)
     assert high >= 0.95 * (0.1 + 0.04 * 256)
@@ -328,16 +333,16 @@ def test_the_models_learn_seconds_per_generated_token_from_the_tokens_actually_g
 
 
 def test_the_router_records_the_routed_prediction_and_the_tokens_generated() -> None:
-    r = router.Router(router.AutoRule(), {})
+    r = router.Learner({})
     views = [
         router.TierView(
             "edge", router._decision.Capabilities(TEXT, 4096, "m"), TierState("edge", Health.READY)
         )
     ]
-    d = r.decide("tiergate-auto", views, router.Features(10, 100, 1, TEXT, True), router.DEFAULT_POLICY)
-    assert d.detail is not None
+    d = route(r, "tiergate-auto", views, router.Features(10, 100, 1, TEXT, True), router.DEFAULT_POLICY)
+    assert d.snapshot is not None
     r.observe(d, "edge", 0.2, 1.5, 37)
     (o,) = r.predictor("edge").window
-    made = d.detail.predictions["edge"]
+    made = d.snapshot.predictions["edge"]
     assert (o.predicted_ttft, o.predicted_total, o.tokens) == (made.ttft_p50, made.total_p50, 37)
     assert made.total_hi > made.total_p50  # the high quantile is taken at max_tokens

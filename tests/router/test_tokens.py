@@ -9,7 +9,8 @@ import random
 import pytest
 
 import router
-from router._tokens import PromptTokens
+from router._learning.tokens import PromptTokens
+from tests.router.routing import route
 from tiers import Capabilities, Health, Modality, TierState
 
 TEXT = frozenset({Modality.TEXT})
@@ -89,25 +90,25 @@ def test_a_new_model_is_followed() -> None:
 
 def test_the_router_learns_counts_from_usage_uses_them_and_keeps_them() -> None:
     prices = {"cloud": router.TierPrice(prompt_per_1k=1.0)}
-    r = router.Router(router.AutoRule(), prices)
+    r = router.Learner(prices)
     caps = Capabilities(IMAGE, 4096, "vlm")
     views = [router.TierView("cloud", caps, TierState("cloud", Health.READY))]
     picture = router.Features(10, 64, 1, IMAGE, False, router.MediaSummary(images=1))
-    before = r.decide("cloud", views, picture, router.DEFAULT_POLICY)
-    assert before.detail is not None
-    plain_x = dict(zip(router.FEATURE_NAMES, before.detail.vectors["cloud"], strict=True))
+    before = route(r, "cloud", views, picture, router.DEFAULT_POLICY)
+    assert before.snapshot is not None
+    plain_x = dict(zip(router.FEATURE_NAMES, before.snapshot.vectors["cloud"], strict=True))
     assert plain_x["prompt_k"] == pytest.approx(0.010)
     for _ in range(10):
-        d = r.decide("cloud", views, picture, router.DEFAULT_POLICY)
+        d = route(r, "cloud", views, picture, router.DEFAULT_POLICY)
         r.observe(d, "cloud", 0.1, 1.0, completion_tokens=20, prompt_tokens=130)
-    after = r.decide("cloud", views, picture, router.DEFAULT_POLICY)
-    assert after.detail is not None
-    x = dict(zip(router.FEATURE_NAMES, after.detail.vectors["cloud"], strict=True))
+    after = route(r, "cloud", views, picture, router.DEFAULT_POLICY)
+    assert after.snapshot is not None
+    x = dict(zip(router.FEATURE_NAMES, after.snapshot.vectors["cloud"], strict=True))
     assert x["prompt_k"] == pytest.approx(0.130, abs=0.002)
     # the predicted cost charges the tokens the tier will count: 130 at $1 per 1k, where 10 were guessed
-    grew = after.detail.predictions["cloud"].cost_usd - before.detail.predictions["cloud"].cost_usd
+    grew = after.snapshot.predictions["cloud"].cost_usd - before.snapshot.predictions["cloud"].cost_usd
     assert grew == pytest.approx(0.120, abs=0.003)
-    again = router.Router(router.AutoRule(), prices)
+    again = router.Learner(prices)
     again.load(json.loads(json.dumps(r.dump())))
     assert again.tokens.estimate("cloud", picture) == r.tokens.estimate("cloud", picture)
-    assert r.snapshot()["prompt_tokens"]["cloud"]["samples"] == 10
+    assert r.report()["prompt_tokens"]["cloud"]["samples"] == 10

@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 
 import router
-from router._predictor import Coefficients
-from router._work import WorkBook
+from router._learning.predictor import Coefficients
+from router._learning.work import WorkBook
+from tests.router.routing import route
 from tiers import Capabilities, Health, Modality, TierState
 
 TEXT = frozenset({Modality.TEXT})
@@ -73,17 +74,17 @@ def views(edge_in_flight: int = 0) -> list[router.TierView]:
 
 def test_the_router_books_what_it_sends_and_feeds_the_wait_to_the_predictor() -> None:
     clock = [100.0]
-    r = router.Router(router.AutoRule(), {}, clock=lambda: clock[0])
+    r = router.Learner({}, clock=lambda: clock[0])
     f = router.Features(20, 64, 1, TEXT, True)
-    first = r.decide("edge", views(), f, router.DEFAULT_POLICY)
-    assert first.detail is not None and r.work.pending("edge") == 1
-    predicted = first.detail.predictions["edge"].total_p50  # nothing ahead: its service time
+    first = route(r, "edge", views(), f, router.DEFAULT_POLICY)
+    assert first.snapshot is not None and r.work.pending("edge") == 1
+    predicted = first.snapshot.predictions["edge"].total_p50  # nothing ahead: its service time
     clock[0] += predicted / 2
-    second = r.decide("edge", views(edge_in_flight=1), f, router.DEFAULT_POLICY)
-    assert second.detail is not None
-    x = dict(zip(router.FEATURE_NAMES, second.detail.vectors["edge"], strict=True))
+    second = route(r, "edge", views(edge_in_flight=1), f, router.DEFAULT_POLICY)
+    assert second.snapshot is not None
+    x = dict(zip(router.FEATURE_NAMES, second.snapshot.vectors["edge"], strict=True))
     assert x["busy_s"] == pytest.approx(predicted / 2)  # half of the first request is left
-    assert second.detail.predictions["edge"].ttft_p50 > first.detail.predictions["edge"].ttft_p50
+    assert second.snapshot.predictions["edge"].ttft_p50 > first.snapshot.predictions["edge"].ttft_p50
     r.observe(first, "edge", 0.1, predicted, 10)
     r.observe(second, "edge", 0.1, predicted, 10)
     assert r.work.pending("edge") == 0
@@ -91,7 +92,7 @@ def test_the_router_books_what_it_sends_and_feeds_the_wait_to_the_predictor() ->
 
 def test_predictions_for_a_growing_queue_grow_linearly() -> None:
     """A fitted model that counts every second of waiting twice must not compound it."""
-    r = router.Router(router.AutoRule(), {}, clock=lambda: 0.0)
+    r = router.Learner({}, clock=lambda: 0.0)
     width = len(router.FEATURE_NAMES)
     coefs = [0.0] * width
     coefs[0] = 1.0  # 1 s of service
@@ -102,28 +103,26 @@ def test_predictions_for_a_growing_queue_grow_linearly() -> None:
     for queued in range(30):
         view = views(edge_in_flight=1)[0]
         view = router.TierView("edge", view.capabilities, TierState("edge", Health.READY, 1, queued))
-        d = r.decide("edge", [view], f, router.DEFAULT_POLICY)
-        assert d.detail is not None
-        totals.append(d.detail.predictions["edge"].total_p50)
+        d = route(r, "edge", [view], f, router.DEFAULT_POLICY)
+        assert d.snapshot is not None
+        totals.append(d.snapshot.predictions["edge"].total_p50)
     assert totals[-1] == pytest.approx(1 + 2 * 30, rel=0.05)  # 29 queued + 1 unknown in service
 
 
 def test_a_tier_that_serves_requests_anyway_is_not_explored() -> None:
     policy = router.TenantPolicy(latency=router.LatencyObjective(total_ms=60_000))
     f = router.Features(20, 32, 1, TEXT, False, text="Say hello.")
-    r = router.Router(
-        router.AutoRule(), {"cloud": router.TierPrice(prompt_per_1k=0.001)}, exploration=0.1, seed=1
-    )
+    r = router.Learner({"cloud": router.TierPrice(prompt_per_1k=0.001)}, exploration=0.1, seed=1)
     picks = []
     for i in range(600):
-        d = r.decide("tiergate-auto", views(), f, policy)
+        d = route(r, "tiergate-auto", views(), f, policy)
         picks.append(d.tier)
         if i % 5 == 0:  # the cloud serves one request in five (its own, e.g. images)
-            r.observe(r.decide("cloud", views(), f, policy), "cloud", 0.1, 1.0, 10)
+            r.observe(route(r, "cloud", views(), f, policy), "cloud", 0.1, 1.0, 10)
         r.observe(d, d.tier, 0.1, 1.0, 10)
     assert picks.count("cloud") == 0  # measured every few requests: no detour there
     for _ in range(600):  # the cloud no longer serves anything: explored at about 10%
-        d = r.decide("tiergate-auto", views(), f, policy)
+        d = route(r, "tiergate-auto", views(), f, policy)
         picks.append(d.tier)
         r.observe(d, d.tier, 0.1, 1.0, 10)
     explored = picks[600:].count("cloud")

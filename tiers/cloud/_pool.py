@@ -18,13 +18,14 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
 import msgspec
 
 from tiers._errors import TierError, TierFailed, TierRejected, TierTimeout, TierUnavailable
 from tiers._events import Event, Finished
+from tiers._protocol import ReplicaListener
 from tiers._types import Capabilities, Generation, Health, Modality, TierState
 from tiers.cloud import _wire
 from tiers.cloud._balance import Balancer
@@ -39,9 +40,6 @@ log = logging.getLogger(__name__)
 _encode = msgspec.json.Encoder().encode
 _CHAT_PATH = "/v1/chat/completions"
 _JSON_HEADERS = {"Content-Type": "application/json"}
-
-# Told when a replica's health flips or it is ejected: (url, healthy, ejected for seconds, why).
-ReplicaListener = Callable[[str, bool, float, str], None]
 
 
 class _Retry(Exception):
@@ -58,9 +56,8 @@ class _Retry(Exception):
 
 
 class VLLMPool:
-    name = "cloud"
-
-    def __init__(self, config: CloudConfig, log_dir: str | None = None) -> None:
+    def __init__(self, config: CloudConfig, log_dir: str | None = None, name: str = "cloud") -> None:
+        self.name = name  # the tier's name in configuration (clients pin it by this name)
         self._config = config
         self._local = (
             LocalVLLMServer(config.local, log_dir) if not config.urls and config.local.enabled else None

@@ -46,7 +46,8 @@ def capabilities_of(model: EdgeModel) -> Capabilities:
 class InstanceSet:
     """The engine instances of one model version, and the requests inside them (for a drain)."""
 
-    def __init__(self, model: EdgeModel, config: EdgeConfig) -> None:
+    def __init__(self, model: EdgeModel, config: EdgeConfig, tier: str = "edge") -> None:
+        self._tier = tier
         self.model = model
         self.capabilities = capabilities_of(model)
         engine = config.for_model(model)
@@ -111,7 +112,7 @@ class InstanceSet:
     def pick(self, gen: Generation) -> SerialEngineTier:
         ready = [i for i in self.instances if i.health is Health.READY]
         if not ready:
-            raise TierUnavailable("edge", self.detail)
+            raise TierUnavailable(self._tier, self.detail)
         least = min(i.load for i in ready)
         candidates = [i for i in ready if i.load == least]
         chosen = self._affinity.get(gen.affinity) if gen.affinity else None

@@ -58,13 +58,12 @@ class EdgeRegistry:
     """The edge :class:`~tiers.Tier`: the active version's instances, behind a registry of versions
     (a :class:`~tiers.ModelRegistry` of :class:`EdgeModel`)."""
 
-    name = "edge"
-
-    def __init__(self, config: EdgeConfig) -> None:
+    def __init__(self, config: EdgeConfig, name: str = "edge") -> None:
+        self.name = name  # the tier's name in configuration (clients pin it by this name)
         self._config = config
         self._models = {m.name: m for m in config.model_specs()}
         first = config.active or next(iter(self._models))
-        self._active = InstanceSet(self._models[first], config)
+        self._active = InstanceSet(self._models[first], config, name)
         self._history = [first]  # activated versions, the current one last
         self._retiring: list[InstanceSet] = []
         self._closers: set[asyncio.Task[None]] = set()
@@ -173,7 +172,7 @@ class EdgeRegistry:
         if name == self.active:
             return False
         check_files(model, self._config)
-        fresh = InstanceSet(model, self._config)
+        fresh = InstanceSet(model, self._config, self.name)
         await fresh.start()
         if fresh.health is not Health.READY:
             detail = fresh.detail

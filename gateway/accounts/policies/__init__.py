@@ -7,7 +7,7 @@ The policy's own types come from the router; they are re-exported here for the p
 
 from gateway.accounts.policies._book import PolicyBook
 from gateway.accounts.policies._store import DEFAULT_KEY, PolicyChange, PolicyRecord, PolicyStore
-from router import PERIODS, STRATEGIES, PolicyInvalid, TenantPolicy, decode_policy
+from router import PERIODS, PolicyInvalid, TenantPolicy, canonical_strategy, decode_policy, strategy_names
 from tiers import Modality
 
 # The media a policy's modality rules can name.
@@ -17,12 +17,13 @@ __all__ = [
     "DEFAULT_KEY",
     "PERIODS",
     "POLICY_MEDIA",
-    "STRATEGIES",
     "PolicyBook",
     "PolicyChange",
     "PolicyInvalid",
     "PolicyRecord",
     "PolicyStore",
     "TenantPolicy",
+    "canonical_strategy",
     "decode_policy",
+    "strategy_names",
 ]

@@ -1,7 +1,8 @@
 """Admin API for the edge model registry: list versions, register one, activate (hot swap), roll back.
 
-Admin keys only, like the cloud pool's routes.  Registry errors become OpenAI-shaped answers here: an
-unknown version 404, a version that cannot be registered or loaded 400, nothing to roll back to 409.
+Admin keys only, like the cloud pool's routes.  Registry errors become OpenAI-shaped answers through the
+error table (gateway/errors.py): an unknown version 404, a version that cannot be registered or loaded 400,
+nothing to roll back to 409.
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ from litestar.di import NamedDependency
 
 from gateway.api.admin._guard import require_admin
 from gateway.api.protocol import encode
-from gateway.errors import Conflict, GatewayError, InvalidRequest, NotFound
+from gateway.errors import InvalidRequest, NotFound
 from gateway.services import Services
-from tiers import InvalidModel, ModelRegistry, NothingToRollBack, RegistryError, UnknownModel
+from tiers import ModelRegistry
 from tiers.edge import EdgeModel
 
 JSON = "application/json"
@@ -27,7 +28,7 @@ class ActivateBody(msgspec.Struct, forbid_unknown_fields=True):
 
 async def _registry(request: Request[object, object, State], services: Services) -> ModelRegistry[EdgeModel]:
     await require_admin(request, services, "the edge models are")
-    registry: ModelRegistry[EdgeModel] | None = services.edge_models
+    registry = services.edge_models
     if registry is None:
         raise NotFound("this gateway runs no edge tier")
     return registry
@@ -38,15 +39,6 @@ def _body(raw: bytes, kind: type[msgspec.Struct]) -> msgspec.Struct:
         return msgspec.json.decode(raw or b"{}", type=kind)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         raise InvalidRequest(f"invalid request body: {exc}") from exc
-
-
-def _gateway_error(exc: RegistryError) -> GatewayError:
-    if isinstance(exc, UnknownModel):
-        return NotFound(exc.message, param="name")
-    if isinstance(exc, NothingToRollBack):
-        return Conflict(exc.message)
-    assert isinstance(exc, InvalidModel)
-    return InvalidRequest(exc.message, code="invalid_model")
 
 
 def _listing(registry: ModelRegistry[EdgeModel], status: int = 200) -> Response[bytes]:
@@ -67,10 +59,7 @@ async def register_edge_model(
     registry = await _registry(request, services)
     model = _body(await request.body(), EdgeModel)
     assert isinstance(model, EdgeModel)
-    try:
-        registry.register(model)
-    except RegistryError as exc:
-        raise _gateway_error(exc) from exc
+    registry.register(model)
     return _listing(registry, 201)
 
 
@@ -81,10 +70,7 @@ async def activate_edge_model(
     registry = await _registry(request, services)
     body = _body(await request.body(), ActivateBody)
     assert isinstance(body, ActivateBody)
-    try:
-        await registry.activate(body.name)
-    except RegistryError as exc:
-        raise _gateway_error(exc) from exc
+    await registry.activate(body.name)
     return _listing(registry)
 
 
@@ -93,10 +79,7 @@ async def rollback_edge_model(
     request: Request[object, object, State], services: NamedDependency[Services]
 ) -> Response[bytes]:
     registry = await _registry(request, services)
-    try:
-        await registry.rollback()
-    except RegistryError as exc:
-        raise _gateway_error(exc) from exc
+    await registry.rollback()
     return _listing(registry)
 
 

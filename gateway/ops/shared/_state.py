@@ -20,8 +20,7 @@ from typing import Any
 
 import router
 from gateway.ops.shared._bus import Bus
-from tiers import Modality, Pool
-from tiers.cloud import VLLMPool
+from tiers import Modality, Pool, SharedReplicas
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +34,7 @@ class SharedState:
         self.bus = bus
         self._cooldown_s = breakers.cooldown_s
         self._board: router.BreakerBoard | None = None
-        self._pool: VLLMPool | None = None
+        self._pool: SharedReplicas | None = None
         self._reload: Callable[[], None] | None = None
         self._applying = False
         bus.on(BREAKER, self._on_breaker, stored=True)
@@ -52,7 +51,7 @@ class SharedState:
         reload: Callable[[], None] | None = None,
     ) -> None:
         self._board = board
-        if isinstance(pool, VLLMPool):
+        if isinstance(pool, SharedReplicas):
             self._pool = pool
             pool.watch_replicas(self.replica_changed)
         self._reload = reload

@@ -7,6 +7,8 @@
         config/tiergate.toml   the appliance's default settings
         bundle.json        version, python and platform, the model files' SHA-256
         install.py, install.sh  the installer (standard library only) and its one-line wrapper
+        tiergate_installer/    the installer's package (gateway.tools.appliance.installer), which
+                               install.py runs
         README.md
         MANIFEST.sha256    every file's SHA-256, checked before an install writes anything
 
@@ -71,6 +73,23 @@ INSTALL_SH = """\
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 exec "${PYTHON:-python3}" "$here/install.py" --from "$here" "$@"
+"""
+
+# The installer package's name inside the bundle, beside install.py (a name no system package has).
+INSTALLER_PACKAGE = "tiergate_installer"
+
+INSTALL_PY = f"""\
+# Install tiergate from this bundle (no network needed): python3 install.py --from DIR [--root DIR]
+# [--dry-run] [--rollback] [--no-start]. Standard library only: the installer is the package
+# {INSTALLER_PACKAGE}/ beside this file.
+import os
+import sys
+
+sys.dont_write_bytecode = True  # no __pycache__ in the bundle: every file in it is in its manifest
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from {INSTALLER_PACKAGE} import main
+
+sys.exit(main())
 """
 
 Say = Callable[[str], None]
@@ -225,7 +244,11 @@ def _fill(
         models["cloud"] = {"name": cloud_model.name, "files": files}
     (folder / "config").mkdir()
     (folder / "config" / installer.CONFIG).write_text(APPLIANCE_CONFIG)
-    shutil.copy2(installer.__file__, folder / "install.py")
+    package = folder / INSTALLER_PACKAGE
+    package.mkdir()
+    for module in sorted(Path(installer.__file__).parent.glob("*.py")):
+        shutil.copy2(module, package / module.name)
+    (folder / "install.py").write_text(INSTALL_PY)
     (folder / "install.sh").write_text(INSTALL_SH)
     (folder / "install.sh").chmod(0o755)
     if (source / "README.md").is_file():

@@ -3,39 +3,33 @@
 Each check gives a :class:`Finding` (ok, warn or fail) with what it saw and, when something is
 wrong, the fix. Any failure makes the command exit 1. With ``--root`` it checks an install made
 under that root (paths in the config are read under it); ports, disk and GPU are this machine's.
+
+:class:`Doctor` runs every check in order. The install's own checks are here (release, versions,
+model hashes, engines, config, user, unit, data folder and disk); those of this machine and what
+the install talks to (port, Redis/PostgreSQL, GPU) are in ``doctor_host``; ``doctor_report`` has
+the :class:`Finding` and its text and JSON forms.
 """
 
 from __future__ import annotations
 
-import contextlib
 import importlib.metadata as md
 import json
 import os
 import shutil
-import socket
 import subprocess
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Literal
-
-import httpx
 
 from gateway.settings import Settings, SettingsError, load_settings
+from gateway.tools.appliance import doctor_host as host
 from gateway.tools.appliance import installer as inst
+from gateway.tools.appliance.doctor_report import Finding, Status, as_json, render
 
-Status = Literal["ok", "warn", "fail"]
+__all__ = ["Doctor", "Finding", "Status", "as_json", "render"]
+
 REINSTALL = "reinstall the bundle: tiergate install --from BUNDLE (config and data are kept)"
 MIN_FREE_BYTES = 1 << 30  # below this: a warning
 LOW_FREE_BYTES = 200 << 20  # below this: a failure
-
-
-@dataclass(frozen=True, slots=True)
-class Finding:
-    check: str
-    status: Status
-    detail: str
-    fix: str = ""
 
 
 class Doctor:
@@ -294,94 +288,16 @@ class Doctor:
             out.append(Finding("disk", "ok", f"{gib:.1f} GiB free under {data}"))
         return out
 
+    # -- this machine and what the install talks to (gateway.tools.appliance.doctor_host) ---------
+
     def check_port(self) -> list[Finding]:
-        if self.settings is None:
-            return []
-        port = self.settings.server.port
-        with socket.socket() as sock:
-            sock.settimeout(1.0)
-            if sock.connect_ex(("127.0.0.1", port)) != 0:
-                return [Finding("port", "ok", f"port {port} is free (tiergate is not running)")]
-        try:
-            resp = httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=3)
-            tiers = resp.json().get("tiers")
-        except (httpx.HTTPError, ValueError, AttributeError):
-            tiers = None
-        if tiers is None:
-            return [
-                Finding(
-                    "port",
-                    "fail",
-                    f"port {port} is taken by another program",
-                    f"stop it (ss -ltnp 'sport = :{port}') or change server.port",
-                )
-            ]
-        states = ", ".join(f"{t['name']} {t['health']}" for t in tiers)
-        status: Status = "ok" if resp.status_code == 200 else "warn"
-        return [
-            Finding(
-                "port",
-                status,
-                f"tiergate answers on port {port}: {states}",
-                "" if status == "ok" else "journalctl -u tiergate says why no tier is ready",
-            )
-        ]
+        return [] if self.settings is None else host.check_port(self.settings.server.port)
 
     def check_shared(self) -> list[Finding]:
-        s = self.settings
-        if s is None:
-            return []
-        out = []
-        redis_urls = {u for u in (s.shared.redis_url, s.limits.redis_url) if u}
-        if s.cache.enabled and s.cache.backend == "redis":
-            redis_urls.add(s.cache.redis_url)
-        for url in sorted(redis_urls):
-            out.append(_reach("redis", url))
-        if s.storage.database_url.startswith("postgresql"):
-            out.append(_reach("postgresql", s.storage.database_url))
-        if s.shared.redis_url:
-            alone = [
-                name
-                for name, local in (
-                    ("cache.backend", s.cache.enabled and s.cache.backend != "redis"),
-                    ("limits.redis_url", not s.limits.redis_url),
-                    ("storage.database_url", not s.storage.database_url.startswith("postgresql")),
-                )
-                if local
-            ]
-            if alone:
-                out.append(
-                    Finding(
-                        "shared",
-                        "warn",
-                        f"shared.redis_url is set but {', '.join(alone)} keep state in this instance only",
-                        "README 'Scaling out' shows the settings for several gateways",
-                    )
-                )
-        return out
+        return [] if self.settings is None else host.check_shared(self.settings)
 
     def check_gpu(self) -> list[Finding]:
-        smi = shutil.which("nvidia-smi")
-        if smi is None:
-            devices = sorted(str(p) for p in Path("/dev").glob("nvidia[0-9]*"))
-            detail = f"devices {', '.join(devices)} but no nvidia-smi" if devices else "no GPU visible"
-            return [
-                Finding(
-                    "gpu", "ok", f"{detail}: the edge model runs on the CPU; vLLM runs on its own servers"
-                )
-            ]
-        done = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=20, check=False)
-        if done.returncode != 0:
-            return [
-                Finding(
-                    "gpu",
-                    "warn",
-                    f"nvidia-smi failed: {(done.stderr or done.stdout).strip()[:200]}",
-                    "check the NVIDIA driver (nvidia-smi); the edge model still runs on the CPU",
-                )
-            ]
-        gpus = [line for line in done.stdout.splitlines() if line.startswith("GPU")]
-        return [Finding("gpu", "ok", f"{len(gpus)} GPU(s): {'; '.join(gpus)[:300]}")]
+        return host.check_gpu()
 
 
 def _key(name: str) -> str:
@@ -403,49 +319,3 @@ def _owner(root: Path, uid: int) -> str | None:
         if len(parts) > 2 and parts[2] == str(uid):
             return parts[0]
     return None
-
-
-def _reach(kind: str, url: str) -> Finding:
-    where = url.split("@")[-1]  # never print a password
-    try:
-        if kind == "redis":
-            import redis
-
-            client = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
-            with contextlib.closing(client):
-                client.ping()
-        else:
-            from sqlalchemy import create_engine, text
-
-            engine = create_engine(url, connect_args={"connect_timeout": 3})
-            try:
-                with engine.connect() as conn:
-                    conn.execute(text("select 1"))
-            finally:
-                engine.dispose()
-    except Exception as exc:
-        return Finding(
-            kind,
-            "fail",
-            f"{where} cannot be reached: {str(exc).splitlines()[0][:200]}",
-            f"start {kind} or correct its URL; every gateway needs it",
-        )
-    return Finding(kind, "ok", f"{where} answers")
-
-
-def render(findings: list[Finding], root: Path) -> str:
-    lines = [f"tiergate doctor ({root})"]
-    for f in findings:
-        lines.append(f"  {f.status.upper():5} {f.check:12} {f.detail}")
-        if f.fix:
-            lines.append(f"  {'':5} {'':12} fix: {f.fix}")
-    failed = sum(f.status == "fail" for f in findings)
-    warned = sum(f.status == "warn" for f in findings)
-    lines.append("healthy" if not failed else f"broken: {failed} problem(s) to fix")
-    if warned:
-        lines[-1] += f", {warned} warning(s)"
-    return "\n".join(lines)
-
-
-def as_json(findings: list[Finding]) -> str:
-    return json.dumps([asdict(f) for f in findings], indent=2)

@@ -3,6 +3,7 @@ answers, and the execution providers handed to onnxruntime put CUDA first when i
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -26,8 +27,25 @@ pytestmark = pytest.mark.skipif(
 )
 
 
+def int8_agreement(export: Path) -> int:
+    """How many leading greedy tokens of the reference prompts the export's INT8 graph got right, as
+    the export's own check recorded it (tiergate-build.json)."""
+    record = json.loads((export / "tiergate-build.json").read_text())
+    return int(record["agreement"]["model.int8.onnx"].split("/")[0])
+
+
+def skip_a_broken_int8_export(export: Path) -> None:
+    """An INT8 graph that agrees with transformers on no reference token says nothing of the engine:
+    seen with onnxruntime's quantize_dynamic on this export (docs/edge.md, "INT8")."""
+    agreed = int8_agreement(export)
+    if agreed == 0:
+        pytest.skip(f"the export's INT8 graph agrees with transformers on {agreed} reference tokens")
+
+
 def _config(**kw: Any) -> EdgeConfig:
-    return EdgeConfig(backend="onnx", onnx_model_dir=str(EXPORT), onnx_quantized=True, threads=1, **kw)
+    # The fp32 graph: reuse must give exactly the cold engine's tokens, which an INT8 graph's
+    # activations (quantised per tensor at run time, over a different span of tokens) need not.
+    return EdgeConfig(backend="onnx", onnx_model_dir=str(EXPORT), onnx_quantized=False, threads=1, **kw)
 
 
 async def _answer(tier: OnnxTier, gen: Generation) -> Completion:

@@ -1,211 +1,38 @@
-"""Install tiergate from an offline bundle as a hardened systemd service; upgrade and roll back.
-
-Standard library only: the bundle ships this file as ``install.py`` and its ``install.sh`` runs it
-with the machine's own ``python3`` before anything of tiergate is installed.
-
-What an install writes, under ``--root`` (default ``/``)::
-
-    opt/tiergate/releases/<version>-<bundle id>/   venv/ (pip --no-index from the bundle's wheels),
-                                                   models/ (the cloud model, when bundled), bundle.json
-    opt/tiergate/current -> releases/...           the release the service runs
-    opt/tiergate/previous -> releases/...          what `--rollback` returns to
-    etc/tiergate/tiergate.toml                     written once; an upgrade keeps it (new defaults:
-                                                   tiergate.toml.dist beside it)
-    var/lib/tiergate/                              data (ledger, cache, keys); never touched by upgrades
-    etc/systemd/system/tiergate.service            the unit, enabled for multi-user.target
-    usr/lib/sysusers.d/tiergate.conf               the system user `tiergate`
-    usr/local/bin/tiergate -> opt/tiergate/current/venv/bin/tiergate
-
-Nothing is fetched from a network: every wheel comes from the bundle, whose checksums are verified
-before anything is written.
-"""
+"""The :class:`Installer`: lays a verified bundle out as a release (its own environment, models,
+config, data folder, user and unit), makes it current and prunes old ones; rolls back to the
+previous release; with ``dry_run``, lists every file it would write. Standard library only."""
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import hashlib
-import json
 import os
 import pwd
 import shutil
 import subprocess
 import sys
-import sysconfig
-import tarfile
-import tempfile
 import zipfile
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-PREFIX = Path("opt/tiergate")
-ETC = Path("etc/tiergate")
-STATE = Path("var/lib/tiergate")
-UNIT = Path("etc/systemd/system/tiergate.service")
-WANTS = Path("etc/systemd/system/multi-user.target.wants/tiergate.service")
-SYSUSERS = Path("usr/lib/sysusers.d/tiergate.conf")
-BIN_LINK = Path("usr/local/bin/tiergate")
-USER = "tiergate"
-MANIFEST = "MANIFEST.sha256"
-INFO = "bundle.json"
-CONFIG = "tiergate.toml"
-KEEP_RELEASES = 3
-
-Say = Callable[[str], None]
-
-
-class InstallError(RuntimeError):
-    """The install cannot go on; the message says why and what to do."""
-
-
-# -- the unit -------------------------------------------------------------------------------------
-
-UNIT_TEXT = """\
-# tiergate, installed by `tiergate install`. Local changes: `systemctl edit tiergate` (a drop-in),
-# not this file, which an upgrade rewrites.
-[Unit]
-Description=tiergate OpenAI-compatible gateway (edge model + vLLM pool)
-Documentation=file:///opt/tiergate/current/README.md
-After=network-online.target
-Wants=network-online.target
-
-[Service]
-Type=exec
-User=tiergate
-Group=tiergate
-ExecStart=/opt/tiergate/current/venv/bin/tiergate serve --config /etc/tiergate/tiergate.toml
-ExecReload=/bin/kill -HUP $MAINPID
-Restart=on-failure
-RestartSec=2s
-# SIGTERM: stop accepting, finish in-flight requests (server.shutdown_grace_s, 30 s), then exit.
-KillSignal=SIGTERM
-TimeoutStopSec=45s
-Environment=HOME=/var/lib/tiergate
-WorkingDirectory=/var/lib/tiergate
-StateDirectory=tiergate
-StateDirectoryMode=0750
-ConfigurationDirectory=tiergate
-StandardOutput=journal
-StandardError=journal
-SyslogIdentifier=tiergate
-UMask=0027
-
-# Hardening: the gateway needs its data folder, loopback/network sockets and nothing else.
-NoNewPrivileges=yes
-ProtectSystem=strict
-ProtectHome=yes
-PrivateTmp=yes
-ProtectKernelTunables=yes
-ProtectKernelModules=yes
-ProtectKernelLogs=yes
-ProtectControlGroups=yes
-ProtectClock=yes
-ProtectHostname=yes
-RestrictSUIDSGID=yes
-RestrictRealtime=yes
-RestrictNamespaces=yes
-LockPersonality=yes
-RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX
-SystemCallArchitectures=native
-CapabilityBoundingSet=
-AmbientCapabilities=
-
-# Resource limits (raise them in a drop-in on a bigger box).
-LimitNOFILE=65536
-TasksMax=1024
-MemoryMax=80%
-
-[Install]
-WantedBy=multi-user.target
-"""
-
-SYSUSERS_TEXT = 'u tiergate - "tiergate gateway" /var/lib/tiergate /usr/sbin/nologin\n'
-
-
-# -- the bundle -----------------------------------------------------------------------------------
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def python_tag() -> str:
-    return f"cp{sys.version_info.major}{sys.version_info.minor}"
-
-
-def platform_tag() -> str:
-    return sysconfig.get_platform().replace("-", "_").replace(".", "_")
-
-
-@dataclass(frozen=True)
-class Bundle:
-    folder: Path
-    info: dict[str, object]
-    digest: str  # sha256 of the manifest: the bundle's identity
-
-    @property
-    def version(self) -> str:
-        return str(self.info["version"])
-
-    @property
-    def release(self) -> str:
-        return f"{self.version}-{self.digest[:12]}"
-
-    @property
-    def wheels(self) -> Path:
-        return self.folder / "wheels"
-
-
-@contextlib.contextmanager
-def opened(path: Path) -> Iterator[Path]:
-    """A bundle folder, or a .tar/.tar.gz of one unpacked into a temporary folder."""
-    if path.is_dir():
-        yield path
-        return
-    if not path.is_file() or not tarfile.is_tarfile(path):
-        raise InstallError(f"{path} is neither a bundle folder nor a bundle archive (.tar, .tar.gz)")
-    with tempfile.TemporaryDirectory(prefix="tiergate-bundle-") as tmp, tarfile.open(path) as archive:
-        archive.extractall(tmp, filter="data")
-        tops = [p for p in Path(tmp).iterdir() if p.is_dir()]
-        yield tops[0] if len(tops) == 1 and (tops[0] / MANIFEST).exists() else Path(tmp)
-
-
-def verify(folder: Path) -> Bundle:
-    """Check every file against the manifest and the bundle against this machine."""
-    manifest = folder / MANIFEST
-    if not manifest.is_file():
-        raise InstallError(
-            f"{folder} has no {MANIFEST}: not a tiergate bundle (make one with `tiergate bundle`)"
-        )
-    listed: dict[str, str] = {}
-    for line in manifest.read_text().splitlines():
-        digest, _, name = line.partition("  ")
-        if name:
-            listed[name] = digest
-    present = {str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST}
-    if unlisted := sorted(present - set(listed)):
-        raise InstallError(f"files not in the bundle's manifest: {', '.join(unlisted[:5])}")
-    for name, digest in listed.items():
-        path = folder / name
-        if not path.is_file():
-            raise InstallError(f"the bundle is incomplete: {name} is missing; copy the bundle again")
-        if sha256_file(path) != digest:
-            raise InstallError(f"the bundle is damaged: {name} does not match its checksum; copy it again")
-    info = json.loads((folder / INFO).read_text())
-    if info.get("python") != python_tag() or info.get("platform") != platform_tag():
-        raise InstallError(
-            f"this bundle was built for {info.get('python')} on {info.get('platform')}; this machine runs "
-            f"{python_tag()} on {platform_tag()}: build the bundle on a machine like this one"
-        )
-    return Bundle(folder, info, hashlib.sha256(manifest.read_bytes()).hexdigest())
-
-
-# -- what gets written ----------------------------------------------------------------------------
+from .bundle_check import Bundle
+from .layout import (
+    BIN_LINK,
+    CONFIG,
+    ETC,
+    INFO,
+    KEEP_RELEASES,
+    MANIFEST,
+    PREFIX,
+    STATE,
+    SYSUSERS,
+    SYSUSERS_TEXT,
+    UNIT,
+    UNIT_TEXT,
+    USER,
+    WANTS,
+    InstallError,
+    Say,
+)
 
 
 def venv_files(bundle: Bundle, venv: Path) -> list[Path]:
@@ -474,34 +301,3 @@ def _relocate(venv: Path, root: Path) -> None:
                 text = path.read_text()
                 if old in text:
                     path.write_text(text.replace(old, new))
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="install.py", description="Install tiergate from an offline bundle."
-    )
-    parser.add_argument("--from", dest="bundle", type=Path, help="bundle folder or archive")
-    parser.add_argument("--root", type=Path, default=Path("/"), help="install under this root (default /)")
-    parser.add_argument(
-        "--dry-run", action="store_true", help="print every file it would write; write nothing"
-    )
-    parser.add_argument("--rollback", action="store_true", help="make the previous release current again")
-    parser.add_argument("--no-start", action="store_true", help="do not (re)start the service")
-    args = parser.parse_args(argv)
-    installer = Installer(args.root.resolve(), dry_run=args.dry_run, start=not args.no_start)
-    try:
-        if args.rollback:
-            installer.rollback()
-        elif args.bundle is None:
-            parser.error("--from BUNDLE is required (or --rollback)")
-        else:
-            with opened(args.bundle) as folder:
-                installer.install(verify(folder))
-    except InstallError as exc:
-        print(f"tiergate install: {exc}", file=sys.stderr)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -10,7 +10,7 @@ times load), so non-negative coefficients are physical (seconds per unit) and th
 predict a negative time for a request unlike those it saw.  The total-time model is in effect
 time to first token + expected output tokens × seconds per token at the current load; the
 expected output is ``max_tokens`` × the share answers to requests like this one used
-(:mod:`router._output`).
+(:mod:`router._learning.output`).
 
 The request path only takes dot products of the fitted coefficients (microseconds); fitting
 happens in the background on a window of recent observations (:func:`fit_tier`, run in a
@@ -114,9 +114,9 @@ def design(
     """The feature vector of ``features`` at a tier now (order: :data:`FEATURE_NAMES`);
     ``share``: the expected share of ``max_tokens`` the answer will use; ``others_load``: requests
     in flight or queued at the other tiers; ``wait``: (busy_s, ahead_s), the predicted time left
-    of the requests the tier is serving and of those queued (:class:`router._work.WorkBook`),
+    of the requests the tier is serving and of those queued (:class:`router._learning.work.WorkBook`),
     else their counts × ``mean_service_s``; ``prompt_tokens``: the prompt's length in the tier's
-    tokens (:mod:`router._tokens`), else the request's plain estimate."""
+    tokens (:mod:`router._learning.tokens`), else the request's plain estimate."""
     busy_s, ahead_s = wait or (state.in_flight * mean_service_s, state.queued * mean_service_s)
     out_k = (features.max_tokens or DEFAULT_OUTPUT_TOKENS) * share / 1000
     prompt_k = (features.prompt_tokens if prompt_tokens is None else prompt_tokens) / 1000

@@ -46,11 +46,24 @@ class WorkBook:
         self._slots: dict[str, int] = {}  # the most requests each tier was seen serving at once
         self._tickets = itertools.count(1)
 
-    def add(self, tier: str, service_s: float, now: float, wait: tuple[float, float], queues: bool) -> int:
+    def ticket(self) -> int:
+        """A new ticket, for a request to be added later."""
+        return next(self._tickets)
+
+    def add(
+        self,
+        tier: str,
+        service_s: float,
+        now: float,
+        wait: tuple[float, float],
+        queues: bool,
+        ticket: int | None = None,
+    ) -> int:
         """A request sent to ``tier`` now, predicted to take ``service_s`` once begun; ``wait``:
         the (busy, ahead) this book gave for it; ``queues``: whether it waits for a slot
-        (:meth:`queues`).  Returns its ticket for :meth:`done`."""
-        ticket = next(self._tickets)
+        (:meth:`queues`); ``ticket``: one :meth:`ticket` gave, else a new one.  Returns its
+        ticket for :meth:`done`."""
+        ticket = next(self._tickets) if ticket is None else ticket
         entries = self._tiers.setdefault(tier, OrderedDict())
         start = now + (wait[0] + wait[1] if queues else 0.0)
         entries[ticket] = _Entry(start, service_s)

@@ -1,0 +1,217 @@
+"""Stage 10, record: once an answer ends, the tenant's tokens are charged, one ledger row is written
+and the live view notes the request.
+
+A 200's row is on disk (the ledger's write-ahead file) before the answer's last event goes on, so
+before a JSON response is sent and before a stream's ``data: [DONE]``.  Failed requests, streams
+cut off by the tier and clients that leave mid-stream get a row too, written without waiting.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass
+
+import msgspec
+
+from gateway.accounts.ledger import Charge, Ledger, LedgerRow, PriceBook, new_entry_id
+from gateway.accounts.tenants import Caller, Demand, RateLimiter, Tenant
+from gateway.api.protocol import AudioPart, ChatCompletionRequest, ImagePart, VideoPart
+from gateway.errors import PermissionDenied, error_body, to_gateway_error
+from gateway.ops.activity import Activity, Decision
+from gateway.ops.metrics import Metrics
+from gateway.ops.tracing import Tracing
+from gateway.pipeline.answer import Answer, Routed
+from gateway.pipeline.caching import CacheStatus
+from router import NO_MEDIA, MediaSummary
+from tiers import Event, Finished, Usage
+
+CLIENT_GONE = "the client went away before the stream ended"
+
+
+def demand_of(request: ChatCompletionRequest, media: MediaSummary = NO_MEDIA) -> Demand:
+    """Parts counted from the request; seconds from what preprocessing measured (``media``)."""
+    images = audio = video = 0
+    for message in request.messages:
+        if isinstance(message.content, list):
+            for part in message.content:
+                if isinstance(part, ImagePart):
+                    images += 1
+                elif isinstance(part, AudioPart):
+                    audio += 1
+                elif isinstance(part, VideoPart):
+                    video += 1
+    return Demand(
+        images=images,
+        audio=audio,
+        video=video,
+        video_seconds=math.ceil(media.video_seconds),
+        audio_seconds=math.ceil(media.audio_seconds),
+    )
+
+
+@dataclass(slots=True)
+class Call:
+    """One request as the ledger will see it."""
+
+    caller: Caller
+    tenant: Tenant
+    request: ChatCompletionRequest
+    request_id: str
+    demand: Demand
+    ts: float
+    started: float
+
+
+class Recorder:
+    def __init__(
+        self,
+        limiter: RateLimiter,
+        ledger: Ledger | None,
+        prices: PriceBook,
+        metrics: Metrics,
+        tracing: Tracing,
+        activity: Activity | None = None,
+    ) -> None:
+        self._limiter = limiter
+        self._ledger = ledger
+        self._prices = prices
+        self._metrics = metrics
+        self._tracing = tracing
+        self._activity = activity
+
+    def begin(self, caller: Caller, request: ChatCompletionRequest, request_id: str) -> Call:
+        if caller.tenant is None:
+            raise PermissionDenied("admin keys manage tenants; chat with a tenant's key")
+        return Call(
+            caller, caller.tenant, request, request_id, demand_of(request), time.time(), time.perf_counter()
+        )
+
+    async def recorded(self, call: Call, answer: Answer) -> Answer:
+        """``answer`` with its end recorded: at once when it was read whole, else as its stream ends
+        (a stream's first byte is ready now: its ttft)."""
+        ttft_ms = (time.perf_counter() - call.started) * 1000 if call.request.stream else None
+        if answer.finished is not None and not call.request.stream:
+            await self._finished(call, answer.routed, answer.model, answer.finished.usage, ttft_ms)
+            return answer
+        return dataclasses.replace(answer, events=self._recording(call, answer, ttft_ms))
+
+    async def _recording(
+        self, call: Call, answer: Answer, ttft_ms: float | None
+    ) -> AsyncGenerator[Event, None]:
+        routed, events = answer.routed, answer.events
+        ended: Finished | None = None
+        status, error = 499, CLIENT_GONE
+        try:
+            try:
+                async for event in events:
+                    if isinstance(event, Finished):
+                        ended = event
+                        break
+                    yield event
+            except Exception as exc:  # the tier failed after the answer began
+                body = msgspec.json.encode(error_body(to_gateway_error(exc))).decode()
+                status, error = 502, f"the tier failed mid-stream: {body}"
+                raise
+            ended = ended or Finished("stop", Usage(0, 0))  # a stream that ended without saying why
+            await self._finished(call, routed, answer.model, ended.usage, ttft_ms)
+            status = 200
+            yield ended
+        finally:
+            if status != 200:
+                self._note(call, routed, status)
+                if self._ledger is not None:
+                    self._ledger.submit(
+                        self._row(call, routed, answer.model, Usage(0, 0), ttft_ms, error=error)
+                    )
+            await events.aclose()
+
+    async def _finished(
+        self, call: Call, routed: Routed, model: str, usage: Usage, ttft_ms: float | None
+    ) -> None:
+        self._note(call, routed, 200)
+        await self._limiter.charge_tokens(call.tenant, usage.total_tokens)
+        if self._ledger is not None:
+            row = self._row(call, routed, model, usage, ttft_ms)
+            started = time.perf_counter()
+            with self._tracing.span("ledger.write"):
+                await self._ledger.record(row)
+            self._metrics.ledger_written(time.perf_counter() - started)
+
+    def failed(self, call: Call, exc: Exception) -> None:
+        error = to_gateway_error(exc)
+        self._note(call, None, error.status, error.message)
+        if self._ledger is not None:
+            row = self._row(call, None, "", Usage(0, 0), None, status=error.status, error=error.message)
+            self._ledger.submit(row)
+
+    def _note(self, call: Call, routed: Routed | None, status: int, reason: str = "") -> None:
+        if self._activity is None:
+            return
+        self._activity.note(
+            Decision(
+                ts=call.ts,
+                tenant=call.tenant.name,
+                model_asked=call.request.model,
+                tier=routed.tier if routed is not None else "",
+                reason=routed.reason if routed is not None else reason,
+                cache=routed.cache.value if routed is not None else "bypass",
+                status=status,
+                latency_ms=(time.perf_counter() - call.started) * 1000,
+                degraded=routed.degraded if routed is not None else (),
+            )
+        )
+
+    def _row(
+        self,
+        call: Call,
+        routed: Routed | None,
+        model: str,
+        usage: Usage,
+        ttft_ms: float | None,
+        *,
+        status: int = 200,
+        error: str | None = None,
+    ) -> LedgerRow:
+        prompt, completion = usage.prompt_tokens, usage.completion_tokens
+        tier = routed.tier if routed is not None else ""
+        hit = routed is not None and routed.cache is CacheStatus.HIT
+        total_s = time.perf_counter() - call.started
+        images, media_s = call.demand.images, float(call.demand.video_seconds + call.demand.audio_seconds)
+        # A cached answer ran no model: it costs nothing, and saves what the tier would have charged.
+        busy_s = 0.0 if hit else total_s
+        charge = self._prices.charge(tier, model, prompt, completion, images, media_s, busy_s)
+        if tier and tier != self._prices.counterfactual_tier:
+            counterfactual = self._prices.counterfactual(prompt, completion, images, media_s, total_s)
+        else:
+            counterfactual = charge.cost_nusd
+        if hit:
+            charge = Charge(None, 0)
+        return LedgerRow(
+            entry_id=new_entry_id(),
+            request_id=call.request_id,
+            tenant_id=call.tenant.id,
+            key_id=call.caller.key_id,
+            ts=call.ts,
+            day=time.strftime("%Y-%m-%d", time.gmtime(call.ts)),
+            model_asked=call.request.model,
+            tier=tier,
+            model_used=model,
+            route_reason=routed.reason if routed is not None else "",
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            images=call.demand.images,
+            audio=call.demand.audio,
+            video=call.demand.video,
+            ttft_ms=ttft_ms,
+            total_ms=total_s * 1000,
+            cache_hit=hit,
+            degraded=bool(routed is not None and routed.degraded),
+            status=status,
+            error=error,
+            price_id=charge.price_id,
+            cost_nusd=charge.cost_nusd,
+            counterfactual_nusd=counterfactual,
+        )

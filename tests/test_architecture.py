@@ -1,0 +1,227 @@
+"""The house rules of DESIGN.md that code review alone lets slip: which way imports run, no cycles,
+no reaching into another package's private modules, small modules and folders.
+
+Read from the source with ``ast`` (nothing is imported), so a violation anywhere fails here even
+in a module no other test loads.  Imports under ``if TYPE_CHECKING:`` are left out: they are for
+the type checker and run nothing.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("gateway", "router", "tiers", "cache", "admin_ui")
+MAX_MODULE_LINES = 400
+MAX_FOLDER_ENTRIES = 14  # modules and sub-packages of one package: "about a dozen"
+
+# What a package may never import (DESIGN.md, "Which way the imports run").
+FORBIDDEN = {
+    "gateway": ("admin_ui",),
+    "router": ("gateway", "cache", "admin_ui", "tiers.edge", "tiers.cloud"),
+    "cache": ("gateway", "router", "admin_ui", "tiers"),
+    "tiers": ("gateway", "router", "cache", "admin_ui"),
+    "tiers.edge": ("tiers.cloud",),
+    "tiers.cloud": ("tiers.edge",),
+    "admin_ui": ("router", "tiers", "cache"),
+}
+
+
+@dataclass(frozen=True)
+class Import:
+    importer: str  # the importing module, dotted
+    target: str  # the imported module, dotted
+    line: int
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def package_of(module: str, path: Path) -> str:
+    return module if path.name == "__init__.py" else module.rpartition(".")[0]
+
+
+def sources() -> Iterator[Path]:
+    for package in PACKAGES:
+        yield from sorted((ROOT / package).rglob("*.py"))
+
+
+MODULES = {module_name(p): p for p in sources()}
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _runtime_nodes(tree: ast.AST) -> Iterator[ast.AST]:
+    """Every node but those under ``if TYPE_CHECKING:``."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            for other in node.orelse:
+                yield other
+                yield from _runtime_nodes(other)
+            continue
+        yield node
+        yield from _runtime_nodes(node)
+
+
+def imports_of(path: Path) -> Iterator[Import]:
+    importer = module_name(path)
+    package = package_of(importer, path)
+    for node in _runtime_nodes(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield Import(importer, alias.name, node.lineno)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                source = ".".join([*base, node.module] if node.module else base)
+            else:
+                source = node.module or ""
+            for alias in node.names:
+                submodule = f"{source}.{alias.name}"
+                yield Import(importer, submodule if submodule in MODULES else source, node.lineno)
+
+
+IMPORTS = [imp for path in MODULES.values() for imp in imports_of(path)]
+FIRST_PARTY = [imp for imp in IMPORTS if imp.target.split(".")[0] in PACKAGES]
+
+
+def _within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def test_imports_run_one_way() -> None:
+    wrong = [
+        f"{imp.importer}:{imp.line} imports {imp.target}"
+        for imp in FIRST_PARTY
+        for owner, banned in FORBIDDEN.items()
+        if _within(imp.importer, owner) and any(_within(imp.target, b) for b in banned)
+    ]
+    assert not wrong, "imports against the layering of DESIGN.md:\n" + "\n".join(wrong)
+
+
+def test_no_module_imports_another_packages_private_module() -> None:
+    wrong = []
+    for imp in FIRST_PARTY:
+        parts = imp.target.split(".")
+        private = next((i for i, p in enumerate(parts) if p.startswith("_") and not p.startswith("__")), None)
+        if private is None:
+            continue
+        owner = ".".join(parts[:private])
+        if not _within(imp.importer, owner):
+            wrong.append(f"{imp.importer}:{imp.line} imports {imp.target}, private to {owner}")
+    assert not wrong, "\n".join(wrong)
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in graph.get(node, ()):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_cycle_finder_sees_a_cycle() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycles() -> None:
+    graph: dict[str, set[str]] = {m: set() for m in MODULES}
+    for imp in FIRST_PARTY:
+        if imp.target in MODULES and imp.target != imp.importer:
+            graph[imp.importer].add(imp.target)
+    cycles = _cycles(graph)
+    assert not cycles, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_modules_fit_on_a_few_screens(module: str) -> None:
+    lines = len(MODULES[module].read_text().splitlines())
+    assert lines <= MAX_MODULE_LINES, f"{module} has {lines} lines (at most {MAX_MODULE_LINES})"
+
+
+def test_no_folder_is_a_flat_heap() -> None:
+    crowded = []
+    for package in {package_of(m, p) for m, p in MODULES.items()}:
+        folder = ROOT.joinpath(*package.split("."))
+        entries = [p for p in folder.iterdir() if p.suffix == ".py" or (p / "__init__.py").is_file()]
+        if len(entries) > MAX_FOLDER_ENTRIES:
+            crowded.append(f"{package}: {len(entries)}")
+    assert not crowded, f"folders of more than {MAX_FOLDER_ENTRIES} modules: {crowded}"
+
+
+TIER_MEMBERS = {"capabilities", "generate", "complete", "stream", "replicas"}
+
+
+def _concrete_tier_classes() -> set[str]:
+    """Classes of the backends (tiers.edge, tiers.cloud) that are tiers or parts of one: they
+    define a member of the Tier or Pool protocol."""
+    names = set()
+    for module, path in MODULES.items():
+        if _within(module, "tiers.edge") or _within(module, "tiers.cloud"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.ClassDef):
+                    members = {
+                        m.name for m in node.body if isinstance(m, ast.FunctionDef | ast.AsyncFunctionDef)
+                    }
+                    if members & TIER_MEMBERS:
+                        names.add(node.name)
+    return names
+
+
+def test_nothing_outside_tiers_checks_a_concrete_tier_class() -> None:
+    concrete = _concrete_tier_classes()
+    wrong = []
+    for module, path in MODULES.items():
+        if _within(module, "tiers"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id == "isinstance"
+            ):
+                classes = node.args[1] if len(node.args) > 1 else None
+                named = [c for c in ast.walk(classes) if isinstance(c, ast.Name)] if classes else []
+                wrong += [f"{module}:{node.lineno} isinstance(…, {c.id})" for c in named if c.id in concrete]
+    assert not wrong, "\n".join(wrong)
