@@ -34,12 +34,15 @@ RULE = router.AutoRule()
 
 
 class FakeTier:
-    """Answers "<name> answer #<n>"; ``fail_images`` makes image requests fail like a 5xx."""
+    """Answers "<name> answer #<n>"; ``fail_images`` makes image requests fail like a 5xx, ``down`` every
+    request before its first event, ``fail_after`` (pieces) a request midway."""
 
     def __init__(self, name: str, modalities: set[Modality]) -> None:
         self.name = name
         self.calls: list[Generation] = []
         self.fail_images = False
+        self.down = False
+        self.fail_after: int | None = None
         self._caps = Capabilities(frozenset(modalities), 4096, f"{name}-model")
 
     @property
@@ -61,11 +64,15 @@ class FakeTier:
         )
         if self.fail_images and has_image:
             raise TierUnavailable(self.name, "replica answered 500: vision encoder crashed")
+        if self.down:
+            raise TierUnavailable(self.name, "connection refused")
 
     async def generate(self, gen: Generation) -> AsyncGenerator[Event, None]:
         self._check(gen)
         yield Started(model=self._caps.model)
-        for piece in (f"{self.name} ", "answer ", f"#{len(self.calls)}"):
+        for n, piece in enumerate((f"{self.name} ", "answer ", f"#{len(self.calls)}")):
+            if n == self.fail_after:
+                raise TierUnavailable(self.name, "the connection dropped")
             yield TextDelta(piece)
         yield Finished("stop", Usage(3, 3))
 
@@ -169,3 +176,40 @@ async def test_fail_instead_of_degrade_is_a_503(tmp_path: Path) -> None:
     # and a tenant policy can override the setting per request
     routed, _ = await complete(chat, request(IMAGE), "r", RequestContext(fail_instead_of_degrade=False))
     assert routed.degraded == ("image",)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_tier_failing_before_its_first_event_fails_over_to_the_next(
+    tmp_path: Path, stream: bool
+) -> None:
+    chat, edge, cloud = service(tmp_path)
+    edge.down = True
+    if stream:
+        start = await streamed(chat, request(stream=True), "r", RequestContext())
+        routed, sent = start.routed, b"".join([e async for e in start.events])
+        assert b"cloud answer #1" not in sent and b'"cloud "' in sent and sent.endswith(b"data: [DONE]\n\n")
+    else:
+        routed, body = await complete(chat, request(), "r", RequestContext())
+        assert body.choices[0].message.content == "cloud answer #1"
+    assert routed.tier == "cloud" and "edge: connection refused, failed over" in routed.reason
+    assert len(edge.calls) == len(cloud.calls) == 1
+
+
+async def test_a_stream_failing_after_its_first_event_ends_with_an_error_and_no_failover(
+    tmp_path: Path,
+) -> None:
+    chat, edge, cloud = service(tmp_path)
+    edge.fail_after = 1
+    start = await streamed(chat, request(stream=True), "r", RequestContext())
+    assert start.routed.tier == "edge"
+    sent = [e async for e in start.events]
+    assert b'"edge "' in sent[0]  # the role and the first piece
+    assert b'"error"' in sent[-1] and b"the connection dropped" in sent[-1]
+    assert not cloud.calls
+
+
+async def test_a_json_answer_failing_midway_is_answered_by_the_next_tier(tmp_path: Path) -> None:
+    chat, edge, _ = service(tmp_path)
+    edge.fail_after = 1  # the client has seen nothing of it
+    routed, body = await complete(chat, request(), "r", RequestContext())
+    assert routed.tier == "cloud" and body.choices[0].message.content == "cloud answer #1"

@@ -41,8 +41,6 @@ _encode = msgspec.json.Encoder().encode
 _CHAT_PATH = "/v1/chat/completions"
 _JSON_HEADERS = {"Content-Type": "application/json"}
 
-# Told when a replica's health flips or it is ejected: (url, healthy, ejected for seconds, why).
-
 
 class _Retry(Exception):
     """This replica failed before the client saw anything; another may serve the request.
