@@ -103,6 +103,23 @@ def _raise_template_error(message: str) -> None:
     raise ValueError(f"chat template: {message}")
 
 
+def broken_int8(folder: Path) -> str:
+    """Why the export's INT8 graph must not serve, or "" when it may: the export's own check
+    (``tiergate-build.json``) found it agreeing with transformers on no reference token, so its answers
+    are noise (seen with quantize_dynamic and the packages of December 2026; docs/edge.md, "INT8")."""
+    record = folder / "tiergate-build.json"
+    if not record.exists():
+        return ""
+    agreement = json.loads(record.read_text()).get("agreement", {}).get(INT8_FILE, "")
+    if not agreement.startswith("0/"):
+        return ""
+    return (
+        f"the export's INT8 graph agrees with transformers on {agreement.split(' ')[0]} reference tokens "
+        "(tiergate-build.json): its answers would be noise; serve the fp32 graph "
+        "(edge.onnx_quantized = false)"
+    )
+
+
 class OnnxTier(SerialEngineTier):
     thread_name = "onnx"
 
@@ -137,6 +154,10 @@ class OnnxTier(SerialEngineTier):
         path = self.model_file
         if not path.exists():
             raise FileNotFoundError(f"{path} does not exist (run: tiergate models export-onnx)")
+        if self._config.onnx_quantized:
+            refused = broken_int8(path.parent)
+            if refused:
+                raise ValueError(refused)
         shape = DecoderShape.read(path.parent)
         options = ort.SessionOptions()
         options.intra_op_num_threads = self._config.threads or default_threads()
