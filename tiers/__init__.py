@@ -16,11 +16,30 @@ from tiers._errors import (
     TierUnavailable,
     UnknownModel,
 )
-from tiers._events import Event, EventStream, Finished, Started, TextDelta, collect
+from tiers._events import (
+    Choice,
+    ChoiceDone,
+    Completion,
+    Event,
+    EventStream,
+    Finished,
+    Logprobs,
+    Started,
+    TextDelta,
+    TokenLogprob,
+    ToolCall,
+    ToolCallDelta,
+    TopLogprob,
+    assemble,
+    collect,
+    decode_events,
+    encode_events,
+)
 from tiers._protocol import ModelRegistry, Pool, ReplicaListener, SharedReplicas, Tier
 from tiers._types import (
+    ALL_ABILITIES,
+    Ability,
     Capabilities,
-    Completion,
     Generation,
     Health,
     MediaLimits,
@@ -30,7 +49,11 @@ from tiers._types import (
 )
 
 __all__ = [
+    "ALL_ABILITIES",
+    "Ability",
     "Capabilities",
+    "Choice",
+    "ChoiceDone",
     "Completion",
     "Event",
     "EventStream",
@@ -38,6 +61,7 @@ __all__ = [
     "Generation",
     "Health",
     "InvalidModel",
+    "Logprobs",
     "MediaLimits",
     "Modality",
     "ModelRegistry",
@@ -48,6 +72,10 @@ __all__ = [
     "SharedReplicas",
     "Started",
     "TextDelta",
+    "TokenLogprob",
+    "ToolCall",
+    "ToolCallDelta",
+    "TopLogprob",
     "Tier",
     "TierError",
     "TierFailed",
@@ -58,7 +86,10 @@ __all__ = [
     "TierUnavailable",
     "UnknownModel",
     "Usage",
+    "assemble",
     "collect",
+    "decode_events",
+    "encode_events",
     "split_cpus",
     "usable_cpus",
 ]

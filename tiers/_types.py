@@ -19,6 +19,21 @@ class Modality(enum.StrEnum):
     VIDEO = "video"
 
 
+class Ability(enum.StrEnum):
+    """What a tier can do for a request beyond plain text; the router sends a request that needs
+    one only to tiers that have it (a request pinned to one without it is a 400 naming it)."""
+
+    TOOLS = "tools"  # function tools and tool_choice (none, auto, required, a named function)
+    JSON_OBJECT = "json_object"  # response_format json_object
+    JSON_SCHEMA = "json_schema"  # response_format json_schema
+    LOGPROBS = "logprobs"  # logprobs and top_logprobs
+    CHOICES = "n"  # n > 1 answers to one request
+    LOGIT_BIAS = "logit_bias"
+
+
+ALL_ABILITIES = frozenset(Ability)
+
+
 class Health(enum.StrEnum):
     STARTING = "starting"  # not yet able to serve, expected to become ready
     READY = "ready"
@@ -47,6 +62,7 @@ class Capabilities:
     # The model's declared quality level in [0, 1], compared by the router with a request's estimated
     # difficulty (a strong/weak threshold); set per model in configuration.
     quality: float = 0.5
+    abilities: frozenset[Ability] = ALL_ABILITIES
 
     def accepts(self, needed: frozenset[Modality]) -> bool:
         return needed <= self.modalities
@@ -103,22 +119,51 @@ class Generation:
     # may send the text in fewer, larger pieces if that is cheaper (the cloud pool then asks vLLM for
     # one JSON body: streaming costs the gateway ~3 µs per token to read).
     stream: bool = False
+    # -- what OpenAI's Chat Completions add (plain JSON as the client sent it, validated) --
+    # Function tools: [{"type": "function", "function": {"name", "description", "parameters", "strict"}}].
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    # "none", "auto", "required", or {"type": "function", "function": {"name": ...}}; None: "auto"
+    # when there are tools.
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool = True
+    # {"type": "json_object"} or {"type": "json_schema", "json_schema": {"name", "schema", "strict"}};
+    # None for plain text.
+    response_format: dict[str, Any] | None = None
+    logprobs: bool = False
+    top_logprobs: int = 0  # alternatives per token, with logprobs
+    logit_bias: dict[int, float] = field(default_factory=dict)  # token id -> bias in [-100, 100]
+    n: int = 1  # answers to sample (choices 0 .. n-1)
+    # vLLM's sampling extras, honoured by every tier (None / default: the engine's own default).
+    top_k: int | None = None
+    min_p: float | None = None
+    repetition_penalty: float | None = None
+    min_tokens: int = 0
+    ignore_eos: bool = False
+    stop_token_ids: list[int] = field(default_factory=list)
+
+    @property
+    def tool_mode(self) -> str:
+        """How tools may be used: "none", "auto", "required" or "named" (see :attr:`forced_tool`)."""
+        if not self.tools or self.tool_choice == "none":
+            return "none"
+        if isinstance(self.tool_choice, dict):
+            return "named"
+        return self.tool_choice or "auto"
+
+    @property
+    def forced_tool(self) -> str | None:
+        """The function a named tool_choice forces, else None."""
+        if isinstance(self.tool_choice, dict):
+            return str(self.tool_choice["function"]["name"])
+        return None
 
 
 @dataclass(frozen=True, slots=True)
 class Usage:
     prompt_tokens: int
     completion_tokens: int
+    cached_tokens: int = 0  # prompt tokens served from a prefix cache (prompt_tokens_details)
 
     @property
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
-
-
-@dataclass(frozen=True, slots=True)
-class Completion:
-    text: str
-    finish_reason: str
-    usage: Usage
-    model: str
-    instance: str = ""  # which replica or engine instance served it
