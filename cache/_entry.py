@@ -5,20 +5,14 @@ from __future__ import annotations
 import msgspec
 
 
-class CachedAnswer(msgspec.Struct, frozen=True, array_like=True):
-    """An answer as it was produced.  ``pieces`` are the streamed text pieces in order
-    (one piece when the answer was not streamed); their concatenation is the text."""
+class CachedAnswer(msgspec.Struct, frozen=True, array_like=True, tag=2):
+    """An answer as it was produced: ``events`` are the tier's events in order (text pieces as they
+    were streamed, tool-call pieces, logprobs, the finish), encoded by the gateway; the cache keeps
+    them as bytes.  ``tag`` is the format's version: entries of an older format are misses."""
 
-    pieces: list[str]
-    finish_reason: str
-    prompt_tokens: int
-    completion_tokens: int
+    events: bytes
     model: str
     tier: str
-
-    @property
-    def text(self) -> str:
-        return "".join(self.pieces)
 
 
 _encoder = msgspec.msgpack.Encoder()

@@ -61,7 +61,7 @@ class InvalidRequest(GatewayError):
 
 class AuthenticationFailed(GatewayError):
     status = 401
-    type = "authentication_error"
+    type = "invalid_request_error"  # as OpenAI answers a missing or wrong key
     code = "invalid_api_key"
 
 
@@ -183,15 +183,39 @@ def _over_budget(exc: router.BudgetExhausted) -> GatewayError:
     return RateLimited(f"over budget: {exc}", retry_after_s=exc.retry_after_s)
 
 
+# The request field behind each ability a tier may lack.
+_ABILITY_PARAM = {
+    tiers.Ability.TOOLS: "tools",
+    tiers.Ability.JSON_OBJECT: "response_format",
+    tiers.Ability.JSON_SCHEMA: "response_format",
+    tiers.Ability.LOGPROBS: "logprobs",
+    tiers.Ability.CHOICES: "n",
+    tiers.Ability.LOGIT_BIAS: "logit_bias",
+}
+
+
 def _does_not_fit(exc: router.RequestDoesNotFit) -> GatewayError:
-    return InvalidRequest(f"no tier can take this request: {exc}", code="request_does_not_fit")
+    message = f"no tier can take this request: {exc}"
+    why = exc.exclusions
+    if why and all(isinstance(e, router.ContextTooSmall) for e in why):
+        return InvalidRequest(message, param="messages", code="context_length_exceeded")
+    lacking = sorted(a for e in why if isinstance(e, router.Lacks) for a in e.abilities)
+    if lacking:
+        return InvalidRequest(message, param=_ABILITY_PARAM[lacking[0]], code="unsupported_parameter")
+    return InvalidRequest(message, code="request_does_not_fit")
+
+
+def _rejected(exc: tiers.TierRejected) -> GatewayError:
+    return InvalidRequest(
+        f"the {exc.tier} tier rejected the request: {exc.message}", param=exc.param, code=exc.code
+    )
 
 
 # Every lower layer's error class → how it becomes one of the gateway's.  The most specific class
 # in an exception's MRO that is listed here decides (so TierTimeout maps as TierUnavailable).
 ERROR_TABLE: dict[type[Exception], Callable[[Any], GatewayError]] = {
     tiers.TierOverloaded: _tier_busy,
-    tiers.TierRejected: lambda e: InvalidRequest(f"the {e.tier} tier rejected the request: {e.message}"),
+    tiers.TierRejected: _rejected,
     tiers.TierUnavailable: lambda e: NoTierAvailable(f"the {e.tier} tier is unavailable: {e.message}"),
     tiers.TierError: lambda e: UpstreamFailed(f"the {e.tier} tier failed: {e.message}"),
     router.BudgetExhausted: _over_budget,

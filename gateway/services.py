@@ -217,7 +217,8 @@ async def open_services(
         await routing.start()
         stack.push_async_callback(routing.aclose)
         store_ = cache.open_store(settings.cache, settings.data_path) if settings.cache.enabled else None
-        tier_set = TierSet(admitted, breakers)
+        aliases = {n: (a.model, a.strategy) for n, a in settings.model_aliases().items()}
+        tier_set = TierSet(admitted, breakers, aliases)
         chat = ChatService(
             tier_set,
             metrics,

@@ -187,6 +187,17 @@ TierName = Annotated[str, msgspec.Meta(pattern=r"^[a-z][a-z0-9_-]{0,31}$")]
 RESERVED_TIER_NAMES = frozenset({"edge", "cloud", "tiergate-auto"})
 
 
+class Alias(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A model name clients may use (``[aliases]``): it stands for ``model`` (``tiergate-auto`` or a
+    tier), routed with ``strategy`` instead of the tenant policy's when one is given."""
+
+    model: str = "tiergate-auto"
+    strategy: str = ""
+
+
+AliasName = Annotated[str, msgspec.Meta(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:/-]+$")]
+
+
 class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     # Everything the gateway writes (logs, and later caches, ledger, predictor).
     data_dir: str = "~/.local/share/tiergate"
@@ -199,6 +210,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     # More tiers, by name, beside edge and cloud (the embedded default's two): [tiers.<name>] with
     # kind = "edge" or "cloud" and that section's settings. Route to them like to any other tier.
     tiers: dict[TierName, EdgeTier | CloudTier] = msgspec.field(default_factory=dict)
+    # Model names clients already use, e.g. "gpt-4o-mini" = "edge", or
+    # "fast" = { model = "tiergate-auto", strategy = "latency" }; listed by /v1/models.
+    aliases: dict[AliasName, str | Alias] = msgspec.field(default_factory=dict)
     routing: AutoRule = msgspec.field(default_factory=AutoRule)
     admission: AdmissionSettings = msgspec.field(default_factory=AdmissionSettings)
     cache: CacheConfig = msgspec.field(default_factory=CacheConfig)
@@ -230,6 +244,16 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
         taken = RESERVED_TIER_NAMES & set(self.tiers)
         if taken:
             raise SettingsError(f"tiers.{min(taken)}: that name is taken (edge, cloud, tiergate-auto)")
+        served = {"tiergate-auto", "edge", "cloud", *self.tiers}
+        for name, alias in self.model_aliases().items():
+            if name in served:
+                raise SettingsError(f"aliases.{name}: a tier or tiergate-auto has that name")
+            if alias.model not in served:
+                raise SettingsError(f"aliases.{name}: {alias.model!r} is neither tiergate-auto nor a tier")
+
+    def model_aliases(self) -> dict[str, Alias]:
+        """Every alias in its long form."""
+        return {n: Alias(model=a) if isinstance(a, str) else a for n, a in self.aliases.items()}
 
     def edge_config(self, edge: EdgeConfig | None = None) -> EdgeConfig:
         """An edge tier's settings (``[edge]``'s by default) with an empty ONNX folder filled from the

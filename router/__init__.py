@@ -54,7 +54,7 @@ from router._policy import (
     decode_policy,
     strategy_names,
 )
-from router._reason import Exclusion, Failover, Reason
+from router._reason import ContextTooSmall, Exclusion, Failover, Lacks, Reason
 from router._reason import Kind as ReasonKind
 from router._router import Router
 from router._snapshot import NOTHING_LEARNED, Snapshot, Spend
@@ -76,12 +76,14 @@ __all__ = [
     "BudgetExhausted",
     "Choice",
     "CircuitBreaker",
+    "ContextTooSmall",
     "Decision",
     "DifficultyModel",
     "Exclusion",
     "Failover",
     "Features",
     "LabelledExample",
+    "Lacks",
     "LatencyObjective",
     "Learner",
     "MediaSummary",

@@ -13,6 +13,7 @@ from router._reason import (
     BreakerOpen,
     ContextTooSmall,
     Exclusion,
+    Lacks,
     NotAccepted,
     NotReady,
     OverMediaLimit,
@@ -67,7 +68,12 @@ class NoTierAvailable(Exception):
 
 
 class RequestDoesNotFit(NoTierAvailable):
-    """No configured tier could ever take this request (a modality none accepts, too long)."""
+    """No configured tier could ever take this request (a modality none accepts, too long); the
+    ``exclusions`` say why each could not."""
+
+    def __init__(self, message: str, exclusions: tuple[Exclusion, ...] = ()) -> None:
+        super().__init__(message)
+        self.exclusions = exclusions
 
 
 def cannot_take(view: TierView, features: Features) -> Exclusion | None:
@@ -75,6 +81,8 @@ def cannot_take(view: TierView, features: Features) -> Exclusion | None:
     missing = features.modalities - view.capabilities.modalities
     if missing:
         return NotAccepted(view.name, missing)
+    if lacking := features.needs - view.capabilities.abilities:
+        return Lacks(view.name, lacking)
     if over := _over_media_limits(view, features):
         return over
     needed = features.prompt_tokens + (features.max_tokens or 1)
@@ -114,8 +122,9 @@ def why_not(view: TierView, features: Features) -> Exclusion | None:
 
 def unavailable(views: Sequence[TierView], features: Features) -> NoTierAvailable:
     why = "; ".join(str(w) for v in views if (w := why_not(v, features)))
-    if all(cannot_take(v, features) for v in views):
-        return RequestDoesNotFit(why)
+    never = [cannot_take(v, features) for v in views]
+    if all(never):
+        return RequestDoesNotFit(why, tuple(e for e in never if e is not None))
     return NoTierAvailable(why)
 
 

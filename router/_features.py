@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tiers import Modality
+from tiers import Ability, Modality
 
 # About four characters of English per token for the SmolLM2/Gemma tokenizers, plus
 # the chat template's few tokens per turn.
@@ -40,6 +40,8 @@ class Features:
     hour: int = 0  # UTC hour of day when the request arrived
     text: str = ""  # the last user turn's text, for the difficulty estimate (not copied)
     pinned: str | None = None  # the tier the client named; None: the router chooses
+    needs: frozenset[Ability] = frozenset()  # what the request asks beyond text (tools, a JSON schema, ...)
+    strategy: str | None = None  # a model alias's routing strategy, over the tenant policy's
 
     @classmethod
     def estimate(
@@ -55,6 +57,10 @@ class Features:
         hour: int = 0,
         text: str = "",
         pinned: str | None = None,
+        needs: frozenset[Ability] = frozenset(),
+        strategy: str | None = None,
     ) -> Features:
         prompt = int(text_chars / CHARS_PER_TOKEN) + TOKENS_PER_TURN * turns
-        return cls(prompt, max_tokens, turns, modalities, stream, media, tenant, hour, text, pinned)
+        return cls(
+            prompt, max_tokens, turns, modalities, stream, media, tenant, hour, text, pinned, needs, strategy
+        )

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import ClassVar
 
-from tiers import Health, Modality
+from tiers import Ability, Health, Modality
 
 
 class Kind(enum.Enum):
@@ -62,6 +62,18 @@ class NotAccepted:
 
     def __str__(self) -> str:
         return f"{self.tier} does not accept {_names(self.modalities)}"
+
+
+@dataclass(frozen=True, slots=True)
+class Lacks:
+    """The request asks for something the tier cannot do (tools, a response format, logprobs, n)."""
+
+    tier: str
+    abilities: frozenset[Ability]
+    kind: ClassVar[Kind] = Kind.CAPABILITY
+
+    def __str__(self) -> str:
+        return f"{self.tier} cannot honour {', '.join(sorted(a.value for a in self.abilities))}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +137,7 @@ class NotConfigured:
         return f"{self.tier} is not configured"
 
 
-Exclusion = NotAccepted | OverMediaLimit | ContextTooSmall | NotReady | BreakerOpen | NotConfigured
+Exclusion = NotAccepted | Lacks | OverMediaLimit | ContextTooSmall | NotReady | BreakerOpen | NotConfigured
 
 
 # -- the causes ------------------------------------------------------------------------------------

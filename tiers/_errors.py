@@ -44,7 +44,25 @@ class TierOverloaded(TierError):
 
 
 class TierRejected(TierError):
-    pass
+    """``code``/``param``: OpenAI's error code and the request field at fault, when the tier knows them
+    (a prompt over its context: ``context_length_exceeded``, ``messages``)."""
+
+    def __init__(self, tier: str, message: str, code: str | None = None, param: str | None = None) -> None:
+        super().__init__(tier, message)
+        self.code = code
+        self.param = param
+
+
+def too_long(tier: str, prompt_tokens: int, max_tokens: int | None, context_tokens: int) -> TierRejected:
+    """A prompt (and the answer asked for) over the model's context, as OpenAI words it."""
+    asked = f" and {max_tokens} for the answer" if max_tokens else ""
+    return TierRejected(
+        tier,
+        f"This model's maximum context length is {context_tokens} tokens; the prompt is {prompt_tokens} "
+        f"tokens{asked}. Shorten the messages or max_tokens.",
+        code="context_length_exceeded",
+        param="messages",
+    )
 
 
 class TierFailed(TierError):

@@ -7,10 +7,22 @@ from collections.abc import AsyncGenerator
 
 import msgspec
 
-from gateway.api.protocol import ChatCompletion, Choice, ResponseMessage, TiergateInfo, UsageBody, encode
+from gateway.api.answers import (
+    ChatCompletion,
+    Choice,
+    FunctionCallBody,
+    ResponseMessage,
+    TiergateInfo,
+    ToolCallBody,
+    logprobs_body,
+    usage_body,
+)
+from gateway.api.protocol import encode
 from gateway.api.sse import ChunkWriter
 from gateway.pipeline.answer import Answer
 from tiers import collect
+
+VERSION = "0.1.0"  # keep in step with pyproject.toml (the fingerprint names it)
 
 
 def _info(answer: Answer) -> TiergateInfo | msgspec.UnsetType:
@@ -18,16 +30,27 @@ def _info(answer: Answer) -> TiergateInfo | msgspec.UnsetType:
     return TiergateInfo(degraded=list(degraded)) if degraded else msgspec.UNSET
 
 
+def fingerprint(answer: Answer) -> str:
+    """``system_fingerprint``: what served the answer (gateway version, tier, model); a change in it
+    tells a client that seeded answers may differ."""
+    return f"tiergate-{VERSION}:{answer.routed.tier}:{answer.model}"
+
+
 async def completion(answer: Answer) -> ChatCompletion:
     """The whole answer as a ``chat.completion`` object."""
     result = await collect(answer.events)
-    usage = result.usage
+    choices = []
+    for c in result.choices:
+        calls = [ToolCallBody(t.id, FunctionCallBody(t.name, t.arguments)) for t in c.tool_calls]
+        message = ResponseMessage(c.text if c.text or not calls else None, tool_calls=calls or msgspec.UNSET)
+        choices.append(Choice(c.index, message, c.finish_reason, logprobs_body(c.logprobs)))
     return ChatCompletion(
         id=answer.completion_id,
         created=int(time.time()),
         model=answer.model,
-        choices=[Choice(0, ResponseMessage(result.text), result.finish_reason)],
-        usage=UsageBody(usage.prompt_tokens, usage.completion_tokens, usage.total_tokens),
+        choices=choices,
+        usage=usage_body(result.usage),
+        system_fingerprint=fingerprint(answer),
         tiergate=_info(answer),
     )
 
@@ -45,6 +68,8 @@ async def event_stream(answer: Answer) -> AsyncGenerator[bytes, None]:
         answer.model,
         include_usage=answer.include_usage,
         info=_info(answer),
+        fingerprint=fingerprint(answer),
+        choices=answer.choices,
     )
     events = answer.events
     try:

@@ -1,6 +1,7 @@
 """The OpenAPI 3.1 description of the OpenAI-compatible endpoints, served at ``/schema/openapi.json``.
 
-Built from the same msgspec models the gateway decodes and encodes with (``gateway/api/protocol.py``),
+Built from the same msgspec models the gateway decodes and encodes with (``gateway/api/protocol.py``,
+``gateway/api/answers.py``),
 so the schema cannot drift from what the handlers accept and send.  The chat handler reads its
 body itself (one msgspec decode, no framework validation on the hot path), which is why the
 request body is described here rather than inferred by Litestar.  The admin API is not in it.
@@ -15,7 +16,8 @@ import msgspec
 from litestar import Response, get
 from litestar.di import NamedDependency
 
-from gateway.api.protocol import ChatCompletion, ChatCompletionRequest, ModelList
+from gateway.api.answers import ChatCompletion, ModelCard, ModelList
+from gateway.api.protocol import MAX_CHOICES, ChatCompletionRequest
 from gateway.services import Services
 
 
@@ -67,16 +69,42 @@ def _errors(*statuses: int) -> dict[str, Any]:
 @functools.cache
 def openapi_document(models: tuple[str, ...]) -> dict[str, Any]:
     """The document for a gateway serving ``models`` (any other model name is a 404)."""
-    (request, completion, model_list, _), components = msgspec.json.schema_components(
-        [ChatCompletionRequest, ChatCompletion, ModelList, ErrorBody], ref_template=_REF
+    (request, completion, model_list, model_card, _), components = msgspec.json.schema_components(
+        [ChatCompletionRequest, ChatCompletion, ModelList, ModelCard, ErrorBody], ref_template=_REF
     )
     request_schema = components["ChatCompletionRequest"]
-    # What the parser checks beyond the types: n must be 1, and only an assistant's turn may lack content.
+    # What the parser checks beyond the types: only an assistant's turn may lack content (when it has
+    # tool calls), only a tool's carries a tool_call_id; tool_choice needs tools.
     request_schema["properties"]["model"] = {"type": "string", "enum": list(models)}
-    request_schema["properties"]["n"] = {"type": "integer", "minimum": 1, "maximum": 1, "default": 1}
+    request_schema["properties"]["n"] = {
+        "type": "integer",
+        "minimum": 1,
+        "maximum": MAX_CHOICES,
+        "default": 1,
+    }
+    request_schema["dependentRequired"] = {"tool_choice": ["tools"], "top_logprobs": ["logprobs"]}
     components["Message"]["anyOf"] = [
-        {"properties": {"role": {"const": "assistant"}}},
-        {"required": ["content"], "properties": {"content": {"not": {"type": "null"}}}},
+        {
+            "required": ["tool_calls"],
+            "properties": {"role": {"const": "assistant"}, "tool_call_id": False},
+        },
+        {
+            "required": ["content"],
+            "properties": {
+                "role": {"enum": ["system", "developer", "user", "assistant"]},
+                "content": {"not": {"type": "null"}},
+                "tool_calls": False,
+                "tool_call_id": False,
+            },
+        },
+        {
+            "required": ["content", "tool_call_id"],
+            "properties": {
+                "role": {"const": "tool"},
+                "content": {"not": {"type": "null"}},
+                "tool_calls": False,
+            },
+        },
     ]
     secured: list[dict[str, list[str]]] = [{"bearer": []}]
     status = {"type": "object", "properties": {"status": {"type": "string"}}, "required": ["status"]}
@@ -108,6 +136,16 @@ def openapi_document(models: tuple[str, ...]) -> dict[str, Any]:
                     "operationId": "listModels",
                     "security": secured,
                     "responses": {"200": _json(model_list, "the model names"), **_errors(401, 503)},
+                }
+            },
+            "/v1/models/{model}": {
+                "get": {
+                    "operationId": "retrieveModel",
+                    "security": secured,
+                    "parameters": [
+                        {"name": "model", "in": "path", "required": True, "schema": {"type": "string"}}
+                    ],
+                    "responses": {"200": _json(model_card, "the model"), **_errors(401, 404, 503)},
                 }
             },
             "/healthz": {"get": {"operationId": "healthz", "responses": {"200": _json(status, "alive")}}},

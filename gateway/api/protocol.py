@@ -1,8 +1,10 @@
-"""The OpenAI chat wire protocol as typed msgspec models, in one place.
+"""The OpenAI Chat Completions request as typed msgspec models, in one place.
 
-Requests are decoded and validated here; anything that does not fit becomes a
-:class:`~gateway.errors.InvalidRequest` naming the offending field.  Responses
-are encoded from plain structs with pre-built encoders.
+Requests are decoded and validated here, strictly: a field tiergate does not know is a 400 naming it
+(as OpenAI answers), never dropped, and every string, list and map that can reach storage, logs or a
+tier has a bound.  What a model cannot say (a tool_choice naming no tool, top_logprobs without
+logprobs, a schema that is no schema) is checked after decoding; JSON schemas are checked by
+:mod:`gateway.api.schemas`.  Answers are in :mod:`gateway.api.answers`.
 """
 
 from __future__ import annotations
@@ -11,38 +13,52 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from gateway.api import schemas
 from gateway.errors import InvalidRequest
 
 Role = Literal["system", "developer", "user", "assistant", "tool"]
 
+# Bounds: OpenAI's own where it states them (function names, metadata, tools, stop sequences).
+Name = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+ModelName = Annotated[str, msgspec.Meta(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f]*$")]
+ShortText = Annotated[str, msgspec.Meta(max_length=256)]
+Description = Annotated[str, msgspec.Meta(max_length=8192)]
+MAX_TOOLS = 128
+MAX_CHOICES = 8  # the edge samples the n answers one after another
+MAX_TOP_LOGPROBS = 20
 
-class TextPart(msgspec.Struct, tag_field="type", tag="text", forbid_unknown_fields=False):
+
+class _Strict(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """A part of the request: unknown fields are refused, defaults left out when re-encoded."""
+
+
+class TextPart(_Strict, tag_field="type", tag="text"):
     text: str
 
 
-class ImageURL(msgspec.Struct):
+class ImageURL(_Strict):
     url: str
     detail: Literal["auto", "low", "high"] = "auto"
 
 
-class ImagePart(msgspec.Struct, tag_field="type", tag="image_url"):
+class ImagePart(_Strict, tag_field="type", tag="image_url"):
     image_url: ImageURL
 
 
-class InputAudio(msgspec.Struct):
+class InputAudio(_Strict):
     data: str
-    format: str
+    format: Annotated[str, msgspec.Meta(max_length=16)]
 
 
-class AudioPart(msgspec.Struct, tag_field="type", tag="input_audio"):
+class AudioPart(_Strict, tag_field="type", tag="input_audio"):
     input_audio: InputAudio
 
 
-class VideoURL(msgspec.Struct):
+class VideoURL(_Strict):
     url: str
 
 
-class VideoPart(msgspec.Struct, tag_field="type", tag="video_url"):
+class VideoPart(_Strict, tag_field="type", tag="video_url"):
     video_url: VideoURL
 
 
@@ -63,35 +79,121 @@ class FramesPart(msgspec.Struct, tag_field="type", tag="video_frames"):
     audio: InputAudio | None = None  # the audio track, when a tier takes audio
 
 
-class Message(msgspec.Struct, omit_defaults=True):
+class CalledFunction(_Strict):
+    name: Name
+    arguments: str  # JSON text, as the model produced it
+
+
+class ToolCallIn(_Strict):
+    """A tool call of an earlier assistant turn, sent back by the client."""
+
+    id: Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
+    function: CalledFunction
+    type: Literal["function"] = "function"
+
+
+class Message(_Strict):
     role: Role
     content: str | list[ContentPart] | None = None
-    name: str | None = None
+    name: Name | None = None
+    tool_calls: Annotated[list[ToolCallIn], msgspec.Meta(max_length=MAX_TOOLS)] | None = None  # assistant
+    tool_call_id: Annotated[str, msgspec.Meta(max_length=128)] | None = None  # tool
+    refusal: str | None = None  # assistant: sent back as the client got it
 
 
-class StreamOptions(msgspec.Struct):
+class StreamOptions(_Strict):
     include_usage: bool = False
 
 
+class FunctionDef(_Strict):
+    name: Name
+    description: Description | None = None
+    parameters: dict[str, Any] | None = None  # a JSON schema of an object
+    strict: bool | None = None
+
+
+class Tool(_Strict):
+    function: FunctionDef
+    type: Literal["function"] = "function"
+
+
+class ChosenFunction(_Strict):
+    name: Name
+
+
+class NamedToolChoice(_Strict):
+    function: ChosenFunction
+    type: Literal["function"] = "function"
+
+
+class TextFormat(_Strict, tag_field="type", tag="text"):
+    pass
+
+
+class JsonObjectFormat(_Strict, tag_field="type", tag="json_object"):
+    pass
+
+
+class JsonSchemaSpec(_Strict):
+    name: Name
+    description: Description | None = None
+    schema: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class JsonSchemaFormat(_Strict, tag_field="type", tag="json_schema"):
+    json_schema: JsonSchemaSpec
+
+
+ResponseFormat = TextFormat | JsonObjectFormat | JsonSchemaFormat
+
 Probability = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
 Penalty = Annotated[float, msgspec.Meta(ge=-2.0, le=2.0)]
+Bias = Annotated[float, msgspec.Meta(ge=-100.0, le=100.0)]
+MetadataKey = Annotated[str, msgspec.Meta(min_length=1, max_length=64, pattern=r"^[^\x00-\x1f\x7f]*$")]
+MetadataValue = Annotated[str, msgspec.Meta(max_length=512, pattern=r"^[^\x00-\x1f\x7f]*$")]
 
 
-class ChatCompletionRequest(msgspec.Struct, kw_only=True):
-    model: str
-    messages: Annotated[list[Message], msgspec.Meta(min_length=1)]
+class ChatCompletionRequest(_Strict, kw_only=True):
+    model: ModelName
+    messages: Annotated[list[Message], msgspec.Meta(min_length=1, max_length=4096)]
     stream: bool = False
     stream_options: StreamOptions | None = None
     max_tokens: Annotated[int, msgspec.Meta(ge=1)] | None = None
     max_completion_tokens: Annotated[int, msgspec.Meta(ge=1)] | None = None
     temperature: Annotated[float, msgspec.Meta(ge=0.0, le=2.0)] | None = None
     top_p: Probability | None = None
-    n: Annotated[int, msgspec.Meta(ge=1)] = 1
-    stop: str | Annotated[list[str], msgspec.Meta(max_length=4)] | None = None
+    n: Annotated[int, msgspec.Meta(ge=1, le=MAX_CHOICES)] = 1
+    stop: (
+        Annotated[str, msgspec.Meta(max_length=256)]
+        | Annotated[list[ShortText], msgspec.Meta(max_length=4)]
+        | None
+    ) = None
     seed: Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)] | None = None  # OpenAI's: int64
     presence_penalty: Penalty | None = None
     frequency_penalty: Penalty | None = None
-    user: str | None = None
+    logit_bias: Annotated[dict[str, Bias], msgspec.Meta(max_length=1024)] | None = None
+    logprobs: bool | None = None
+    top_logprobs: Annotated[int, msgspec.Meta(ge=0, le=MAX_TOP_LOGPROBS)] | None = None
+    tools: Annotated[list[Tool], msgspec.Meta(max_length=MAX_TOOLS)] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+    response_format: ResponseFormat | None = None
+    # Accepted as OpenAI defines them: metadata is kept with the ledger row (cost by tag); store,
+    # service_tier and user are recorded, and change nothing in how the request is served.
+    metadata: Annotated[dict[MetadataKey, MetadataValue], msgspec.Meta(max_length=16)] | None = None
+    store: bool | None = None
+    service_tier: Literal["auto", "default", "flex", "scale", "priority"] | None = None
+    user: ShortText | None = None
+    # vLLM's sampling extras, honoured by every tier.
+    top_k: Annotated[int, msgspec.Meta(ge=-1, le=1000)] | None = None
+    min_p: Probability | None = None
+    repetition_penalty: Annotated[float, msgspec.Meta(gt=0.0, le=2.0)] | None = None
+    min_tokens: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    ignore_eos: bool | None = None
+    stop_token_ids: (
+        Annotated[list[Annotated[int, msgspec.Meta(ge=0)]], msgspec.Meta(max_length=16)] | None
+    ) = None
 
     @property
     def output_limit(self) -> int | None:
@@ -107,8 +209,34 @@ class ChatCompletionRequest(msgspec.Struct, kw_only=True):
     def include_usage(self) -> bool:
         return self.stream_options is not None and self.stream_options.include_usage
 
+    @property
+    def uses_tools(self) -> bool:
+        return bool(self.tools) and self.tool_choice != "none"
 
+    @property
+    def format_type(self) -> str:
+        """ "text", "json_object" or "json_schema"."""
+        return "text" if self.response_format is None else _FORMAT_TYPES[type(self.response_format)]
+
+    @property
+    def token_bias(self) -> dict[int, float]:
+        return {int(k): v for k, v in (self.logit_bias or {}).items()}
+
+
+_FORMAT_TYPES = {TextFormat: "text", JsonObjectFormat: "json_object", JsonSchemaFormat: "json_schema"}
 _request_decoder = msgspec.json.Decoder(ChatCompletionRequest)
+
+
+def decode_error(exc: msgspec.ValidationError) -> InvalidRequest:
+    """msgspec's validation error as OpenAI's 400, ``param`` the path of the offending field."""
+    text, _, path = str(exc).partition(" - at `$.")
+    param = path.rstrip("`") or None
+    if text.startswith(("Object missing required field", "Object contains unknown field")):
+        field = text.rsplit("`", 2)[-2] if "`" in text else None
+        param = f"{param}.{field}" if param and field else field
+        if text.startswith("Object contains unknown field"):
+            return InvalidRequest(f"Unrecognized request argument supplied: {param}", param=param)
+    return InvalidRequest(f"invalid request: {exc}", param=param)
 
 
 def parse_chat_request(body: bytes) -> ChatCompletionRequest:
@@ -118,98 +246,71 @@ def parse_chat_request(body: bytes) -> ChatCompletionRequest:
     try:
         request = _request_decoder.decode(body)
     except msgspec.ValidationError as exc:
-        text, _, path = str(exc).partition(" - at `$.")
-        param = path.rstrip("`") or None
-        if text.startswith("Object missing required field"):
-            field = text.rsplit("`", 2)[-2] if "`" in text else None
-            param = f"{param}.{field}" if param and field else field
-        raise InvalidRequest(f"invalid request: {exc}", param=param) from exc
+        raise decode_error(exc) from exc
     except msgspec.DecodeError as exc:
         raise InvalidRequest(f"the request body is not valid JSON: {exc}") from exc
     except UnicodeDecodeError as exc:
         raise InvalidRequest(f"the request body is not valid UTF-8 (byte {exc.start})") from exc
     except RecursionError as exc:  # msgspec stops at the interpreter's recursion limit
         raise InvalidRequest("the request body's JSON is nested too deeply") from exc
-    if request.n != 1:
-        raise InvalidRequest("only n=1 is supported", param="n")
-    for i, message in enumerate(request.messages):
-        if message.content is None and message.role != "assistant":
-            raise InvalidRequest(
-                f"messages[{i}] ({message.role}) has no content", param=f"messages[{i}].content"
-            )
+    _check_messages(request)
+    _check_choices(request)
     return request
 
 
-# -- responses -----------------------------------------------------------------
+def _check_messages(request: ChatCompletionRequest) -> None:
+    for i, message in enumerate(request.messages):
+        where = f"messages[{i}]"
+        if message.content is None and not (message.role == "assistant"):
+            raise InvalidRequest(f"{where} ({message.role}) has no content", param=f"{where}.content")
+        if message.role == "assistant" and message.content is None and not message.tool_calls:
+            raise InvalidRequest(
+                f"{where} (assistant) has neither content nor tool_calls", param=f"{where}.content"
+            )
+        if message.tool_calls is not None and message.role != "assistant":
+            raise InvalidRequest(
+                f"{where}: only assistant messages carry tool_calls", param=f"{where}.tool_calls"
+            )
+        if message.role == "tool" and not message.tool_call_id:
+            raise InvalidRequest(
+                f"{where}: a tool message needs its tool_call_id", param=f"{where}.tool_call_id"
+            )
+        if message.tool_call_id is not None and message.role != "tool":
+            raise InvalidRequest(
+                f"{where}: only tool messages carry a tool_call_id", param=f"{where}.tool_call_id"
+            )
 
 
-class ResponseMessage(msgspec.Struct):
-    content: str
-    role: str = "assistant"
-
-
-class Choice(msgspec.Struct):
-    index: int
-    message: ResponseMessage
-    finish_reason: str
-    logprobs: None = None
-
-
-class UsageBody(msgspec.Struct):
-    prompt_tokens: int
-    completion_tokens: int
-    total_tokens: int
-
-
-class TiergateInfo(msgspec.Struct, omit_defaults=True):
-    """tiergate's own field in a response (``"tiergate": {...}``); absent when it has nothing to say."""
-
-    degraded: list[str] = msgspec.field(default_factory=list)
-
-
-class ChatCompletion(msgspec.Struct):
-    id: str
-    created: int
-    model: str
-    choices: list[Choice]
-    usage: UsageBody
-    object: str = "chat.completion"
-    system_fingerprint: str | None = None
-    tiergate: TiergateInfo | msgspec.UnsetType = msgspec.UNSET
-
-
-class DeltaBody(msgspec.Struct, omit_defaults=True):
-    role: str | None = None
-    content: str | None = None
-
-
-class ChunkChoice(msgspec.Struct):
-    index: int
-    delta: DeltaBody
-    finish_reason: str | None = None
-    logprobs: None = None
-
-
-class ChatCompletionChunk(msgspec.Struct):
-    id: str
-    created: int
-    model: str
-    choices: list[ChunkChoice]
-    object: str = "chat.completion.chunk"
-    usage: UsageBody | None = None
-    tiergate: TiergateInfo | msgspec.UnsetType = msgspec.UNSET
-
-
-class ModelCard(msgspec.Struct):
-    id: str
-    created: int
-    owned_by: str = "tiergate"
-    object: str = "model"
-
-
-class ModelList(msgspec.Struct):
-    data: list[ModelCard]
-    object: str = "list"
+def _check_choices(request: ChatCompletionRequest) -> None:
+    if request.top_logprobs and not request.logprobs:
+        raise InvalidRequest("top_logprobs needs logprobs set to true", param="top_logprobs")
+    for token in request.logit_bias or ():
+        if not token.isdigit() or len(token) > 9:
+            raise InvalidRequest(
+                f"logit_bias keys are token ids; {token[:20]!r} is not one", param="logit_bias"
+            )
+    names: set[str] = set()
+    for i, tool in enumerate(request.tools or ()):
+        if tool.function.name in names:
+            raise InvalidRequest(
+                f"tools[{i}]: the function name {tool.function.name!r} is used twice",
+                param=f"tools[{i}].function.name",
+            )
+        names.add(tool.function.name)
+        if tool.function.parameters is not None:
+            schemas.check(tool.function.parameters, f"tools[{i}].function.parameters", object_only=True)
+    choice = request.tool_choice
+    if choice is not None and not request.tools:
+        raise InvalidRequest("tool_choice is only allowed when tools are specified", param="tool_choice")
+    if isinstance(choice, NamedToolChoice) and choice.function.name not in names:
+        raise InvalidRequest(
+            f"tool_choice names the function {choice.function.name!r}, which is not among the tools",
+            param="tool_choice",
+        )
+    if isinstance(request.response_format, JsonSchemaFormat):
+        spec = request.response_format.json_schema
+        if spec.schema is not None:
+            schemas.check(spec.schema, "response_format.json_schema.schema")
 
 
 _encoder = msgspec.json.Encoder()

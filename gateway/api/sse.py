@@ -1,4 +1,10 @@
-"""Frame a tier's events as OpenAI's server-sent events, ending in ``data: [DONE]``."""
+"""Frame a tier's events as OpenAI's server-sent events, ending in ``data: [DONE]``.
+
+Each choice opens with a chunk naming the role; text, tool-call pieces (a call's id and name first,
+then its argument text) and logprobs follow as the tier makes them, each in the chunk of its choice;
+a choice's finish_reason comes in a chunk of its own; the usage chunk (asked for with
+``stream_options.include_usage``) has no choices.  Logprobs ride with the text they score.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +12,20 @@ from collections.abc import AsyncGenerator, AsyncIterator
 
 import msgspec
 
-from gateway.api.protocol import ChatCompletionChunk, ChunkChoice, DeltaBody, TiergateInfo, UsageBody, encode
+from gateway.api.answers import (
+    ChatCompletionChunk,
+    ChoiceLogprobs,
+    ChunkChoice,
+    DeltaBody,
+    FunctionDelta,
+    TiergateInfo,
+    ToolCallChunk,
+    logprobs_body,
+    usage_body,
+)
+from gateway.api.protocol import encode
 from gateway.errors import error_body, to_gateway_error
-from tiers import Event, Finished, TextDelta, Usage
+from tiers import ChoiceDone, Event, Finished, Logprobs, TextDelta, TokenLogprob, ToolCallDelta, Usage
 
 DONE = b"data: [DONE]\n\n"
 
@@ -28,56 +45,113 @@ class ChunkWriter:
         *,
         include_usage: bool,
         info: TiergateInfo | msgspec.UnsetType = msgspec.UNSET,
+        fingerprint: str | None = None,
+        choices: int = 1,
     ) -> None:
         self._id = completion_id
         self._created = created
         self._model = model
         self._include_usage = include_usage
         self._info = info  # tiergate's own field, sent on the finishing chunk
+        self._fingerprint = fingerprint
+        self._choices = choices
+        self._open = set(range(choices))  # choices not yet finished
+        self._scores: dict[int, list[TokenLogprob]] = {}  # logprobs waiting for their text
 
     def _chunk(
         self,
         delta: DeltaBody,
+        choice: int = 0,
         finish_reason: str | None = None,
         info: TiergateInfo | msgspec.UnsetType = msgspec.UNSET,
+        logprobs: ChoiceLogprobs | None = None,
     ) -> bytes:
-        choice = ChunkChoice(index=0, delta=delta, finish_reason=finish_reason)
-        chunk = ChatCompletionChunk(self._id, self._created, self._model, [choice], tiergate=info)
+        body = ChunkChoice(choice, delta, finish_reason, logprobs)
+        chunk = ChatCompletionChunk(
+            self._id, self._created, self._model, [body], system_fingerprint=self._fingerprint, tiergate=info
+        )
         return frame(encode(chunk))
 
     def role(self) -> bytes:
-        return self._chunk(DeltaBody(role="assistant", content=""))
+        return b"".join(self._chunk(DeltaBody(role="assistant", content=""), i) for i in range(self._choices))
 
-    def text(self, text: str) -> bytes:
-        return self._chunk(DeltaBody(content=text))
+    def text(self, text: str, choice: int = 0) -> bytes:
+        return self._chunk(
+            DeltaBody(content=text), choice, logprobs=logprobs_body(self._scores.pop(choice, None))
+        )
+
+    def tool(self, delta: ToolCallDelta) -> bytes:
+        if delta.id:
+            call = ToolCallChunk(
+                delta.index, delta.id, "function", FunctionDelta(delta.name, delta.arguments)
+            )
+        else:
+            call = ToolCallChunk(delta.index, function=FunctionDelta(arguments=delta.arguments))
+        return self._chunk(DeltaBody(tool_calls=[call]), delta.choice)
+
+    def _end(self, choice: int, reason: str) -> bytes:
+        """The choice's last chunk (after any logprobs still waiting for text)."""
+        self._open.discard(choice)
+        out = b""
+        if scores := self._scores.pop(choice, None):
+            out = self._chunk(DeltaBody(), choice, logprobs=logprobs_body(scores))
+        last = not self._open
+        return out + self._chunk(DeltaBody(), choice, reason, self._info if last else msgspec.UNSET)
 
     def finish(self, reason: str, usage: Usage | None) -> bytes:
-        out = self._chunk(DeltaBody(), reason, self._info)
+        out = b"".join(self._end(i, reason) for i in sorted(self._open))
         if self._include_usage and usage is not None:
-            counts = UsageBody(usage.prompt_tokens, usage.completion_tokens, usage.total_tokens)
-            out += frame(encode(ChatCompletionChunk(self._id, self._created, self._model, [], usage=counts)))
+            out += frame(
+                encode(
+                    ChatCompletionChunk(
+                        self._id,
+                        self._created,
+                        self._model,
+                        [],
+                        system_fingerprint=self._fingerprint,
+                        usage=usage_body(usage),
+                    )
+                )
+            )
         return out + DONE
 
+    def piece(self, event: Event) -> bytes:
+        """The chunk(s) of one event between the opening and :class:`Finished` (b"" for none)."""
+        if isinstance(event, TextDelta):
+            return self.text(event.text, event.choice) if event.text else b""
+        if isinstance(event, ToolCallDelta):
+            return self.tool(event)
+        if isinstance(event, Logprobs):
+            self._scores.setdefault(event.choice, []).extend(event.tokens)
+            return b""
+        if isinstance(event, ChoiceDone):
+            return self._end(event.choice, event.reason)
+        return b""
+
     async def events(self, first: Event, rest: AsyncIterator[Event]) -> AsyncGenerator[bytes, None]:
-        """The whole stream: role, text pieces, finish (+ usage), [DONE].
+        """The whole stream: role, pieces, finish (+ usage), [DONE].
 
         ``first`` is the answer's first event after :class:`~tiers.Started`, ``rest`` what follows.
         An error after the first byte cannot change the status any more; it is
         sent as an OpenAI-shaped error event and the stream ends.
         """
-        # The role and the first piece of text go out in one write: both are here already.
-        opening = first.text if isinstance(first, TextDelta) else ""
-        yield self.role() + self.text(opening) if opening else self.role()
+        # The role and the first piece go out in one write: both are here already.
+        opening = self.role()
         event = first
         try:
-            while not isinstance(event, Finished):
-                if isinstance(event, TextDelta) and event.text and event is not first:
-                    yield self.text(event.text)
+            if not isinstance(event, Finished):
+                opening += self.piece(event)
+                yield opening
+                opening = b""
                 event = await anext(rest)
+                while not isinstance(event, Finished):
+                    if out := self.piece(event):
+                        yield out
+                    event = await anext(rest)
         except StopAsyncIteration:
-            yield self.finish("stop", None)
+            yield opening + self.finish("stop", None)
             return
         except Exception as exc:  # the tier failed mid-stream
             yield frame(msgspec.json.encode(error_body(to_gateway_error(exc))))
             return
-        yield self.finish(event.reason, event.usage)
+        yield opening + self.finish(event.reason, event.usage)

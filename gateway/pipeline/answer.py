@@ -39,6 +39,7 @@ class Answer:
     finished: Finished | None = None
     stream: bool = False  # framed as server-sent events (else one JSON body)
     include_usage: bool = False  # the client asked for a usage chunk (stream_options.include_usage)
+    choices: int = 1  # answers the client asked for (n)
 
 
 def predicted_header(decision: router.Decision, served: str) -> str:

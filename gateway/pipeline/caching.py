@@ -20,7 +20,7 @@ import msgspec
 import cache
 from gateway.api.protocol import ChatCompletionRequest
 from gateway.ops.metrics import Metrics
-from tiers import Completion, Event, Finished, TextDelta, Usage
+from tiers import Event, decode_events, encode_events
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +37,7 @@ class Lookup:
     key: str | None = None  # where to store the fresh answer; None: do not store
     answer: cache.CachedAnswer | None = None
     seconds: float = 0.0
+    events: list[Event] | None = None  # the hit's events, to replay
 
 
 BYPASS = Lookup(CacheStatus.BYPASS)
@@ -68,16 +69,15 @@ class AnswerCache:
         return request.temperature == 0 or request.seed is not None
 
     def key(self, request: ChatCompletionRequest, tenant: str, tier_models: str) -> str:
-        params = {
-            "model": request.model,
-            "max_tokens": request.output_limit,
-            "temperature": request.temperature,
-            "top_p": request.top_p,
-            "stop": request.stop_list or None,
-            "seed": request.seed,
-            "presence_penalty": request.presence_penalty,
-            "frequency_penalty": request.frequency_penalty,
-        }
+        """Everything that shapes the answer: the messages (tool calls and results included), the
+        sampling, the tools and tool choice, the response format, logprobs and n."""
+        params = msgspec.to_builtins(
+            msgspec.structs.replace(
+                request, messages=[], stream=False, stream_options=None, metadata=None, user=None, store=None
+            )
+        )
+        params["max_tokens"] = request.output_limit
+        params.pop("max_completion_tokens", None)
         messages = msgspec.to_builtins(request.messages)
         return cache.result_key(tenant, f"{self._rule}|{tier_models}", messages, params)
 
@@ -102,8 +102,10 @@ class AnswerCache:
         seconds = time.perf_counter() - started
         self._metrics.cache_lookup.observe(seconds)
         answer = cache.decode_answer(data) if data is not None else None
-        status = CacheStatus.HIT if answer is not None else CacheStatus.MISS
-        return self._count(Lookup(status, key, answer, seconds))
+        events = replay(answer) if answer is not None else None
+        if events is None:
+            return self._count(Lookup(CacheStatus.MISS, key, None, seconds))
+        return self._count(Lookup(CacheStatus.HIT, key, answer, seconds, events))
 
     async def store(self, key: str, answer: cache.CachedAnswer) -> None:
         if self._store is None:
@@ -126,20 +128,14 @@ class AnswerCache:
         return lookup
 
 
-def answer_of(result: Completion, pieces: list[str], tier: str) -> cache.CachedAnswer:
-    u = result.usage
-    return cache.CachedAnswer(
-        pieces, result.finish_reason, u.prompt_tokens, u.completion_tokens, result.model, tier
-    )
+def answer_of(events: list[Event], model: str, tier: str) -> cache.CachedAnswer:
+    """What the cache keeps of an answer: its events after :class:`~tiers.Started`."""
+    return cache.CachedAnswer(encode_events(events), model, tier)
 
 
-def completion_of(answer: cache.CachedAnswer) -> Completion:
-    usage = Usage(answer.prompt_tokens, answer.completion_tokens)
-    return Completion(answer.text, answer.finish_reason, usage, answer.model)
-
-
-def replay(answer: cache.CachedAnswer) -> list[Event]:
-    """A cached answer as the text pieces it was first streamed in, then its finish."""
-    events: list[Event] = [TextDelta(piece) for piece in answer.pieces]
-    events.append(Finished(answer.finish_reason, Usage(answer.prompt_tokens, answer.completion_tokens)))
-    return events
+def replay(answer: cache.CachedAnswer) -> list[Event] | None:
+    """A cached answer's events, as it was first streamed; None when they are unreadable."""
+    try:
+        return decode_events(answer.events)
+    except msgspec.DecodeError:
+        return None

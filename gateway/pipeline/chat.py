@@ -24,6 +24,8 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
+import msgspec
+
 import router
 from gateway.accounts.policies import PolicyBook
 from gateway.accounts.tenants import DEFAULT_TENANT, Authenticator, Caller, RateLimiter
@@ -32,7 +34,7 @@ from gateway.media import MediaPipeline, has_media
 from gateway.ops.metrics import Metrics
 from gateway.ops.tracing import Tracing
 from gateway.pipeline.answer import Answer, Routed, whole
-from gateway.pipeline.caching import AnswerCache, CacheStatus, Lookup, replay
+from gateway.pipeline.caching import AnswerCache, CacheStatus, Lookup
 from gateway.pipeline.dispatch import Dispatcher
 from gateway.pipeline.plan import Planner
 from gateway.pipeline.record import Call, Recorder, demand_of
@@ -51,6 +53,7 @@ class RequestContext:
     fail_instead_of_degrade: bool | None = None
     session_id: str | None = None  # the client's X-Session-ID: its conversation, for replica affinity
     media: router.MediaSummary = router.NO_MEDIA  # what media preprocessing measured
+    strategy: str = ""  # the routing strategy of the model alias the client named, if any
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,17 +97,21 @@ class ChatService:
         if lookup.answer is not None:
             answer = self._replayed(lookup, request_id, started)
         else:
-            plan = self._planner.plan(request, ctx.tenant, ctx.media, ctx.fail_instead_of_degrade)  # 6 plan
+            plan = self._planner.plan(  # 6 plan
+                request, ctx.tenant, ctx.media, ctx.fail_instead_of_degrade, strategy=ctx.strategy
+            )
             generation = plan.generation(request_id, ctx.session_id, ctx.tenant)
             answer = await self._dispatcher.dispatch(plan, generation, lookup, started)  # 7 admit, 8 dispatch
-        return dataclasses.replace(answer, stream=request.stream, include_usage=request.include_usage)
+        return dataclasses.replace(
+            answer, stream=request.stream, include_usage=request.include_usage, choices=request.n
+        )
 
     async def _lookup(self, request: ChatCompletionRequest, ctx: RequestContext) -> Lookup:
         if self._answers is None or not ctx.use_cache:
             return Lookup(CacheStatus.BYPASS)
         with self._tracing.span("cache.lookup") as span:
             lookup = await self._answers.lookup(
-                request, ctx.tenant, ctx.cache_control, self.tiers.served_models()
+                request, ctx.tenant, ctx.cache_control, f"{self.tiers.served_models()}|{ctx.strategy}"
             )
             if span is not None:
                 span.set_attribute("tiergate.cache", lookup.status.value)
@@ -113,11 +120,11 @@ class ChatService:
     @staticmethod
     def _replayed(lookup: Lookup, request_id: str, started: float) -> Answer:
         """A cached answer, replayed as the pieces it was first streamed in."""
-        cached = lookup.answer
-        assert cached is not None
+        cached, events = lookup.answer, lookup.events
+        assert cached is not None and events is not None
         elapsed = time.perf_counter() - started
         routed = Routed(cached.tier, "cache hit", lookup.status, (), elapsed, lookup.seconds)
-        return whole(routed, cached.model, replay(cached), f"chatcmpl-{request_id}")
+        return whole(routed, cached.model, events, f"chatcmpl-{request_id}")
 
     async def aclose(self) -> None:
         if self._answers is not None:
@@ -153,7 +160,7 @@ class ChatPipeline:
         incoming.noted(ctx.tenant, request.model)
         call = self._recorder.begin(caller, request, incoming.request_id)  # what the ledger will see
         try:
-            self._chat.tiers.check_model(request.model)
+            request, ctx = self._resolve(request, ctx)
             with self._tracing.span("media"):
                 request, ctx = await self._prepare_media(call, request, ctx)  # 3 media
             with self._tracing.span("rate_limit"):
@@ -174,6 +181,15 @@ class ChatPipeline:
             use_cache=policy.cache,
             fail_instead_of_degrade=policy.fail_instead_of_degrade,
         )
+
+    def _resolve(
+        self, request: ChatCompletionRequest, ctx: RequestContext
+    ) -> tuple[ChatCompletionRequest, RequestContext]:
+        """The model the request names (an alias stands for tiergate-auto or a tier); 404 if none."""
+        model, strategy = self._chat.tiers.resolve(request.model)
+        if model == request.model:
+            return request, ctx
+        return msgspec.structs.replace(request, model=model), dataclasses.replace(ctx, strategy=strategy)
 
     async def _prepare_media(
         self, call: Call, request: ChatCompletionRequest, ctx: RequestContext

@@ -24,13 +24,11 @@ from gateway.pipeline.plan import Plan
 from gateway.pipeline.routing import RoutingService
 from gateway.pipeline.tierset import TierSet
 from tiers import (
-    Completion,
     Event,
     EventStream,
     Finished,
     Generation,
     Started,
-    TextDelta,
     TierFailed,
     TierOverloaded,
     TierTimeout,
@@ -132,7 +130,7 @@ class Dispatcher:
         """Pass a tier's events through, charging the outcome to its breakers, and when it finishes:
         metrics, the router's observation and the result cache."""
         modalities = plan.modalities
-        pieces: list[str] = []
+        produced: list[Event] = []  # what the cache keeps
         model = ""
         settled = False
         first_at = 0.0
@@ -142,9 +140,11 @@ class Dispatcher:
                     first_at = time.perf_counter()
                 if isinstance(event, Started):
                     model = event.model
-                elif isinstance(event, TextDelta):
-                    pieces.append(event.text)
-                elif isinstance(event, Finished):
+                    yield event
+                    continue
+                if key is not None:
+                    produced.append(event)
+                if isinstance(event, Finished):
                     settled = True
                     took = time.perf_counter() - dispatched
                     self._breakers.record(name, modalities, ok=True)
@@ -154,8 +154,7 @@ class Dispatcher:
                     self._learn(plan, name, first_at - dispatched if stream else None, took, event.usage)
                     if key is not None and self._answers is not None:
                         model = model or self._tiers[name].capabilities.model
-                        done = Completion("".join(pieces), event.reason, event.usage, model)
-                        await self._answers.store(key, answer_of(done, pieces, name))
+                        await self._answers.store(key, answer_of(produced, model, name))
                 yield event
         except _BREAKER_FAILURES as exc:
             settled = True

@@ -19,7 +19,7 @@ from gateway.ops.metrics import Metrics
 from gateway.ops.tracing import Tracing
 from gateway.pipeline import degrade
 from gateway.pipeline.tierset import AUTO_MODEL, TierSet
-from tiers import Generation, Modality
+from tiers import Ability, Generation, Modality
 
 _PART_MODALITY = {
     ImagePart: Modality.IMAGE,
@@ -27,6 +27,8 @@ _PART_MODALITY = {
     VideoPart: Modality.VIDEO,
     FramesPart: Modality.VIDEO,
 }
+# The chat template's words around tool signatures (tiers/chat_templates/chatml-tools.jinja).
+TOOLS_PREAMBLE_CHARS = 400
 # Expected output when the client sets no max_tokens, for cost estimates only.
 DEFAULT_OUTPUT_TOKENS = 256
 # A prompt token costs about a tenth of a generated one: prefill is batched, decoding is token by
@@ -39,7 +41,10 @@ RULE_ONLY = router.TenantPolicy(strategy="rule")
 
 
 def features_of(
-    request: ChatCompletionRequest, media: router.MediaSummary = router.NO_MEDIA, tenant: str = ""
+    request: ChatCompletionRequest,
+    media: router.MediaSummary = router.NO_MEDIA,
+    tenant: str = "",
+    strategy: str = "",
 ) -> router.Features:
     chars = 0
     modalities = {Modality.TEXT}
@@ -58,8 +63,12 @@ def features_of(
                     modalities.add(_PART_MODALITY[type(part)])
         else:
             text = ""
+        for call in message.tool_calls or ():
+            chars += len(call.function.name) + len(call.function.arguments)
         if message.role == "user":
             last_user = text
+    if request.tools:  # the chat template puts their signatures in the prompt
+        chars += len(msgspec.json.encode(request.tools)) + TOOLS_PREAMBLE_CHARS
     return router.Features.estimate(
         text_chars=chars,
         turns=len(request.messages),
@@ -71,7 +80,32 @@ def features_of(
         hour=time.gmtime().tm_hour,
         text=last_user,
         pinned=None if request.model == AUTO_MODEL else request.model,
+        needs=abilities_needed(request),
+        strategy=strategy or None,
     )
+
+
+def _format_of(request: ChatCompletionRequest) -> dict[str, object] | None:
+    """The response format as a tier takes it: None for plain text."""
+    if request.response_format is None or request.format_type == "text":
+        return None
+    return msgspec.to_builtins(request.response_format)  # type: ignore[no-any-return]
+
+
+def abilities_needed(request: ChatCompletionRequest) -> frozenset[Ability]:
+    """What a tier must be able to do to honour ``request`` (beyond plain text)."""
+    needed = set()
+    if request.uses_tools:
+        needed.add(Ability.TOOLS)
+    if request.format_type != "text":
+        needed.add(Ability(request.format_type))
+    if request.logprobs:
+        needed.add(Ability.LOGPROBS)
+    if request.n > 1:
+        needed.add(Ability.CHOICES)
+    if request.logit_bias:
+        needed.add(Ability.LOGIT_BIAS)
+    return frozenset(needed)
 
 
 def conversation_key(request: ChatCompletionRequest, session_id: str | None) -> str:
@@ -110,8 +144,23 @@ class Plan:
             seed=request.seed,
             presence_penalty=request.presence_penalty,
             frequency_penalty=request.frequency_penalty,
+            tools=[msgspec.to_builtins(t) for t in request.tools or ()],
+            tool_choice=msgspec.to_builtins(request.tool_choice),
+            parallel_tool_calls=request.parallel_tool_calls is not False,
+            response_format=_format_of(request),
+            logprobs=bool(request.logprobs),
+            top_logprobs=request.top_logprobs or 0,
+            logit_bias=request.token_bias,
+            n=request.n,
+            top_k=request.top_k,
+            min_p=request.min_p,
+            repetition_penalty=request.repetition_penalty,
+            min_tokens=request.min_tokens or 0,
+            ignore_eos=bool(request.ignore_eos),
+            stop_token_ids=list(request.stop_token_ids or ()),
             request_id=request_id,
-            cost=PROMPT_TOKEN_COST * features.prompt_tokens + (features.max_tokens or DEFAULT_OUTPUT_TOKENS),
+            cost=request.n
+            * (PROMPT_TOKEN_COST * features.prompt_tokens + (features.max_tokens or DEFAULT_OUTPUT_TOKENS)),
             affinity=conversation_key(request, session_id),
             tenant=tenant,
             stream=request.stream,
@@ -148,9 +197,11 @@ class Planner:
         tenant: str,
         media: router.MediaSummary,
         fail_instead_of_degrade: bool | None,
+        *,
+        strategy: str = "",
     ) -> Plan:
         views = self._tiers.views()
-        features = features_of(request, media, tenant)
+        features = features_of(request, media, tenant, strategy)
         lost = router.to_degrade(views, features)
         degraded: tuple[str, ...] = ()
         if lost:
@@ -164,7 +215,7 @@ class Planner:
                     "and this gateway is set to fail instead of serving the request text-only; retry later"
                 )
             request = degrade.without(request, lost)
-            features = features_of(request, degrade.summary_without(media, lost), tenant)
+            features = features_of(request, degrade.summary_without(media, lost), tenant, strategy)
             degraded = tuple(sorted(m.value for m in lost))
             for m in lost:
                 self._metrics.degraded.labels(m.value).inc()

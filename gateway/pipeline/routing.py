@@ -128,6 +128,8 @@ class RoutingService:
     def decide(self, views: Sequence[router.TierView], features: router.Features) -> router.Decision:
         """Route a request: the learner's snapshot, the pure decision, the work booked."""
         policy = self._policy_of(features.tenant)
+        if features.strategy:  # the model alias the client named routes its own way
+            policy = msgspec.structs.replace(policy, strategy=features.strategy)
         spend = None
         if self._budgets is not None and policy.budget.amount_usd > 0:
             spend = self._budgets.spend(features.tenant, policy)

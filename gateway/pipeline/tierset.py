@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import router
-from gateway.api.protocol import ModelCard, ModelList
+from gateway.api.answers import ModelCard, ModelList
 from gateway.errors import ModelNotFound
 from tiers import Tier
 
@@ -16,8 +16,15 @@ AUTO_MODEL = "tiergate-auto"
 
 
 class TierSet:
-    def __init__(self, tiers: Mapping[str, Tier], breakers: router.BreakerBoard | None = None) -> None:
+    def __init__(
+        self,
+        tiers: Mapping[str, Tier],
+        breakers: router.BreakerBoard | None = None,
+        aliases: Mapping[str, tuple[str, str]] | None = None,
+    ) -> None:
+        """``aliases``: a model name clients may use → (the model it stands for, a routing strategy or "")."""
         self.tiers = dict(tiers)
+        self.aliases = dict(aliases or {})
         self.breakers = breakers or router.BreakerBoard(router.BreakerConfig(enabled=False))
         self._created = int(time.time())
 
@@ -26,18 +33,32 @@ class TierSet:
 
     @property
     def model_names(self) -> list[str]:
-        """What a request's ``model`` may name: the router, or one tier."""
-        return [AUTO_MODEL, *self.tiers]
+        """What a request's ``model`` may name: the router, one tier, or an alias of either."""
+        return [AUTO_MODEL, *self.tiers, *self.aliases]
+
+    def resolve(self, model: str) -> tuple[str, str]:
+        """The model a request's name stands for (``tiergate-auto`` or a tier) and the routing
+        strategy its alias sets ("" for none); an unknown name is a 404."""
+        if model in self.tiers or model == AUTO_MODEL:
+            return model, ""
+        alias = self.aliases.get(model)
+        if alias is None:
+            shown = ", ".join(self.model_names)
+            raise ModelNotFound(
+                f"The model `{model[:256]}` does not exist; use one of: {shown}", param="model"
+            )
+        return alias
 
     def check_model(self, model: str) -> None:
-        if model not in self.tiers and model != AUTO_MODEL:
-            raise ModelNotFound(
-                f"the model {model!r} does not exist; use one of: {', '.join(self.model_names)}",
-                param="model",
-            )
+        self.resolve(model)
 
     def models(self) -> ModelList:
-        return ModelList([ModelCard(name, self._created) for name in self.model_names])
+        return ModelList([self.card(name) for name in self.model_names])
+
+    def card(self, model: str) -> ModelCard:
+        """``GET /v1/models/{model}``; an unknown name is a 404."""
+        self.resolve(model)
+        return ModelCard(model, self._created)
 
     def served_models(self) -> str:
         """Each tier's engine model, e.g. ``edge=smollm2,cloud=smolvlm``: part of every cache key, so

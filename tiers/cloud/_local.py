@@ -21,6 +21,9 @@ from pathlib import Path
 from tiers._cpus import cpu_list, pin_this_thread
 from tiers.cloud._config import LocalServer
 
+# SmolLM2's ChatML with Hermes-format tools, shared with the edge tier.
+TOOLS_TEMPLATE = Path(__file__).parent.parent / "chat_templates" / "chatml-tools.jinja"
+
 log = logging.getLogger(__name__)
 
 _PR_SET_PDEATHSIG = 1
@@ -80,6 +83,13 @@ class LocalVLLMServer:
             "--port",
             str(self._port),
             *(["--enforce-eager"] if c.enforce_eager else []),
+            "--chat-template",
+            str(Path(c.chat_template).expanduser()) if c.chat_template else str(TOOLS_TEMPLATE),
+            *(
+                ["--enable-auto-tool-choice", "--tool-call-parser", c.tool_call_parser]
+                if c.tool_call_parser
+                else []
+            ),
             *c.extra_args,
         ]
 

@@ -29,6 +29,7 @@ from tiers._protocol import ReplicaListener
 from tiers._types import Capabilities, Generation, Health, Modality, TierState
 from tiers.cloud import _wire
 from tiers.cloud._balance import Balancer
+from tiers.cloud._checks import OutputCheck
 from tiers.cloud._config import CloudConfig
 from tiers.cloud._http import HttpPool, Response, UpstreamError
 from tiers.cloud._local import LocalVLLMServer
@@ -40,6 +41,18 @@ log = logging.getLogger(__name__)
 _encode = msgspec.json.Encoder().encode
 _CHAT_PATH = "/v1/chat/completions"
 _JSON_HEADERS = {"Content-Type": "application/json"}
+# Generation fields sent to vLLM as they are when set (None: vLLM's default).
+_PASSED = (
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "seed",
+    "presence_penalty",
+    "frequency_penalty",
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+)
 
 
 class _Retry(Exception):
@@ -88,6 +101,7 @@ class VLLMPool:
                 model=self._model or "unknown",
                 limits=self._config.limits.as_limits(),
                 quality=self._config.quality,
+                abilities=frozenset(self._config.abilities),
             )
         return self._capabilities
 
@@ -207,6 +221,7 @@ class VLLMPool:
         tried: set[str] = set()
         last: TierError | None = None
         body = self._body(gen)
+        check = OutputCheck(gen, self.name)
         while True:
             replica = self._pick(gen, tried, last)
             self._begin(replica, gen)
@@ -217,10 +232,10 @@ class VLLMPool:
                 if resp.status != 200:
                     raise self._status_error(replica, resp.status, await resp.read())
                 if gen.stream:
-                    events = _wire.stream_events(resp.chunks(), replica.name, self._model)
+                    events = _wire.stream_events(resp.chunks(), replica.name, self._model, check)
                     event = await anext(events)
                 else:
-                    answer = _wire.body_events(await resp.read(), replica.name, self._model)
+                    answer = _wire.body_events(await resp.read(), replica.name, self._model, check)
                 break
             except _Retry as retry:
                 failure: _Retry | TierError = retry
@@ -327,15 +342,36 @@ class VLLMPool:
         return await self._http.post(replica.url + _CHAT_PATH, body, headers)
 
     def _body(self, gen: Generation) -> bytes:
+        """The request as vLLM's OpenAI server takes it: every field the client set, passed through."""
         body: dict[str, Any] = {"model": self._model, "messages": gen.messages, "stream": gen.stream}
         if gen.stream:
             body["stream_options"] = {"include_usage": True}
-        for key in ("max_tokens", "temperature", "top_p", "seed", "presence_penalty", "frequency_penalty"):
+        for key in _PASSED:
             value = getattr(gen, key)
             if value is not None:
                 body[key] = value
         if gen.stop:
             body["stop"] = gen.stop
+        if gen.tools:
+            body["tools"] = gen.tools
+            body["parallel_tool_calls"] = gen.parallel_tool_calls
+            if gen.tool_choice is not None:
+                body["tool_choice"] = gen.tool_choice
+        if gen.response_format is not None:
+            body["response_format"] = gen.response_format
+        if gen.logprobs:
+            body["logprobs"] = True
+            body["top_logprobs"] = gen.top_logprobs
+        if gen.logit_bias:
+            body["logit_bias"] = {str(k): v for k, v in gen.logit_bias.items()}
+        if gen.n > 1:
+            body["n"] = gen.n
+        if gen.min_tokens:
+            body["min_tokens"] = gen.min_tokens
+        if gen.ignore_eos:
+            body["ignore_eos"] = True
+        if gen.stop_token_ids:
+            body["stop_token_ids"] = gen.stop_token_ids
         return _encode(body)
 
     def _status_error(self, replica: Replica, status: int, body: bytes) -> Exception:

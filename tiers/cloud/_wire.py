@@ -1,5 +1,7 @@
 """The parts of vLLM's OpenAI responses the pool reads, decoded with msgspec, and its answers (one JSON
-body, or a stream of chunks) read as the tier's events."""
+body, or a stream of chunks) read as the tier's events: text, tool calls (vLLM's ids renamed to OpenAI's
+``call_…``), logprobs, and every choice of an ``n`` > 1 answer.  What vLLM says it produced is checked
+against what the request asked for (:class:`~tiers.cloud._checks.OutputCheck`) before it is passed on."""
 
 from __future__ import annotations
 
@@ -7,22 +9,75 @@ from collections.abc import AsyncGenerator, AsyncIterator
 
 import msgspec
 
-from tiers._events import Event, Finished, Started, TextDelta
+from tiers._errors import TierFailed
+from tiers._events import (
+    ChoiceDone,
+    Event,
+    Finished,
+    Logprobs,
+    Started,
+    TextDelta,
+    TokenLogprob,
+    ToolCallDelta,
+    TopLogprob,
+)
 from tiers._types import Usage
+from tiers.cloud._checks import OutputCheck
+
+
+class WirePromptDetails(msgspec.Struct):
+    cached_tokens: int | None = 0
 
 
 class WireUsage(msgspec.Struct):
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    prompt_tokens_details: WirePromptDetails | None = None
+
+    def usage(self) -> Usage:
+        details = self.prompt_tokens_details
+        cached = (details.cached_tokens or 0) if details is not None else 0
+        return Usage(self.prompt_tokens, self.completion_tokens, cached)
+
+
+class WireFunction(msgspec.Struct):
+    name: str | None = None
+    arguments: str | None = None
+
+
+class WireToolCall(msgspec.Struct):
+    index: int = 0
+    id: str | None = None
+    function: WireFunction | None = None
+
+
+class WireTop(msgspec.Struct):
+    token: str
+    logprob: float
+    bytes: list[int] | None = None
+
+
+class WireTokenLogprob(msgspec.Struct):
+    token: str
+    logprob: float
+    bytes: list[int] | None = None
+    top_logprobs: list[WireTop] = msgspec.field(default_factory=list)
+
+
+class WireLogprobs(msgspec.Struct):
+    content: list[WireTokenLogprob] | None = None
 
 
 class WireMessage(msgspec.Struct):
     content: str | None = None
+    tool_calls: list[WireToolCall] | None = None
 
 
 class WireChoice(msgspec.Struct):
+    index: int = 0
     message: WireMessage | None = None
     finish_reason: str | None = None
+    logprobs: WireLogprobs | None = None
 
 
 class WireCompletion(msgspec.Struct):
@@ -31,13 +86,11 @@ class WireCompletion(msgspec.Struct):
     usage: WireUsage | None = None
 
 
-class WireDelta(msgspec.Struct):
-    content: str | None = None
-
-
 class WireChunkChoice(msgspec.Struct):
-    delta: WireDelta | None = None
+    index: int = 0
+    delta: WireMessage | None = None
     finish_reason: str | None = None
+    logprobs: WireLogprobs | None = None
 
 
 class WireChunk(msgspec.Struct):
@@ -68,6 +121,8 @@ chunk_decoder = msgspec.json.Decoder(WireChunk)
 error_decoder = msgspec.json.Decoder(WireError)
 models_decoder = msgspec.json.Decoder(WireModelList)
 
+_VLLM_TOOL_ID = "chatcmpl-tool-"
+
 
 def error_message(body: bytes) -> str:
     """The message of an OpenAI-shaped error body, or the body itself."""
@@ -80,29 +135,87 @@ def error_message(body: bytes) -> str:
     return err.message or body[:300].decode("utf-8", "replace")
 
 
-def body_events(body: bytes, instance: str, model: str) -> tuple[Event, ...]:
-    """A chat completion's JSON body as events: :class:`Started`, its text in one piece, :class:`Finished`.
-    Raises :class:`msgspec.DecodeError` for a body that is not one."""
+def _call_id(wire_id: str | None) -> str:
+    """OpenAI's ``call_…`` form of vLLM's ``chatcmpl-tool-…`` id."""
+    if not wire_id:
+        return ""
+    return "call_" + wire_id.removeprefix(_VLLM_TOOL_ID) if wire_id.startswith(_VLLM_TOOL_ID) else wire_id
+
+
+def _logprobs(wire: WireLogprobs | None, choice: int) -> Logprobs | None:
+    if wire is None or not wire.content:
+        return None
+    tokens = [
+        TokenLogprob(
+            t.token, t.logprob, t.bytes, [TopLogprob(a.token, a.logprob, a.bytes) for a in t.top_logprobs]
+        )
+        for t in wire.content
+    ]
+    return Logprobs(tokens, choice)
+
+
+def _pieces(choice: int, message: WireMessage | None, logprobs: WireLogprobs | None) -> list[Event]:
+    """The events of one choice's message or delta: its logprobs, text and tool-call pieces."""
+    out: list[Event] = []
+    if scored := _logprobs(logprobs, choice):
+        out.append(scored)
+    if message is None:
+        return out
+    if message.content:
+        out.append(TextDelta(message.content, choice))
+    for call in message.tool_calls or ():
+        function = call.function or WireFunction()
+        out.append(
+            ToolCallDelta(
+                call.index, _call_id(call.id), function.name or "", function.arguments or "", choice
+            )
+        )
+    return out
+
+
+def _ending(reasons: dict[int, str], n: int, called: set[int]) -> tuple[list[Event], str]:
+    """ChoiceDone for every choice but the first of an n > 1 answer, and the first one's reason; a
+    choice that called tools ends with ``tool_calls`` (vLLM says ``stop`` for a named tool_choice)."""
+    for i in called:
+        if reasons.get(i, "stop") == "stop":
+            reasons[i] = "tool_calls"
+    done: list[Event] = [ChoiceDone(i, reasons.get(i, "stop")) for i in range(1, n)] if n > 1 else []
+    return done, reasons.get(0, "stop")
+
+
+def body_events(body: bytes, instance: str, model: str, check: OutputCheck) -> tuple[Event, ...]:
+    """A chat completion's JSON body as events: :class:`Started`, each choice's pieces,
+    :class:`Finished`. Raises :class:`msgspec.DecodeError` for a body that is not one, and
+    :class:`~tiers.TierFailed` (through ``check``) for output that breaks the request's schemas."""
     answer = completion_decoder.decode(body)
-    choice = answer.choices[0]
+    if not answer.choices:
+        raise TierFailed(check.tier, f"{instance} answered 200 without any choice")
+    events: list[Event] = [Started(instance, answer.model or model)]
+    reasons: dict[int, str] = {}
+    called: set[int] = set()
+    for choice in answer.choices:
+        if choice.message is not None and choice.message.tool_calls:
+            called.add(choice.index)
+        pieces = _pieces(choice.index, choice.message, choice.logprobs)
+        check.whole(pieces)
+        events.extend(pieces)
+        reasons[choice.index] = choice.finish_reason or "stop"
+    check.finished(reasons)
+    done, reason = _ending(reasons, check.n, called)
     usage = answer.usage or WireUsage()
-    text = choice.message.content if choice.message is not None else None
-    return (
-        Started(instance, answer.model or model),
-        *((TextDelta(text),) if text else ()),
-        Finished(choice.finish_reason or "stop", Usage(usage.prompt_tokens, usage.completion_tokens)),
-    )
+    return (*events, *done, Finished(reason, usage.usage()))
 
 
 async def stream_events(
-    chunks: AsyncIterator[bytes], instance: str, model: str
+    chunks: AsyncIterator[bytes], instance: str, model: str, check: OutputCheck
 ) -> AsyncGenerator[Event, None]:
     """A streamed chat completion (``stream_options.include_usage``), as the body's bytes arrive, as
-    events: :class:`Started` with the first text (or at the end, for an answer without any), the text
-    pieces, then :class:`Finished` once ``data: [DONE]`` came (or the body ended), with the last
-    finish_reason and the usage chunk's counts. Raises what reading raises, and
-    :class:`msgspec.DecodeError` for a chunk that is not one."""
-    reason = "stop"
+    events: :class:`Started` with the first piece (or at the end, for an answer without any), the
+    pieces, then :class:`Finished` once ``data: [DONE]`` came (or the body ended), with the usage
+    chunk's counts. Raises what reading raises, :class:`msgspec.DecodeError` for a chunk that is not
+    one, and :class:`~tiers.TierFailed` at the end when the output breaks the request's schemas."""
+    reasons: dict[int, str] = {}
+    called: set[int] = set()
     usage: WireUsage | None = None
     answering = ""  # the model the chunks name
     started = False
@@ -127,13 +240,19 @@ async def stream_events(
                 usage = chunk.usage
             for choice in chunk.choices:
                 if choice.finish_reason:
-                    reason = choice.finish_reason
-                if choice.delta is not None and choice.delta.content:
+                    reasons[choice.index] = choice.finish_reason
+                if choice.delta is not None and choice.delta.tool_calls:
+                    called.add(choice.index)
+                for piece in _pieces(choice.index, choice.delta, choice.logprobs):
                     if not started:
                         started = True
                         yield Started(instance, answering or model)
-                    yield TextDelta(choice.delta.content)
+                    check.piece(piece)
+                    yield piece
     if not started:
         yield Started(instance, answering or model)
-    counted = Usage(usage.prompt_tokens, usage.completion_tokens) if usage else Usage(0, 0)
-    yield Finished(reason, counted)
+    check.finished(reasons)
+    done, reason = _ending(reasons, check.n, called)
+    for event in done:
+        yield event
+    yield Finished(reason, usage.usage() if usage else Usage(0, 0))
