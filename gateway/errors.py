@@ -217,6 +217,9 @@ ERROR_TABLE: dict[type[Exception], Callable[[Any], GatewayError]] = {
     tiers.TierOverloaded: _tier_busy,
     tiers.TierRejected: _rejected,
     tiers.TierUnavailable: lambda e: NoTierAvailable(f"the {e.tier} tier is unavailable: {e.message}"),
+    tiers.OutputRefused: lambda e: UpstreamFailed(
+        f"the {e.tier} tier failed: {e.message}", code="invalid_model_output"
+    ),
     tiers.TierError: lambda e: UpstreamFailed(f"the {e.tier} tier failed: {e.message}"),
     router.BudgetExhausted: _over_budget,
     router.RequestDoesNotFit: _does_not_fit,

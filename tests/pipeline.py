@@ -7,8 +7,9 @@ from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
 
 import router
+from gateway.api.answers import ChatCompletion
 from gateway.api.framing import completion, event_stream
-from gateway.api.protocol import ChatCompletion, ChatCompletionRequest
+from gateway.api.protocol import ChatCompletionRequest
 from gateway.ops.metrics import Metrics
 from gateway.ops.tracing import Tracing
 from gateway.pipeline.answer import Routed

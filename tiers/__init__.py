@@ -7,6 +7,7 @@ from tiers._cpus import split_cpus, usable_cpus
 from tiers._errors import (
     InvalidModel,
     NothingToRollBack,
+    OutputRefused,
     RegistryError,
     TierError,
     TierFailed,
@@ -66,6 +67,7 @@ __all__ = [
     "Modality",
     "ModelRegistry",
     "NothingToRollBack",
+    "OutputRefused",
     "Pool",
     "RegistryError",
     "ReplicaListener",

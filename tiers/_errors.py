@@ -6,6 +6,7 @@ TierError
 ├── TierOverloaded       its queue is full; the client should retry later (429)
 ├── TierRejected         the engine refused the request as invalid (e.g. too long) (400)
 └── TierFailed           the engine failed after accepting the request (502)
+    └── OutputRefused    its answer breaks what the request demanded (a schema, the tools) (502)
 
 Raised before a generation's first event, TierUnavailable and TierOverloaded let the gateway try the
 next tier; after it, any error ends the answer.
@@ -67,6 +68,11 @@ def too_long(tier: str, prompt_tokens: int, max_tokens: int | None, context_toke
 
 class TierFailed(TierError):
     pass
+
+
+class OutputRefused(TierFailed):
+    """The engine answered, but not as the request demanded (a tool call to no offered tool, arguments
+    or content that break the request's schema): refused rather than passed on as valid (502)."""
 
 
 class RegistryError(Exception):

@@ -72,7 +72,7 @@ class PromptTokensDetails(msgspec.Struct):
     audio_tokens: int = 0
 
 
-class CompletionTokensDetails(msgspec.Struct):
+class CompletionTokensDetails(msgspec.Struct, frozen=True):
     reasoning_tokens: int = 0
     audio_tokens: int = 0
     accepted_prediction_tokens: int = 0

@@ -25,8 +25,19 @@ OPERATIONS = [
     ("/healthz", "GET"),
     ("/readyz", "GET"),
 ]
+
+
+def not_a_server_error(ctx: object, response: schemathesis.Response, case: schemathesis.Case) -> None:
+    """schemathesis' check, but for one 502 the fake cloud earns: it cannot produce JSON for every
+    schema a generated request carries, and the gateway refuses such output (invalid_model_output)
+    rather than pass it on; a real vLLM decodes under the schema."""
+    if response.status_code == 502 and b'"invalid_model_output"' in response.content:
+        return
+    checks.not_a_server_error(ctx, response, case)  # type: ignore[arg-type]
+
+
 CHECKS = [
-    checks.not_a_server_error,
+    not_a_server_error,
     checks.status_code_conformance,
     checks.content_type_conformance,
     checks.response_schema_conformance,

@@ -1,8 +1,8 @@
 """What vLLM produced, checked against what the request asked for before it is passed on: a tool
 call to a function the request did not offer, arguments that are not JSON or break the function's
-parameter schema, or content that breaks the ``response_format`` schema is a :class:`TierFailed`
-(a 502 that says so), never an answer that looks valid.  An answer cut short (``length``) is not
-checked: it is incomplete by the client's own limit, as OpenAI's would be."""
+parameter schema, or content that breaks the ``response_format`` schema is an
+:class:`~tiers.OutputRefused` (a 502 that says so), never an answer that looks valid.  An answer cut
+short (``length``) is not checked: it is incomplete by the client's own limit, as OpenAI's would be."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import jsonschema_rs
 
-from tiers._errors import TierFailed
+from tiers._errors import OutputRefused
 from tiers._events import Event, TextDelta, ToolCallDelta
 from tiers._types import Generation
 
@@ -77,8 +77,8 @@ class OutputCheck:
             elif self._format:
                 self._check_content("".join(choice.text))
 
-    def _fail(self, message: str) -> TierFailed:
-        return TierFailed(self.tier, f"the model's answer was refused: {message}")
+    def _fail(self, message: str) -> OutputRefused:
+        return OutputRefused(self.tier, f"the model's answer was refused: {message}")
 
     def _check_call(self, name: str, arguments: str) -> None:
         if name not in self._tools:

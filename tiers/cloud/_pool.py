@@ -38,21 +38,8 @@ from tiers.cloud._replica import Replica
 
 log = logging.getLogger(__name__)
 
-_encode = msgspec.json.Encoder().encode
 _CHAT_PATH = "/v1/chat/completions"
 _JSON_HEADERS = {"Content-Type": "application/json"}
-# Generation fields sent to vLLM as they are when set (None: vLLM's default).
-_PASSED = (
-    "max_tokens",
-    "temperature",
-    "top_p",
-    "seed",
-    "presence_penalty",
-    "frequency_penalty",
-    "top_k",
-    "min_p",
-    "repetition_penalty",
-)
 
 
 class _Retry(Exception):
@@ -220,7 +207,7 @@ class VLLMPool:
         since the consumer has seen nothing; after it a failure ends the stream."""
         tried: set[str] = set()
         last: TierError | None = None
-        body = self._body(gen)
+        body = _wire.request_body(gen, self._model)
         check = OutputCheck(gen, self.name)
         while True:
             replica = self._pick(gen, tried, last)
@@ -340,39 +327,6 @@ class VLLMPool:
         # The gateway's request id goes upstream, so vLLM's logs and ours can be joined.
         headers = {**_JSON_HEADERS, "X-Request-ID": request_id} if request_id else _JSON_HEADERS
         return await self._http.post(replica.url + _CHAT_PATH, body, headers)
-
-    def _body(self, gen: Generation) -> bytes:
-        """The request as vLLM's OpenAI server takes it: every field the client set, passed through."""
-        body: dict[str, Any] = {"model": self._model, "messages": gen.messages, "stream": gen.stream}
-        if gen.stream:
-            body["stream_options"] = {"include_usage": True}
-        for key in _PASSED:
-            value = getattr(gen, key)
-            if value is not None:
-                body[key] = value
-        if gen.stop:
-            body["stop"] = gen.stop
-        if gen.tools:
-            body["tools"] = gen.tools
-            body["parallel_tool_calls"] = gen.parallel_tool_calls
-            if gen.tool_choice is not None:
-                body["tool_choice"] = gen.tool_choice
-        if gen.response_format is not None:
-            body["response_format"] = gen.response_format
-        if gen.logprobs:
-            body["logprobs"] = True
-            body["top_logprobs"] = gen.top_logprobs
-        if gen.logit_bias:
-            body["logit_bias"] = {str(k): v for k, v in gen.logit_bias.items()}
-        if gen.n > 1:
-            body["n"] = gen.n
-        if gen.min_tokens:
-            body["min_tokens"] = gen.min_tokens
-        if gen.ignore_eos:
-            body["ignore_eos"] = True
-        if gen.stop_token_ids:
-            body["stop_token_ids"] = gen.stop_token_ids
-        return _encode(body)
 
     def _status_error(self, replica: Replica, status: int, body: bytes) -> Exception:
         message = _wire.error_message(body)

@@ -6,6 +6,7 @@ against what the request asked for (:class:`~tiers.cloud._checks.OutputCheck`) b
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any
 
 import msgspec
 
@@ -21,7 +22,7 @@ from tiers._events import (
     ToolCallDelta,
     TopLogprob,
 )
-from tiers._types import Usage
+from tiers._types import Generation, Usage
 from tiers.cloud._checks import OutputCheck
 
 
@@ -116,12 +117,59 @@ class WireModelList(msgspec.Struct):
     data: list[WireModel]
 
 
+# Generation fields sent to vLLM as they are when set (None: vLLM's default).
+_PASSED = (
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "seed",
+    "presence_penalty",
+    "frequency_penalty",
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+)
+_encoder = msgspec.json.Encoder()
 completion_decoder = msgspec.json.Decoder(WireCompletion)
 chunk_decoder = msgspec.json.Decoder(WireChunk)
 error_decoder = msgspec.json.Decoder(WireError)
 models_decoder = msgspec.json.Decoder(WireModelList)
 
 _VLLM_TOOL_ID = "chatcmpl-tool-"
+
+
+def request_body(gen: Generation, model: str) -> bytes:
+    """The request as vLLM's OpenAI server takes it: every field the client set, passed through."""
+    body: dict[str, Any] = {"model": model, "messages": gen.messages, "stream": gen.stream}
+    if gen.stream:
+        body["stream_options"] = {"include_usage": True}
+    for key in _PASSED:
+        value = getattr(gen, key)
+        if value is not None:
+            body[key] = value
+    if gen.stop:
+        body["stop"] = gen.stop
+    if gen.tools:
+        body["tools"] = gen.tools
+        body["parallel_tool_calls"] = gen.parallel_tool_calls
+        if gen.tool_choice is not None:
+            body["tool_choice"] = gen.tool_choice
+    if gen.response_format is not None:
+        body["response_format"] = gen.response_format
+    if gen.logprobs:
+        body["logprobs"] = True
+        body["top_logprobs"] = gen.top_logprobs
+    if gen.logit_bias:
+        body["logit_bias"] = {str(k): v for k, v in gen.logit_bias.items()}
+    if gen.n > 1:
+        body["n"] = gen.n
+    if gen.min_tokens:
+        body["min_tokens"] = gen.min_tokens
+    if gen.ignore_eos:
+        body["ignore_eos"] = True
+    if gen.stop_token_ids:
+        body["stop_token_ids"] = gen.stop_token_ids
+    return _encoder.encode(body)
 
 
 def error_message(body: bytes) -> str:
