@@ -49,9 +49,10 @@ class GatewayError(Exception):
         self.param = param
         if code is not None:
             self.code = code
+        self.extra_headers: dict[str, str] = {}  # e.g. a 405's Allow
 
     def headers(self) -> dict[str, str]:
-        return {}
+        return self.extra_headers
 
 
 class InvalidRequest(GatewayError):
@@ -131,9 +132,15 @@ class UpstreamFailed(GatewayError):
 
 
 class NoTierAvailable(GatewayError):
+    """Tiers are starting, down or behind an open breaker: a retry a little later can succeed."""
+
     status = 503
     type = "service_unavailable"
     code = "no_tier_available"
+    retry_after_s = 2
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after_s)}
 
 
 class ModalityUnavailable(NoTierAvailable):
@@ -170,6 +177,9 @@ def _http(exc: HTTPException) -> GatewayError:
     cls = _HTTP_STATUS_ERRORS.get(exc.status_code, InvalidRequest)
     error = cls("no such endpoint" if exc.status_code == 404 else exc.detail or "bad request")
     error.status = exc.status_code
+    allowed = {k.lower(): v for k, v in (exc.headers or {}).items()}.get("allow")
+    if allowed:  # a 405 says which methods the path takes
+        error.extra_headers = {"Allow": allowed}
     return error
 
 

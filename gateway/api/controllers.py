@@ -84,6 +84,15 @@ async def list_models(
     return Response(encode(services.tiers.models()), media_type=JSON)
 
 
+@get("/v1/models/{model:path}")
+async def retrieve_model(
+    request: Request[object, object, State], services: NamedDependency[Services], model: str
+) -> Response[bytes]:
+    """One model card (``client.models.retrieve``); an unknown name is a 404 as for chat."""
+    await services.auth.caller(request.headers)
+    return Response(encode(services.tiers.card(model.lstrip("/"))), media_type=JSON)
+
+
 @get("/healthz")
 async def healthz() -> Response[bytes]:
     return Response(b'{"status":"ok"}', media_type=JSON)
@@ -102,4 +111,4 @@ async def prometheus_metrics(services: NamedDependency[Services]) -> Response[by
     return Response(services.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
-ROUTES = [chat_completions, list_models, healthz, readyz, prometheus_metrics]
+ROUTES = [chat_completions, list_models, retrieve_model, healthz, readyz, prometheus_metrics]

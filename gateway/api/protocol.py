@@ -9,6 +9,7 @@ logprobs, a schema that is no schema) is checked after decoding; JSON schemas ar
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -223,20 +224,22 @@ class ChatCompletionRequest(_Strict, kw_only=True):
         return {int(k): v for k, v in (self.logit_bias or {}).items()}
 
 
+_PATH = re.compile(r"`\$\.?([^`]*)`")  # where msgspec says the error is: "... - at `$.messages[0]`"
 _FORMAT_TYPES = {TextFormat: "text", JsonObjectFormat: "json_object", JsonSchemaFormat: "json_schema"}
 _request_decoder = msgspec.json.Decoder(ChatCompletionRequest)
 
 
 def decode_error(exc: msgspec.ValidationError) -> InvalidRequest:
     """msgspec's validation error as OpenAI's 400, ``param`` the path of the offending field."""
-    text, _, path = str(exc).partition(" - at `$.")
-    param = path.rstrip("`") or None
+    text = str(exc)
+    found = _PATH.search(text)
+    param = found.group(1) or None if found else None
     if text.startswith(("Object missing required field", "Object contains unknown field")):
-        field = text.rsplit("`", 2)[-2] if "`" in text else None
+        field = text.split("`", 2)[1] if "`" in text else None
         param = f"{param}.{field}" if param and field else field
         if text.startswith("Object contains unknown field"):
             return InvalidRequest(f"Unrecognized request argument supplied: {param}", param=param)
-    return InvalidRequest(f"invalid request: {exc}", param=param)
+    return InvalidRequest(f"invalid request: {text}", param=param)
 
 
 def parse_chat_request(body: bytes) -> ChatCompletionRequest:

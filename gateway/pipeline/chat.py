@@ -20,6 +20,7 @@ that a JSON answer is read whole before it is framed (so it can still fail over)
 from __future__ import annotations
 
 import dataclasses
+import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ from gateway.pipeline.plan import Planner
 from gateway.pipeline.record import Call, Recorder, demand_of
 from gateway.pipeline.routing import RoutingService
 from gateway.pipeline.tierset import TierSet
+from tiers import Event, ToolCallDelta
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,11 +126,23 @@ class ChatService:
         assert cached is not None and events is not None
         elapsed = time.perf_counter() - started
         routed = Routed(cached.tier, "cache hit", lookup.status, (), elapsed, lookup.seconds)
-        return whole(routed, cached.model, events, f"chatcmpl-{request_id}")
+        return whole(routed, cached.model, fresh_call_ids(events), f"chatcmpl-{request_id}")
 
     async def aclose(self) -> None:
         if self._answers is not None:
             await self._answers.aclose()
+
+
+def fresh_call_ids(events: list[Event]) -> list[Event]:
+    """A replayed answer's tool calls get ids of their own: an agent keeps results by call id."""
+    if not any(isinstance(e, ToolCallDelta) and e.id for e in events):
+        return events
+    return [
+        msgspec.structs.replace(e, id=f"call_{secrets.token_hex(12)}")
+        if isinstance(e, ToolCallDelta) and e.id
+        else e
+        for e in events
+    ]
 
 
 class ChatPipeline:

@@ -28,6 +28,7 @@ from tiers import (
     EventStream,
     Finished,
     Generation,
+    OutputRefused,
     Started,
     TierFailed,
     TierOverloaded,
@@ -156,6 +157,8 @@ class Dispatcher:
                         model = model or self._tiers[name].capabilities.model
                         await self._answers.store(key, answer_of(produced, model, name))
                 yield event
+        except OutputRefused:  # the model misbehaved, the path works: not a breaker failure
+            raise
         except _BREAKER_FAILURES as exc:
             settled = True
             if isinstance(exc, TierTimeout):

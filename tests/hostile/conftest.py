@@ -11,12 +11,17 @@ from tests.fakes import FakeVLLM
 from tests.faults._support import start_cloud_gateway
 
 MAX_BODY_BYTES = 1 << 20
+# The fake cloud declares every ability but logit_bias (a request needing it has no tier to go to).
+CLOUD_ABILITIES = 'abilities = ["tools", "json_object", "json_schema", "logprobs", "n"]\n'
+ALIASES = (
+    '[aliases]\n"gpt-4o-mini" = "cloud"\nfast = { model = "tiergate-auto", strategy = "always:cloud" }\n'
+)
 
 
 @pytest.fixture(scope="package")
 def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     with FakeVLLM() as fake:
-        tables = f"[server]\nmax_body_bytes = {MAX_BODY_BYTES}\n"
-        gw = start_cloud_gateway(tmp_path_factory.mktemp("hostile"), fake.url, tables=tables)
+        tables = f"[server]\nmax_body_bytes = {MAX_BODY_BYTES}\n" + ALIASES
+        gw = start_cloud_gateway(tmp_path_factory.mktemp("hostile"), fake.url, CLOUD_ABILITIES, tables)
         yield gw
         gw.stop()

@@ -39,6 +39,7 @@ class OutputCheck:
         self.n = gen.n
         self.tier = tier
         self._tools = {t["function"]["name"]: _validator(t["function"].get("parameters")) for t in gen.tools}
+        self._must_call = gen.tool_mode in ("required", "named")
         fmt = gen.response_format or {}
         self._format = fmt.get("type")
         self._schema = _validator((fmt.get("json_schema") or {}).get("schema")) if self._format else None
@@ -68,9 +69,14 @@ class OutputCheck:
 
     def finished(self, reasons: dict[int, str]) -> None:
         """Raise :class:`TierFailed` if a finished choice breaks the request's tools or format."""
+        if self._must_call:  # every choice must call; one that produced nothing has no entry yet
+            for index in range(self.n):
+                self._choices.setdefault(index, _Choice())
         for index, choice in self._choices.items():
             if reasons.get(index, "stop") == "length":
                 continue
+            if self._must_call and not choice.calls:
+                raise self._fail("the request's tool_choice demands a tool call and it made none")
             if choice.calls:
                 for name, arguments in choice.calls:
                     self._check_call(name, arguments)

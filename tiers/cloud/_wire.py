@@ -150,12 +150,14 @@ def request_body(gen: Generation, model: str) -> bytes:
     if gen.stop:
         body["stop"] = gen.stop
     if gen.tools:
-        body["tools"] = gen.tools
+        # Decoded under each function's schema whatever the client's `strict` says: vLLM constrains
+        # arguments only for strict tools, and the gateway refuses calls that break the schema.
+        body["tools"] = [{**t, "function": {**t["function"], "strict": True}} for t in gen.tools]
         body["parallel_tool_calls"] = gen.parallel_tool_calls
         if gen.tool_choice is not None:
             body["tool_choice"] = gen.tool_choice
     if gen.response_format is not None:
-        body["response_format"] = gen.response_format
+        body["response_format"] = _strict(gen.response_format)
     if gen.logprobs:
         body["logprobs"] = True
         body["top_logprobs"] = gen.top_logprobs
@@ -170,6 +172,12 @@ def request_body(gen: Generation, model: str) -> bytes:
     if gen.stop_token_ids:
         body["stop_token_ids"] = gen.stop_token_ids
     return _encoder.encode(body)
+
+
+def _strict(response_format: dict[str, Any]) -> dict[str, Any]:
+    """A json_schema format asks for strict decoding (the gateway checks the content either way)."""
+    spec = response_format.get("json_schema")
+    return {**response_format, "json_schema": {**spec, "strict": True}} if spec else response_format
 
 
 def error_message(body: bytes) -> str:
