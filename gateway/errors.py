@@ -2,7 +2,7 @@
 
     GatewayError                     status  type
     ├── InvalidRequest                400    invalid_request_error
-    ├── AuthenticationFailed          401    authentication_error
+    ├── AuthenticationFailed          401    invalid_request_error / invalid_api_key (OpenAI's type)
     ├── PermissionDenied              403    permission_error
     ├── NotFound                      404    invalid_request_error / not_found
     │   └── ModelNotFound             404    invalid_request_error / model_not_found

@@ -229,13 +229,14 @@ def test_a_prompt_longer_than_the_edge_context_is_refused_before_it_runs(gateway
     with pytest.raises(openai.APIStatusError) as caught:
         gateway.client().chat.completions.create(model="edge", messages=long, max_tokens=10)
     assert caught.value.status_code == 400
-    assert caught.value.code == "request_does_not_fit"
+    assert caught.value.code == "context_length_exceeded"  # what clients look for
     assert "edge context is 2048 tokens" in caught.value.message
 
 
 def test_unknown_path_and_method(gateway: Gateway) -> None:
     assert _error(httpx.get(f"{gateway.url}/v1/nothing"))["code"] == "not_found"
     assert httpx.delete(f"{gateway.url}/v1/models").status_code == 405
+    assert httpx.delete(f"{gateway.url}/v1/models").headers["Allow"] == "GET"
     wrong = httpx.get(f"{gateway.url}/v1/chat/completions")  # a raw ASGI handler: it checks the method itself
     assert wrong.status_code == 405
     assert _error(wrong)["type"] == "invalid_request_error"

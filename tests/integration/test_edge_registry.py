@@ -239,7 +239,7 @@ def test_unknown_versions_missing_names_and_tenant_keys(registry_gw: Gateway, tm
         _error(httpx.post(f"{gw.url}{MODELS}/activate", json={}, headers=gw.admin), 400)["message"]
     )
     assert _error(httpx.get(f"{gw.url}{MODELS}", headers=gw.auth), 403)["type"] == "permission_error"
-    assert _error(httpx.get(f"{gw.url}{MODELS}"), 401)["type"] == "authentication_error"
+    assert _error(httpx.get(f"{gw.url}{MODELS}"), 401)["type"] == "invalid_request_error"
     # a registered version appears as available; a broken file fails its activation, v1 serves on
     broken = tmp_path / "broken.gguf"
     broken.write_bytes(b"GGUF" + b"\0" * 64)

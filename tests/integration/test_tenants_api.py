@@ -101,7 +101,7 @@ def test_missing_wrong_or_malformed_keys_are_401(gw: Gateway) -> None:
     for headers in ({}, {"Authorization": "Bearer nope"}, {"Authorization": gw.api_key}):
         resp = httpx.post(f"{gw.url}/v1/chat/completions", json={"model": "cloud"}, headers=headers)
         assert resp.status_code == 401
-        assert error_of(resp)["type"] == "authentication_error"
+        assert error_of(resp)["type"] == "invalid_request_error"
     wrong_secret = gw.api_key[:-4] + "AAAA"
     assert chat(gw, key=wrong_secret).status_code == 401
     assert httpx.get(f"{gw.url}/v1/models").status_code == 401
