@@ -53,6 +53,11 @@ def demand_of(request: ChatCompletionRequest, media: MediaSummary = NO_MEDIA) ->
 
 
 @dataclass(slots=True)
+def _metadata_of(request: ChatCompletionRequest) -> str | None:
+    """The request's metadata as the ledger keeps it (JSON; bounded by the request model)."""
+    return msgspec.json.encode(request.metadata).decode() if request.metadata else None
+
+
 class Call:
     """One request as the ledger will see it."""
 
@@ -214,4 +219,5 @@ class Recorder:
             price_id=charge.price_id,
             cost_nusd=charge.cost_nusd,
             counterfactual_nusd=counterfactual,
+            metadata=_metadata_of(call.request),
         )

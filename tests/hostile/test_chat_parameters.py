@@ -6,6 +6,7 @@ and OpenAI's error shapes (401 type, 405 Allow, 503 Retry-After) hold."""
 from __future__ import annotations
 
 import json
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any
@@ -192,4 +193,12 @@ def test_metadata_and_friends_are_accepted_and_the_answer_is_openai_shaped(targe
     message = body["choices"][0]["message"]
     assert message["role"] == "assistant" and "refusal" in message and body["choices"][0]["logprobs"] is None
     assert body["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
-    assert json.dumps(body)  # plain JSON
+    # the metadata is kept with the request's ledger row (cost by tag reads it)
+    request_id = resp.headers["X-Request-ID"]
+    deadline = time.monotonic() + 10
+    rows: list[tuple[str]] = []
+    while not rows and time.monotonic() < deadline:
+        with sqlite3.connect(target.data_dir / "tiergate.db") as db:
+            rows = db.execute("SELECT metadata FROM ledger WHERE request_id = ?", (request_id,)).fetchall()
+        time.sleep(0.2)
+    assert rows and json.loads(rows[0][0]) == {"team": "search", "feature": "autocomplete"}

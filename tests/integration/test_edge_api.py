@@ -236,7 +236,7 @@ def test_a_prompt_longer_than_the_edge_context_is_refused_before_it_runs(gateway
 def test_unknown_path_and_method(gateway: Gateway) -> None:
     assert _error(httpx.get(f"{gateway.url}/v1/nothing"))["code"] == "not_found"
     assert httpx.delete(f"{gateway.url}/v1/models").status_code == 405
-    assert httpx.delete(f"{gateway.url}/v1/models").headers["Allow"] == "GET"
+    assert "GET" in httpx.delete(f"{gateway.url}/v1/models").headers["Allow"]
     wrong = httpx.get(f"{gateway.url}/v1/chat/completions")  # a raw ASGI handler: it checks the method itself
     assert wrong.status_code == 405
     assert _error(wrong)["type"] == "invalid_request_error"

@@ -33,6 +33,9 @@ class LedgerRow(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
     price_id: int | None
     cost_nusd: int
     counterfactual_nusd: int
+    # The request's metadata (OpenAI's, up to 16 short pairs) as JSON, for cost by tag; None: none.
+    # Last and defaulted, so write-ahead segments of rows from before it still load.
+    metadata: str | None = None
 
 
 encode_row = msgspec.json.Encoder().encode

@@ -2,22 +2,24 @@
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, func, select
+from sqlalchemy import Connection, Engine, create_engine, event, func, inspect, select
 
 from gateway.accounts.storage._schema import metadata, schema_version
 
 # Bump with a migration step in _MIGRATIONS when a table changes.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # version -> statements that bring a database from version-1 to version.
 _MIGRATIONS: dict[int, list[str]] = {
     2: [
         "ALTER TABLE tenants ADD COLUMN video_seconds_per_min INTEGER",
         "ALTER TABLE tenants ADD COLUMN audio_seconds_per_min INTEGER",
     ],
+    3: ["ALTER TABLE ledger ADD COLUMN metadata TEXT"],
 }
 
 
@@ -48,6 +50,18 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.close()
 
 
+_ADD_COLUMN = re.compile(r"ALTER TABLE (\w+) ADD COLUMN (\w+)")
+
+
+def _adds_existing_column(conn: Connection, statement: str) -> bool:
+    """A step that adds a column create_all just made (its table was new in this old database)."""
+    adds = _ADD_COLUMN.match(statement)
+    if adds is None:
+        return False
+    table, column = adds.groups()
+    return column in {c["name"] for c in inspect(conn).get_columns(table)}
+
+
 def migrate(engine: Engine) -> None:
     metadata.create_all(engine, checkfirst=True)
     with engine.begin() as conn:
@@ -57,5 +71,6 @@ def migrate(engine: Engine) -> None:
         for version in range(current + 1, SCHEMA_VERSION + 1):
             # A fresh database (no version yet) was just created at the current schema by create_all.
             for statement in _MIGRATIONS.get(version, []) if current else []:
-                conn.exec_driver_sql(statement)
+                if not _adds_existing_column(conn, statement):
+                    conn.exec_driver_sql(statement)
             conn.execute(schema_version.insert().values(version=version, applied_at=time.time()))
