@@ -53,11 +53,6 @@ def demand_of(request: ChatCompletionRequest, media: MediaSummary = NO_MEDIA) ->
 
 
 @dataclass(slots=True)
-def _metadata_of(request: ChatCompletionRequest) -> str | None:
-    """The request's metadata as the ledger keeps it (JSON; bounded by the request model)."""
-    return msgspec.json.encode(request.metadata).decode() if request.metadata else None
-
-
 class Call:
     """One request as the ledger will see it."""
 
@@ -221,3 +216,8 @@ class Recorder:
             counterfactual_nusd=counterfactual,
             metadata=_metadata_of(call.request),
         )
+
+
+def _metadata_of(request: ChatCompletionRequest) -> str | None:
+    """The request's metadata as the ledger keeps it (JSON; bounded by the request model)."""
+    return msgspec.json.encode(request.metadata).decode() if request.metadata else None
