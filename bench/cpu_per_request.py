@@ -45,7 +45,7 @@ Method
   sqlite) counts to the Python function that called it.
 
     .venv/bin/python -m bench.cpu_per_request --baseline 2a89334 [--candidate HEAD] [--rounds 5]
-        [--requests 5000] [--profile]
+        [--requests 5000] [--body plain|tools] [--profile]
 
 Prints a table and writes bench/results/cpu_per_request.json (``--output``).
 """
@@ -212,8 +212,50 @@ def stop(process: subprocess.Popen[bytes] | None) -> None:
 # ---------------------------------------------------------------------------- measuring
 
 
-def bodies() -> dict[str, bytes]:
-    return {kind: json.dumps({**BODY, "stream": kind == "stream"}).encode() for kind in KINDS}
+# ``--body tools``: the request an agent sends (two function tools with JSON-schema parameters,
+# tool_choice auto, a tool-call round trip in the history), to measure what parsing and checking them
+# costs; a gateway from before tools were read drops these fields unread, so the ratio is that cost.
+_CITY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+_SEARCH = {
+    "type": "object",
+    "properties": {
+        "query": {"type": "string", "maxLength": 200},
+        "limit": {"type": "integer", "minimum": 1, "maximum": 50},
+        "filters": {"type": "array", "items": {"type": "string", "enum": ["news", "docs", "code"]}},
+    },
+    "required": ["query"],
+}
+TOOLS_BODY = {
+    **BODY,
+    "messages": [
+        {"role": "user", "content": "Weather in Paris?"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny, 21 C"},
+    ],
+    "tools": [
+        {
+            "type": "function",
+            "function": {"name": "get_weather", "description": "Weather now", "parameters": _CITY},
+        },
+        {"type": "function", "function": {"name": "search", "description": "Search", "parameters": _SEARCH}},
+    ],
+    "tool_choice": "auto",
+}
+
+
+def bodies(kind_of_body: str = "plain") -> dict[str, bytes]:
+    base = TOOLS_BODY if kind_of_body == "tools" else BODY
+    return {kind: json.dumps({**base, "stream": kind == "stream"}).encode() for kind in KINDS}
 
 
 def load(side: Side, body: bytes, requests: int, shape: Shape) -> tuple[int, int, float]:
@@ -494,6 +536,12 @@ def main() -> None:
     parser.add_argument("--baseline", required=True, help="a commit-ish")
     parser.add_argument("--candidate", help="a commit-ish [default: this working tree]")
     parser.add_argument("--rounds", type=int, default=5, help="measured rounds per side")
+    parser.add_argument(
+        "--body",
+        choices=("plain", "tools"),
+        default="plain",
+        help="plain chat, or an agent's request with tools",
+    )
     parser.add_argument("--requests", type=int, default=5000, help="requests per kind per round")
     parser.add_argument("--connections", type=int, default=64, help="closed loop: concurrent clients")
     parser.add_argument("--rate", type=float, help="open loop at this many requests/s instead")
@@ -546,7 +594,7 @@ def quiet(side: Side, below_ms_per_s: float = 30.0, timeout: float = 30.0) -> fl
 
 
 def run(sides: list[Side], args: argparse.Namespace, tmp: Path) -> dict[str, object]:
-    body = bodies()
+    body = bodies(args.body)
     shape = Shape(args.connections, args.rate)
     for side in sides:
         for kind in KINDS:
@@ -562,6 +610,7 @@ def run(sides: list[Side], args: argparse.Namespace, tmp: Path) -> dict[str, obj
         "command": " ".join(["python -m bench.cpu_per_request", *sys.argv[1:]]),
         "rounds": args.rounds,
         "requests": args.requests,
+        "body": args.body,
         "load": str(shape),
         "warmup": args.warmup,
         "refits_held": not args.with_refits,
