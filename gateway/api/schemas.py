@@ -11,12 +11,16 @@ from __future__ import annotations
 from typing import Any
 
 import jsonschema_rs
+import msgspec
 
 from gateway.errors import InvalidRequest
 
 MAX_NODES = 20_000  # JSON values in one schema
 MAX_PROPERTIES = 2_000  # named properties, summed over the schema
 MAX_DEPTH = 48
+MAX_CHECKED = 512  # schemas remembered as valid (each a few KB at most: bounded by MAX_NODES)
+CHECKED: set[tuple[bytes, bool]] = set()
+_encode = msgspec.json.Encoder().encode
 
 
 def _refuse_remote(uri: str) -> Any:
@@ -46,7 +50,20 @@ def _measure(schema: Any, param: str) -> None:
 
 def check(schema: dict[str, Any], param: str, *, object_only: bool = False) -> None:
     """Raise :class:`InvalidRequest` (``param`` named) unless ``schema`` is a usable JSON schema;
-    ``object_only``: it must describe an object (function parameters)."""
+    ``object_only``: it must describe an object (function parameters).
+
+    A client sends the same tools with every request of a conversation: a schema checked once is
+    remembered by its JSON text (:data:`CHECKED`), so repeats cost one encode and a dict lookup."""
+    text = _encode(schema)
+    if (text, object_only) in CHECKED:
+        return
+    _check(schema, param, object_only)
+    if len(CHECKED) >= MAX_CHECKED:
+        CHECKED.clear()  # bounded memory; a burst of new schemas only costs their checks again
+    CHECKED.add((text, object_only))
+
+
+def _check(schema: dict[str, Any], param: str, object_only: bool) -> None:
     _measure(schema, param)
     if object_only and schema.get("type", "object") != "object":
         raise InvalidRequest(

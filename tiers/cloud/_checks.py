@@ -6,10 +6,12 @@ short (``length``) is not checked: it is incomplete by the client's own limit, a
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
 import jsonschema_rs
+import msgspec
 
 from tiers._errors import OutputRefused
 from tiers._events import Event, TextDelta, ToolCallDelta
@@ -20,8 +22,17 @@ def _refuse_remote(uri: str) -> Any:
     raise ValueError(f"{uri} is not fetched")
 
 
+_encode = msgspec.json.Encoder().encode
+
+
+@functools.lru_cache(maxsize=256)
+def _compiled(text: bytes) -> jsonschema_rs.Validator:
+    """Validators by schema text: the same tools come with every request of a conversation."""
+    return jsonschema_rs.validator_for(json.loads(text), retriever=_refuse_remote)
+
+
 def _validator(schema: dict[str, Any] | None) -> jsonschema_rs.Validator | None:
-    return None if schema is None else jsonschema_rs.validator_for(schema, retriever=_refuse_remote)
+    return None if schema is None else _compiled(_encode(schema))
 
 
 class _Choice:
@@ -37,6 +48,8 @@ class OutputCheck:
 
     def __init__(self, gen: Generation, tier: str) -> None:
         self.n = gen.n
+        # A greedy n-choice answer is asked once and copied (vLLM refuses greedy n > 1).
+        self.copies = gen.n if gen.n > 1 and gen.temperature == 0 else 1
         self.tier = tier
         self._tools = {t["function"]["name"]: _validator(t["function"].get("parameters")) for t in gen.tools}
         self._must_call = gen.tool_mode in ("required", "named")

@@ -163,7 +163,7 @@ def request_body(gen: Generation, model: str) -> bytes:
         body["top_logprobs"] = gen.top_logprobs
     if gen.logit_bias:
         body["logit_bias"] = {str(k): v for k, v in gen.logit_bias.items()}
-    if gen.n > 1:
+    if gen.n > 1 and greedy_copies(gen) == 1:
         body["n"] = gen.n
     if gen.min_tokens:
         body["min_tokens"] = gen.min_tokens
@@ -172,6 +172,23 @@ def request_body(gen: Generation, model: str) -> bytes:
     if gen.stop_token_ids:
         body["stop_token_ids"] = gen.stop_token_ids
     return _encoder.encode(body)
+
+
+def greedy_copies(gen: Generation) -> int:
+    """How many times one answer stands for all ``n``: at temperature 0 every choice is the same
+    greedy answer, and vLLM refuses n > 1 without sampling (OpenAI does not), so it is asked once."""
+    return gen.n if gen.n > 1 and gen.temperature == 0 else 1
+
+
+def _copies(piece: Event, n: int) -> list[Event]:
+    """``piece`` (of choice 0) for every choice of a greedy n-choice answer; call ids stay unique."""
+    out = [piece]
+    for i in range(1, n):
+        if isinstance(piece, ToolCallDelta) and piece.id:
+            out.append(msgspec.structs.replace(piece, choice=i, id=f"{piece.id}{i}"))
+        else:
+            out.append(msgspec.structs.replace(piece, choice=i))
+    return out
 
 
 def _strict(response_format: dict[str, Any]) -> dict[str, Any]:
@@ -251,11 +268,17 @@ def body_events(body: bytes, instance: str, model: str, check: OutputCheck) -> t
     called: set[int] = set()
     for choice in answer.choices:
         if choice.message is not None and choice.message.tool_calls:
-            called.add(choice.index)
-        pieces = _pieces(choice.index, choice.message, choice.logprobs)
+            called.update(range(check.copies) if check.copies > 1 else (choice.index,))
+        pieces = [
+            c
+            for p in _pieces(choice.index, choice.message, choice.logprobs)
+            for c in _copies(p, check.copies)
+        ]
         check.whole(pieces)
         events.extend(pieces)
         reasons[choice.index] = choice.finish_reason or "stop"
+    for i in range(1, check.copies):
+        reasons[i] = reasons[0]
     check.finished(reasons)
     done, reason = _ending(reasons, check.n, called)
     usage = answer.usage or WireUsage()
@@ -296,15 +319,17 @@ async def stream_events(
                 usage = chunk.usage
             for choice in chunk.choices:
                 if choice.finish_reason:
+                    reasons.update(dict.fromkeys(range(check.copies), choice.finish_reason))
                     reasons[choice.index] = choice.finish_reason
                 if choice.delta is not None and choice.delta.tool_calls:
-                    called.add(choice.index)
+                    called.update(range(check.copies) if check.copies > 1 else (choice.index,))
                 for piece in _pieces(choice.index, choice.delta, choice.logprobs):
                     if not started:
                         started = True
                         yield Started(instance, answering or model)
-                    check.piece(piece)
-                    yield piece
+                    for copy in _copies(piece, check.copies):
+                        check.piece(copy)
+                        yield copy
     if not started:
         yield Started(instance, answering or model)
     check.finished(reasons)

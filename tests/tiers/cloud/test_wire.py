@@ -24,7 +24,7 @@ from tiers import (
     Usage,
 )
 from tiers.cloud._checks import OutputCheck
-from tiers.cloud._wire import body_events, stream_events
+from tiers.cloud._wire import body_events, request_body, stream_events
 
 PLAIN = OutputCheck(Generation(messages=[]), "cloud")
 WEATHER = {
@@ -206,3 +206,24 @@ def test_n_choices_logprobs_and_cached_tokens_from_a_json_body() -> None:
 def test_an_answer_without_choices_is_a_failure() -> None:
     with pytest.raises(TierFailed, match="without any choice"):
         body_events(b'{"choices": []}', "cloud-0", "m", PLAIN)
+
+
+def test_greedy_n_choices_are_asked_once_and_copied() -> None:
+    """vLLM refuses n > 1 at temperature 0 (OpenAI does not); every greedy choice is the same answer."""
+    gen = Generation(messages=[], n=3, temperature=0, tools=[WEATHER], tool_choice="required")
+    assert "n" not in json.loads(request_body(gen, "m"))
+    sampled = Generation(messages=[], n=3, temperature=0.7)
+    assert json.loads(request_body(sampled, "m"))["n"] == 3
+    message = {
+        "tool_calls": [
+            {"id": "chatcmpl-tool-7", "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}
+        ]
+    }
+    body = json.dumps({"choices": [{"index": 0, "message": message, "finish_reason": "tool_calls"}]}).encode()
+    events = body_events(body, "c", "m", OutputCheck(gen, "cloud"))
+    calls = [e for e in events if isinstance(e, ToolCallDelta)]
+    assert [(c.choice, c.id) for c in calls] == [(0, "call_7"), (1, "call_71"), (2, "call_72")]
+    assert [e for e in events if isinstance(e, ChoiceDone)] == [
+        ChoiceDone(1, "tool_calls"),
+        ChoiceDone(2, "tool_calls"),
+    ]
