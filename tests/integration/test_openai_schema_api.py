@@ -30,9 +30,8 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
     from gateway.settings import load_settings
 
     data = tmp_path_factory.mktemp("schema")
-    settings = load_settings(
-        environ={}, data_dir=str(data), **{"cloud.enabled": False, "auth.open_mode": True}
-    )
+    overrides: dict[str, Any] = {"cloud.enabled": False, "auth.open_mode": True}
+    settings = load_settings(environ={}, data_dir=str(data), **overrides)
     with TestClient(create_app(settings), timeout=120) as client:
         _wait_ready(client, "edge")
         yield client
