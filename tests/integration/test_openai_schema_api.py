@@ -8,14 +8,13 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from litestar.testing import TestClient
 
-from tests.conftest import Gateway
+from tests.conftest import Gateway, local_vllm_installed
 from tests.openai_schema import CHAT_COMPLETION, CHAT_COMPLETION_CHUNK, ERROR, MODEL, MODELS, validate
 
 # Every answer from the tier itself, not a cache replay.
@@ -135,15 +134,9 @@ def test_an_unknown_path_is_an_error_body(app: httpx.Client) -> None:
     validate(ERROR, resp.json())
 
 
-def _vllm_installed() -> bool:
-    from gateway.settings import load_settings
-
-    return Path(load_settings().local_vllm().python).exists()
-
-
 @pytest.mark.cloud
 def test_cloud_answers_and_chunks_validate(request: pytest.FixtureRequest) -> None:
-    if not _vllm_installed():
+    if not local_vllm_installed():
         pytest.skip("the local vLLM server is not installed (scripts/setup.sh installs it)")
     gw: Gateway = request.getfixturevalue("cloud_gateway")
     with httpx.Client(base_url=gw.url, headers=gw.auth, timeout=120) as client:
