@@ -134,12 +134,22 @@ def test_an_unknown_path_is_an_error_body(app: httpx.Client) -> None:
     validate(ERROR, resp.json())
 
 
-@pytest.mark.cloud
-def test_cloud_answers_and_chunks_validate(request: pytest.FixtureRequest) -> None:
+@pytest.fixture(scope="module")
+def cloud(request: pytest.FixtureRequest) -> Iterator[httpx.Client]:
+    """The suite's gateway once its local vLLM server answers."""
     if not local_vllm_installed():
         pytest.skip("the local vLLM server is not installed (scripts/setup.sh installs it)")
     gw: Gateway = request.getfixturevalue("cloud_gateway")
     with httpx.Client(base_url=gw.url, headers=gw.auth, timeout=120) as client:
-        check_json_answer(client, "cloud")
-        check_stream(client, "cloud", None)
-        check_stream(client, "cloud", True)
+        yield client
+
+
+@pytest.mark.cloud
+def test_a_cloud_json_answer_validates(cloud: httpx.Client) -> None:
+    check_json_answer(cloud, "cloud")
+
+
+@pytest.mark.cloud
+@pytest.mark.parametrize("include_usage", [None, True], ids=["no-options", "usage"])
+def test_every_chunk_of_a_cloud_stream_validates(cloud: httpx.Client, include_usage: bool | None) -> None:
+    check_stream(cloud, "cloud", include_usage)
