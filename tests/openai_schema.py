@@ -37,7 +37,7 @@ _ONE = ("items", "additionalProperties", "not", "contains", "propertyNames", "if
 _LIST = ("allOf", "anyOf", "oneOf", "prefixItems")
 _MAP = ("properties", "patternProperties", "$defs", "dependentSchemas")
 
-# The names the brief of the test suite asks for; any other component works too.
+# The components the tests check; any other of the document's components works too.
 CHAT_COMPLETION = "CreateChatCompletionResponse"
 CHAT_COMPLETION_CHUNK = "CreateChatCompletionStreamResponse"
 COMPLETION = "CreateCompletionResponse"
