@@ -132,6 +132,13 @@ def start_gateway(
 NEEDS_CLOUD = pytest.StashKey[bool]()
 
 
+def local_vllm_installed() -> bool:
+    """Whether scripts/setup.sh installed the local vLLM server that the `cloud` tier starts."""
+    from gateway.settings import load_settings
+
+    return Path(load_settings().local_vllm().python).exists()
+
+
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
     """A private redis-server on a loopback port, for the shared cache backend."""
