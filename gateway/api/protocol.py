@@ -33,6 +33,10 @@ class _Strict(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     """A part of the request: unknown fields are refused, defaults left out when re-encoded."""
 
 
+class _Typed(msgspec.Struct, forbid_unknown_fields=True):
+    """A part whose ``type`` is always sent on, though it has one value: engines require it."""
+
+
 class TextPart(_Strict, tag_field="type", tag="text"):
     text: str
 
@@ -85,7 +89,7 @@ class CalledFunction(_Strict):
     arguments: str  # JSON text, as the model produced it
 
 
-class ToolCallIn(_Strict):
+class ToolCallIn(_Typed):
     """A tool call of an earlier assistant turn, sent back by the client."""
 
     id: Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
@@ -113,7 +117,7 @@ class FunctionDef(_Strict):
     strict: bool | None = None
 
 
-class Tool(_Strict):
+class Tool(_Typed):
     function: FunctionDef
     type: Literal["function"] = "function"
 
@@ -122,7 +126,7 @@ class ChosenFunction(_Strict):
     name: Name
 
 
-class NamedToolChoice(_Strict):
+class NamedToolChoice(_Typed):
     function: ChosenFunction
     type: Literal["function"] = "function"
 
