@@ -3,6 +3,7 @@ as the service API (the admin UI and the tenants work will call it this way)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncGenerator
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from tiers import (
     TextDelta,
     TierState,
     TierUnavailable,
+    ToolCallDelta,
     Usage,
 )
 
@@ -59,7 +61,7 @@ class FakeTier:
     def _check(self, gen: Generation) -> None:
         self.calls.append(gen)
         has_image = any(
-            isinstance(m["content"], list) and any(p["type"] == "image_url" for p in m["content"])
+            isinstance(m.get("content"), list) and any(p["type"] == "image_url" for p in m["content"])
             for m in gen.messages
         )
         if self.fail_images and has_image:
@@ -213,3 +215,61 @@ async def test_a_json_answer_failing_midway_is_answered_by_the_next_tier(tmp_pat
     edge.fail_after = 1  # the client has seen nothing of it
     routed, body = await complete(chat, request(), "r", RequestContext())
     assert routed.tier == "cloud" and body.choices[0].message.content == "cloud answer #1"
+
+
+class ToolTier(FakeTier):
+    """Answers every request with one call to its first tool, in pieces: id and name, then arguments."""
+
+    async def generate(self, gen: Generation) -> AsyncGenerator[Event, None]:
+        self._check(gen)
+        yield Started(model=self._caps.model)
+        yield ToolCallDelta(0, f"call_{len(self.calls)}", gen.tools[0]["function"]["name"])
+        yield ToolCallDelta(0, arguments='{"city": "Oslo"}')
+        yield Finished("tool_calls", Usage(3, 5))
+
+
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+CALLED = {"role": "assistant", "content": None}
+CALLED["tool_calls"] = [
+    {"id": "call_a", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
+]
+
+
+async def test_the_cache_key_covers_what_shapes_the_answer_and_replays_get_fresh_call_ids(
+    tmp_path: Path,
+) -> None:
+    chat, _, _ = service(tmp_path)
+    tier = ToolTier("edge", {Modality.TEXT})
+    chat.tiers.tiers["edge"] = tier
+    base = {"temperature": 0, "tools": [WEATHER], "tool_choice": "required"}
+    routed, first = await complete(chat, request(**base), "r1")
+    assert routed.cache is CacheStatus.MISS and first.choices[0].finish_reason == "tool_calls"
+    routed, again = await complete(chat, request(**base), "r2")
+    assert routed.cache is CacheStatus.HIT
+    (call,), (replayed,) = first.choices[0].message.tool_calls, again.choices[0].message.tool_calls  # type: ignore[misc]
+    assert replayed.function == call.function and replayed.id != call.id and replayed.id.startswith("call_")
+    other = WEATHER | {"function": {"name": "get_time", "parameters": {"type": "object"}}}
+    variants = [
+        {**base, "tools": [other]},
+        {**base, "tool_choice": "auto"},
+        {**base, "response_format": {"type": "json_object"}},
+        {**base, "logprobs": True},
+        {**base, "n": 2},
+        {**base, "parallel_tool_calls": False},
+    ]
+    for i, variant in enumerate(variants):
+        routed, _ = await complete(chat, request(**variant), f"v{i}")
+        assert routed.cache is CacheStatus.MISS, variant
+    history = [
+        {"role": "user", "content": "Weather?"},
+        CALLED,
+        {"role": "tool", "tool_call_id": "call_a", "content": "sun"},
+    ]
+    body = {"model": "tiergate-auto", "messages": history, "max_tokens": 8, **base}
+    routed, _ = await complete(chat, parse_chat_request(json.dumps(body).encode()), "h1")
+    assert routed.cache is CacheStatus.MISS
+    history[2] = {"role": "tool", "tool_call_id": "call_a", "content": "rain"}  # another tool result
+    body["messages"] = history
+    routed, _ = await complete(chat, parse_chat_request(json.dumps(body).encode()), "h2")
+    assert routed.cache is CacheStatus.MISS
+    await chat.aclose()

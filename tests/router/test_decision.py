@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 import router
-from tiers import Capabilities, Health, Modality, TierState
+from tiers import ALL_ABILITIES, Ability, Capabilities, Health, Modality, TierState
 
 TEXT = frozenset({Modality.TEXT})
 RULE = router.AutoRule(edge_max_prompt_tokens=100, edge_max_output_tokens=50)
@@ -140,3 +142,18 @@ def test_what_the_gateway_adds_to_a_reason_is_typed_and_rendered() -> None:
     moved = degraded.failed_over("cloud", "edge is unavailable: connection refused")
     assert str(moved) == "cloud: edge is unavailable: connection refused, failed over"
     assert moved.kind is router.ReasonKind.FAILOVER and moved.cause == reason.cause
+
+
+def test_an_ability_the_edge_lacks_sends_the_request_where_it_is_and_says_so() -> None:
+    """A request with tools, where the edge declares none: the cloud serves, the reason names why; a
+    request pinned to the edge is refused naming what it lacks, as a request that does not fit."""
+    without_tools = Capabilities(TEXT, 2048, "edge-model", abilities=ALL_ABILITIES - {Ability.TOOLS})
+    views = [router.TierView("edge", without_tools, TierState("edge", Health.READY)), view("cloud")]
+    needs = dataclasses.replace(features(), needs=frozenset({Ability.TOOLS}))
+    decision = decide(views, needs)
+    assert (decision.tier, decision.fallbacks) == ("cloud", ())
+    assert str(decision.reason) == "cloud: edge cannot honour tools"
+    assert decision.reason.kind is router.ReasonKind.CAPABILITY
+    with pytest.raises(router.RequestDoesNotFit) as refused:
+        decide(views, dataclasses.replace(needs, pinned="edge"))
+    assert [type(e) for e in refused.value.exclusions] == [router.Lacks]
