@@ -125,7 +125,10 @@ class Generation:
     # "none", "auto", "required", or {"type": "function", "function": {"name": ...}}; None: "auto"
     # when there are tools.
     tool_choice: str | dict[str, Any] | None = None
-    parallel_tool_calls: bool = True
+    # Several calls in one answer: True or False as the client said; None when it did not (OpenAI's
+    # default is True; a tier may make one call then, as the edge does: a small model told it may
+    # call again tends to repeat calls until max_tokens).
+    parallel_tool_calls: bool | None = None
     # {"type": "json_object"} or {"type": "json_schema", "json_schema": {"name", "schema", "strict"}};
     # None for plain text.
     response_format: dict[str, Any] | None = None

@@ -146,7 +146,7 @@ class Plan:
             frequency_penalty=request.frequency_penalty,
             tools=[msgspec.to_builtins(t) for t in request.tools or ()],
             tool_choice=msgspec.to_builtins(request.tool_choice),
-            parallel_tool_calls=request.parallel_tool_calls is not False,
+            parallel_tool_calls=request.parallel_tool_calls,
             response_format=_format_of(request),
             logprobs=bool(request.logprobs),
             top_logprobs=request.top_logprobs or 0,

@@ -153,7 +153,8 @@ def request_body(gen: Generation, model: str) -> bytes:
         # Decoded under each function's schema whatever the client's `strict` says: vLLM constrains
         # arguments only for strict tools, and the gateway refuses calls that break the schema.
         body["tools"] = [{**t, "function": {**t["function"], "strict": True}} for t in gen.tools]
-        body["parallel_tool_calls"] = gen.parallel_tool_calls
+        if gen.parallel_tool_calls is not None:
+            body["parallel_tool_calls"] = gen.parallel_tool_calls
         if gen.tool_choice is not None:
             body["tool_choice"] = gen.tool_choice
     if gen.response_format is not None:
