@@ -179,3 +179,71 @@ def test_a_missing_export_leaves_the_edge_down_with_the_fix(tmp_path: Path) -> N
         assert "tiergate models export-onnx" in str(_edge(gw)["detail"])
     finally:
         gw.stop()
+
+
+# -- what agents and apps send, on the ONNX engine (the same constrained decoding as llama.cpp's) ------
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Get the current weather in a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string"},
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+            },
+            "required": ["city", "unit"],
+            "additionalProperties": False,
+        },
+    },
+}
+ASK_WEATHER = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+def test_a_named_tool_call_and_its_result_round_trip(onnx_gw: Gateway) -> None:
+    client = onnx_gw.client()
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    first = client.chat.completions.create(
+        model="edge", messages=ASK_WEATHER, tools=[WEATHER], tool_choice=named, max_tokens=48, temperature=0
+    )
+    choice = first.choices[0]
+    assert choice.finish_reason == "tool_calls" and choice.message.tool_calls
+    call = choice.message.tool_calls[0]
+    assert call.id.startswith("call_") and call.function.name == "get_weather"
+    arguments = json.loads(call.function.arguments)
+    assert set(arguments) == {"city", "unit"} and arguments["unit"] in ("celsius", "fahrenheit")
+    history = [
+        *ASK_WEATHER,
+        choice.message.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": call.id, "content": '{"temperature": 21}'},
+    ]
+    answer = client.chat.completions.create(
+        model="edge", messages=history, tools=[WEATHER], max_tokens=24, temperature=0
+    )
+    assert answer.choices[0].finish_reason in ("stop", "length", "tool_calls")
+
+
+def test_parse_with_a_pydantic_model_and_logprobs(onnx_gw: Gateway) -> None:
+    from pydantic import BaseModel
+
+    class City(BaseModel):
+        name: str
+        population: int
+
+    client = onnx_gw.client()
+    parsed = client.chat.completions.parse(
+        model="edge",
+        messages=[{"role": "user", "content": "Name a big city and its population."}],
+        response_format=City,
+        max_tokens=48,
+        temperature=0,
+    )
+    assert isinstance(parsed.choices[0].message.parsed, City)
+    scored = client.chat.completions.create(
+        model="edge", messages=HELLO, max_tokens=6, temperature=0, logprobs=True, top_logprobs=3, n=2
+    )
+    assert len(scored.choices) == 2
+    content = scored.choices[0].logprobs.content  # type: ignore[union-attr]
+    assert content and all(len(t.top_logprobs) == 3 and t.logprob <= 0 for t in content)
