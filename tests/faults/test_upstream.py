@@ -159,3 +159,22 @@ def test_client_leaving_mid_stream_cancels_the_upstream_request(tmp_path: Path, 
             assert chat(gw).status_code == 200  # and the replica still serves
         finally:
             gw.stop()
+
+
+def test_a_long_whole_answer_is_not_a_replica_failure(tmp_path: Path) -> None:
+    """vLLM sends a non-streamed answer's headers only when it is done: a generation longer than
+    first_byte_s is answered (within total_s), and one longer than total_s is a 503 that ejects no
+    replica and is not retried on the others."""
+    with FakeVLLM("slow", delay_s=2.5) as fake:
+        gw = start_cloud_gateway(tmp_path, fake.url, "[cloud.timeouts]\nfirst_byte_s = 1.0\ntotal_s = 6.0\n")
+        try:
+            assert chat(gw).status_code == 200  # 2.5 s > first_byte_s, < total_s
+            fake.delay_s = 10.0
+            resp = chat(gw)
+            assert resp.status_code == 503 and "did not answer in time" in resp.text
+            assert len(fake.requests) == 2  # not retried
+            fake.delay_s = 0.0
+            assert chat(gw).status_code == 200  # the replica was not ejected
+            assert _cloud(gw)["instances"][0]["healthy"]  # type: ignore[index]
+        finally:
+            gw.stop()

@@ -34,7 +34,7 @@ def fake() -> Iterator[FakeVLLM]:
 def gw(tmp_path: Path, fake: FakeVLLM) -> Iterator[Gateway]:
     config = (
         f'[edge]\nenabled = false\n[cloud]\nurls = ["{fake.url}"]\nhealth_interval_s = 0.2\n'
-        'modalities = ["text", "image"]\n[cloud.timeouts]\nfirst_byte_s = 2.0\n'
+        'modalities = ["text", "image"]\n[cloud.timeouts]\nfirst_byte_s = 2.0\ntotal_s = 4.0\n'
         f"[breakers]\nconsecutive_failures = {THRESHOLD}\ncooldown_s = 600\n"
         '[observability]\nrequest_log = true\ntenant_labels = ["limited"]\n'
     )

@@ -266,12 +266,25 @@ class HttpPool:
         self._heads: dict[str, bytes] = {}
         self._closed = False
 
-    async def post(self, url: str, body: bytes, headers: Mapping[str, str] | None = None) -> Response:
-        """Send ``body`` and wait for the status line and headers of the answer."""
+    async def post(
+        self,
+        url: str,
+        body: bytes,
+        headers: Mapping[str, str] | None = None,
+        *,
+        deadline: float | None = None,
+        first_byte_s: float | None = None,
+    ) -> Response:
+        """Send ``body`` and wait for the status line and headers of the answer.
+
+        ``deadline`` (the event loop's clock): the whole exchange ends by then (default: ``total_s``
+        from now), so several tries of one request share it; ``first_byte_s``: the wait for the
+        headers, instead of ``read_s`` (an answer sent whole comes only when it is done)."""
         if self._closed:
             raise UpstreamError("the client is closed")
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.total_s
+        deadline = loop.time() + self.total_s if deadline is None else deadline
+        first_byte = self.read_s if first_byte_s is None else first_byte_s
         origin, head = self._head(url)
         extra = "".join(f"{k}: {v}\r\n" for k, v in headers.items()) if headers else ""
         request = b"%s%sContent-Length: %d\r\n\r\n%s" % (head, extra.encode("latin-1"), len(body), body)
@@ -280,7 +293,7 @@ class HttpPool:
             try:
                 conn.begin(request)
                 while not conn.headers_done:
-                    await conn.wait(min(loop.time() + self.read_s, deadline))
+                    await conn.wait(min(loop.time() + first_byte, deadline))
             except UpstreamError:
                 conn.close()
                 self._release(conn)

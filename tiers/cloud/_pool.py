@@ -209,13 +209,15 @@ class VLLMPool:
         last: TierError | None = None
         body = _wire.request_body(gen, self._model)
         check = OutputCheck(gen, self.name)
+        # One deadline for the request, however many replicas it tries.
+        deadline = asyncio.get_running_loop().time() + self._config.timeouts.total_s
         while True:
             replica = self._pick(gen, tried, last)
             self._begin(replica, gen)
             started = time.perf_counter()
             resp: Response | None = None
             try:
-                resp = await self._post(replica, body, gen.request_id)
+                resp = await self._post(replica, body, gen.request_id, deadline, whole=not gen.stream)
                 if resp.status != 200:
                     raise self._status_error(replica, resp.status, await resp.read())
                 if gen.stream:
@@ -226,7 +228,14 @@ class VLLMPool:
                 break
             except _Retry as retry:
                 failure: _Retry | TierError = retry
-            except (TimeoutError, UpstreamError, msgspec.DecodeError) as exc:
+            except TimeoutError as exc:
+                self._give_up(replica, gen, resp)
+                if not gen.stream:  # a long generation, not a broken replica: no ejection, no retry
+                    replica.last_error = f"a whole answer took over {self._config.timeouts.total_s:g} s"
+                    raise self._transport_error(replica, exc) from exc
+                last = self._retry_or_raise(replica, tried, self._transport_error(replica, exc))
+                continue
+            except (UpstreamError, msgspec.DecodeError) as exc:
                 failure = self._transport_error(replica, exc)
             except BaseException:
                 self._give_up(replica, gen, resp)
@@ -321,12 +330,19 @@ class VLLMPool:
                 task.cancel()
             log.info("cloud replica %s drained and removed", replica.url)
 
-    async def _post(self, replica: Replica, body: bytes, request_id: str = "") -> Response:
+    async def _post(
+        self, replica: Replica, body: bytes, request_id: str, deadline: float, *, whole: bool
+    ) -> Response:
+        """``whole``: the answer comes as one body, its headers only when it is done, so the wait for
+        them is the request's deadline, not ``first_byte_s``."""
         if self._http is None:
             raise TierUnavailable(self.name, "not started")
         # The gateway's request id goes upstream, so vLLM's logs and ours can be joined.
         headers = {**_JSON_HEADERS, "X-Request-ID": request_id} if request_id else _JSON_HEADERS
-        return await self._http.post(replica.url + _CHAT_PATH, body, headers)
+        first_byte_s = self._config.timeouts.total_s if whole else None
+        return await self._http.post(
+            replica.url + _CHAT_PATH, body, headers, deadline=deadline, first_byte_s=first_byte_s
+        )
 
     def _status_error(self, replica: Replica, status: int, body: bytes) -> Exception:
         message = _wire.error_message(body)

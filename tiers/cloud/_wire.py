@@ -87,6 +87,10 @@ class WireCompletion(msgspec.Struct):
     usage: WireUsage | None = None
 
 
+class WireErrorBody(msgspec.Struct):
+    message: str = ""
+
+
 class WireChunkChoice(msgspec.Struct):
     index: int = 0
     delta: WireMessage | None = None
@@ -98,10 +102,7 @@ class WireChunk(msgspec.Struct):
     choices: list[WireChunkChoice] = msgspec.field(default_factory=list)
     model: str = ""
     usage: WireUsage | None = None
-
-
-class WireErrorBody(msgspec.Struct):
-    message: str = ""
+    error: WireErrorBody | None = None  # vLLM's error event in the middle of a stream
 
 
 class WireError(msgspec.Struct):
@@ -315,6 +316,8 @@ async def stream_events(
                 reading = False
                 break
             chunk = chunk_decoder.decode(payload)
+            if chunk.error is not None:  # the engine failed mid-answer: not an answer that ended
+                raise TierFailed(check.tier, f"{instance} failed mid-answer: {chunk.error.message[:300]}")
             answering = answering or chunk.model
             if chunk.usage is not None:
                 usage = chunk.usage

@@ -227,3 +227,11 @@ def test_greedy_n_choices_are_asked_once_and_copied() -> None:
         ChoiceDone(1, "tool_calls"),
         ChoiceDone(2, "tool_calls"),
     ]
+
+
+async def test_an_error_event_mid_stream_fails_the_answer_instead_of_ending_it() -> None:
+    """vLLM reports an engine failure after the first bytes as a data event with an error; it must not
+    read as an answer that stopped (billed, cached)."""
+    body = _chunk("Hel") + b'data: {"error": {"message": "engine died", "type": "InternalServerError"}}\n\n'
+    with pytest.raises(TierFailed, match="failed mid-answer: engine died"):
+        await _events(stream_events(_cut(body, 16), "cloud-0", "m", PLAIN))
