@@ -11,7 +11,7 @@ import uvicorn
 from gateway.api.httpguard import guarded_protocol
 from gateway.app import create_app
 from gateway.ops import logs
-from gateway.settings import Settings
+from gateway.settings import Settings, SettingsError
 
 
 def uvicorn_config(
@@ -43,8 +43,21 @@ def uvicorn_config(
 SWITCH_INTERVAL_S = 0.0005
 
 
+def check_exposure(settings: Settings) -> None:
+    """Refuse settings that would serve without keys beyond this machine (SettingsError says why)."""
+    auth, server = settings.auth, settings.server
+    if auth.open_mode and not server.on_loopback and not auth.allow_open_mode_on_network:
+        raise SettingsError(
+            f"auth.open_mode is on and server.host = {server.host!r} is not a loopback address: anyone "
+            "who reaches the port would be the `default` tenant. Serve on 127.0.0.1, turn open mode off, "
+            "or say it is meant with auth.allow_open_mode_on_network = true (--allow-open-mode-on-network)"
+        )
+
+
 def run(settings: Settings, reload_settings: Callable[[], Settings] | None = None) -> None:
-    """Serve until SIGTERM/SIGINT; SIGHUP applies ``reload_settings()``'s cloud pool membership."""
+    """Serve until SIGTERM/SIGINT; SIGHUP applies ``reload_settings()``'s cloud pool membership.
+    Raises :class:`SettingsError` (before anything starts) for settings :func:`check_exposure` refuses."""
+    check_exposure(settings)
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     logs.configure(settings.observability.log_format, settings.server.log_level)
     logging.getLogger(__name__).info("data folder: %s", settings.data_path)

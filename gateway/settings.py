@@ -9,6 +9,7 @@ silent no-op.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import tomllib
@@ -46,6 +47,16 @@ class ServerSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     log_level: str = "info"
     access_log: bool = False
 
+    @property
+    def on_loopback(self) -> bool:
+        """Whether ``host`` is a loopback address (reachable from this machine only)."""
+        if self.host.lower() == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.host.strip("[]")).is_loopback
+        except ValueError:  # a host name: it may resolve to anything
+            return False
+
 
 class DegradationSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """What happens to a request whose image/audio/video no tier can take now (breakers open)."""
@@ -57,6 +68,9 @@ class DegradationSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unkn
 class AuthSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     # Local development only: no keys at all, every request is the `default` tenant's.
     open_mode: bool = False
+    # `tiergate serve` refuses open mode on a non-loopback server.host (anyone who reaches the port
+    # would be the `default` tenant) unless this says it is meant (--allow-open-mode-on-network).
+    allow_open_mode_on_network: bool = False
     # How long a key looked up in the database is trusted before it is looked up again
     # (a key revoked by another process stops working within this time; the admin API's
     # revocation is immediate in the process that served it).

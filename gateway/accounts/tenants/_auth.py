@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from sqlalchemy.exc import SQLAlchemyError
 
 from gateway.accounts.tenants._keys import key_id_of, matches
-from gateway.accounts.tenants._models import DEFAULT_TENANT, TENANT, Caller, Tenant
+from gateway.accounts.tenants._models import DEFAULT_TENANT, OPEN_MODE_KEY_ID, TENANT, Caller, Tenant
 from gateway.accounts.tenants._store import TenantStore
 from gateway.errors import AuthenticationFailed, StorageUnavailable
 
@@ -36,7 +36,7 @@ class Authenticator:
     async def start(self) -> None:
         if self._open_mode:
             tenant = await asyncio.to_thread(self._store.tenant, DEFAULT_TENANT)
-            self._open_caller = Caller(key_id="open-mode", role=TENANT, tenant=tenant)
+            self._open_caller = Caller(key_id=OPEN_MODE_KEY_ID, role=TENANT, tenant=tenant)
 
     async def caller(self, headers: Mapping[str, str]) -> Caller:
         """The caller named by the request's key; 401 when missing, unknown, wrong or revoked."""
