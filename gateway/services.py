@@ -136,7 +136,9 @@ async def _started_auth(settings: Settings, store: TenantStore) -> Authenticator
     return auth
 
 
-async def _started_ledger(settings: Settings, engine: Engine, stack: AsyncExitStack) -> Ledger | None:
+async def _started_ledger(
+    settings: Settings, engine: Engine, stack: AsyncExitStack, metrics: Metrics
+) -> Ledger | None:
     if not settings.ledger.enabled:
         return None
     ledger = Ledger(
@@ -145,6 +147,7 @@ async def _started_ledger(settings: Settings, engine: Engine, stack: AsyncExitSt
         flush_interval_s=settings.ledger.flush_interval_s,
         writer_process=settings.ledger.writer_process,
         sync=settings.ledger.sync,
+        on_quarantine=metrics.ledger_quarantined.inc,
     )
     await ledger.start()
     stack.push_async_callback(ledger.aclose)
@@ -202,7 +205,7 @@ async def open_services(
         stack.push_async_callback(policies.aclose)
         pricing = settings.pricing
         prices = await asyncio.to_thread(PriceBook.sync, engine, pricing.prices, pricing.counterfactual_tier)
-        ledger = await _started_ledger(settings, engine, stack)
+        ledger = await _started_ledger(settings, engine, stack, metrics)
         budgets = BudgetBook(engine, policies.policy, settings.router.budget_refresh_s)
         await budgets.start()
         stack.push_async_callback(budgets.aclose)
