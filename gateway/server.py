@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import uvicorn
 
+from gateway.accounts.storage import DataFolderLock
 from gateway.api.httpguard import guarded_protocol
 from gateway.app import create_app
 from gateway.ops import logs
@@ -56,9 +57,11 @@ def check_exposure(settings: Settings) -> None:
 
 def run(settings: Settings, reload_settings: Callable[[], Settings] | None = None) -> None:
     """Serve until SIGTERM/SIGINT; SIGHUP applies ``reload_settings()``'s cloud pool membership.
-    Raises :class:`SettingsError` (before anything starts) for settings :func:`check_exposure` refuses."""
+    Raises, before anything starts, :class:`SettingsError` for settings :func:`check_exposure`
+    refuses, and :class:`DataFolderInUse` while another gateway serves from the same data folder."""
     check_exposure(settings)
-    sys.setswitchinterval(SWITCH_INTERVAL_S)
-    logs.configure(settings.observability.log_format, settings.server.log_level)
-    logging.getLogger(__name__).info("data folder: %s", settings.data_path)
-    uvicorn.Server(uvicorn_config(settings, reload_settings)).run()
+    with DataFolderLock(settings.data_path):
+        sys.setswitchinterval(SWITCH_INTERVAL_S)
+        logs.configure(settings.observability.log_format, settings.server.log_level)
+        logging.getLogger(__name__).info("data folder: %s", settings.data_path)
+        uvicorn.Server(uvicorn_config(settings, reload_settings)).run()

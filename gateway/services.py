@@ -16,6 +16,7 @@ Nothing is built per request, nothing is bound late, no object exists half-built
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import signal
 from collections.abc import AsyncIterator, Callable
@@ -121,7 +122,8 @@ def _breakers(settings: Settings, metrics: Metrics, shared: SharedState | None) 
 
 
 async def _open_database(settings: Settings, stack: AsyncExitStack) -> tuple[Engine, TenantStore]:
-    engine = await asyncio.to_thread(open_database, settings.database_url)
+    durable = settings.ledger.sync == "disk"
+    engine = await asyncio.to_thread(functools.partial(open_database, settings.database_url, durable=durable))
     stack.callback(engine.dispose)
     store = TenantStore(engine, settings.limits.default)
     await bootstrap.first_run(store, settings.data_path)

@@ -42,6 +42,7 @@ def serve(
     then stops the tiers and any child process. SIGHUP re-reads the settings and applies the
     cloud pool's membership (cloud.urls): new replicas join, removed ones drain.
     """
+    from gateway.accounts.storage import DataFolderInUse
     from gateway.server import run
 
     overrides: dict[str, Any] = {
@@ -52,7 +53,7 @@ def serve(
     settings = settings_or_exit(config, **overrides)
     try:
         run(settings, lambda: load_settings(config, **overrides))
-    except SettingsError as exc:
+    except (SettingsError, DataFolderInUse) as exc:
         typer.echo(f"tiergate: {exc}", err=True)
         raise typer.Exit(2) from exc
 
