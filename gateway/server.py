@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import uvicorn
 
@@ -33,6 +34,11 @@ def uvicorn_config(
         access_log=server.access_log,
         timeout_graceful_shutdown=int(server.shutdown_grace_s),
         server_header=False,
+        # Forwarding headers are read by gateway.ops.clients, from server.trusted_proxies only
+        # (uvicorn's own default would believe any peer on 127.0.0.1).
+        proxy_headers=False,
+        ssl_certfile=str(Path(server.tls_cert).expanduser()) if server.tls_cert else None,
+        ssl_keyfile=str(Path(server.tls_key).expanduser()) if server.tls_key else None,
     )
 
 
@@ -47,6 +53,9 @@ SWITCH_INTERVAL_S = 0.0005
 def check_exposure(settings: Settings) -> None:
     """Refuse settings that would serve without keys beyond this machine (SettingsError says why)."""
     auth, server = settings.auth, settings.server
+    for name, path in (("server.tls_cert", server.tls_cert), ("server.tls_key", server.tls_key)):
+        if path and not Path(path).expanduser().is_file():
+            raise SettingsError(f"{name} = {path!r}: no such file")
     if auth.open_mode and not server.on_loopback and not auth.allow_open_mode_on_network:
         raise SettingsError(
             f"auth.open_mode is on and server.host = {server.host!r} is not a loopback address: anyone "

@@ -35,7 +35,7 @@ from gateway.accounts.budgets import BudgetBook
 from gateway.accounts.ledger import Ledger, PriceBook
 from gateway.accounts.policies import PolicyBook, PolicyStore
 from gateway.accounts.storage import open_database
-from gateway.accounts.tenants import Authenticator, RateLimiter, TenantStore, make_limiter
+from gateway.accounts.tenants import Authenticator, FailureThrottle, RateLimiter, TenantStore, make_limiter
 from gateway.media import MediaMetrics, MediaPipeline, MediaTargets
 from gateway.ops.activity import Activity
 from gateway.ops.metrics import Metrics
@@ -133,7 +133,10 @@ async def _open_database(settings: Settings, stack: AsyncExitStack) -> tuple[Eng
 async def _started_auth(settings: Settings, store: TenantStore) -> Authenticator:
     if settings.auth.open_mode:
         log.warning("auth.open_mode is on: no API keys are checked (local development only)")
-    auth = Authenticator(store, cache_s=settings.auth.key_cache_s, open_mode=settings.auth.open_mode)
+    throttle = FailureThrottle(settings.auth.failed_auth_limit, settings.auth.failed_auth_window_s)
+    auth = Authenticator(
+        store, cache_s=settings.auth.key_cache_s, open_mode=settings.auth.open_mode, throttle=throttle
+    )
     await auth.start()
     return auth
 

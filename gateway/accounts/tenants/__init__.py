@@ -21,6 +21,7 @@ from gateway.accounts.tenants._models import (
     Tenant,
 )
 from gateway.accounts.tenants._store import TenantStore, check_tenant_name
+from gateway.accounts.tenants._throttle import FailureThrottle
 
 __all__ = [
     "ADMIN",
@@ -32,6 +33,7 @@ __all__ = [
     "Authenticator",
     "Caller",
     "Demand",
+    "FailureThrottle",
     "KeyInfo",
     "LocalLimiter",
     "NewKey",
