@@ -21,7 +21,7 @@ from admin_ui._guard import (
     safe_next,
 )
 from admin_ui._sessions import COOKIE, LOGIN_COOKIE, PATH, same
-from gateway.errors import AuthenticationFailed
+from gateway.errors import AuthenticationFailed, RateLimited
 
 
 def _cookie(request: AnyRequest, key: str, value: str, max_age: int | None) -> Cookie:
@@ -32,7 +32,9 @@ def _cookie(request: AnyRequest, key: str, value: str, max_age: int | None) -> C
         max_age=max_age,
         httponly=True,
         samesite="strict",
-        secure=request.url.scheme == "https",
+        # Secure over HTTPS (as a trusted proxy reports it, too), and whenever the gateway listens
+        # beyond loopback: a session cookie must not travel over a network in the clear.
+        secure=request.url.scheme == "https" or not services(request).settings.server.on_loopback,
     )
 
 
@@ -83,6 +85,10 @@ async def sign_in(request: AnyRequest, ui: NamedDependency[UI]) -> Template | Re
         caller = await running.auth.caller({"authorization": f"Bearer {key}"})
     except AuthenticationFailed:
         return _form(request, next_path, "That is not a valid admin key.", status=401)
+    except RateLimited as exc:  # too many failed sign-ins from this address
+        refused = _form(request, next_path, f"{exc.message}.", status=429)
+        refused.headers.update(exc.headers())
+        return refused
     if not caller.is_admin:
         return _form(request, next_path, "That key belongs to a tenant; sign in with an admin key.", 403)
     token, _ = ui.sessions.open(caller.key_id)

@@ -13,17 +13,21 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from importlib.metadata import entry_points
+from typing import cast
 
 from litestar import Litestar
 from litestar.datastructures import State
 from litestar.di import Provide
 from litestar.plugins import PluginProtocol
+from litestar.types import ASGIApp
 from prometheus_client import disable_created_metrics
 
 from gateway.api.admin import ADMIN_ROUTES
 from gateway.api.controllers import ROUTES
 from gateway.api.openapi import OPENAPI_ROUTES
 from gateway.errors import error_response
+from gateway.ops.clients import ASGIApp as ClientApp
+from gateway.ops.clients import ClientAddressMiddleware, proxy_networks
 from gateway.ops.metrics import Metrics
 from gateway.ops.observe import Observer
 from gateway.ops.tracing import Tracing
@@ -86,6 +90,11 @@ def create_app(
             gc.freeze()
             yield
 
+    proxies = proxy_networks(settings.server.trusted_proxies)
+
+    def client_address(app: ASGIApp) -> ASGIApp:
+        return cast(ASGIApp, ClientAddressMiddleware(cast(ClientApp, app), proxies))
+
     def provide_services(state: State) -> Services:
         return services_of(state)
 
@@ -95,7 +104,8 @@ def create_app(
         plugins=plugins(settings),
         lifespan=[lifespan],
         exception_handlers={Exception: error_response},
-        middleware=[observer.middleware] if observer.needs_middleware else [],
+        # Outermost: the client's address and scheme (trusted proxies) for everything inside.
+        middleware=[client_address, *([observer.middleware] if observer.needs_middleware else [])],
         before_send=[observer.before_send()],
         request_max_body_size=settings.server.max_body_bytes,
         logging_config=None,  # logging is set up once, by gateway.ops.logs (JSON or text, with request ids)

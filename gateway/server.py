@@ -5,13 +5,15 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import uvicorn
 
+from gateway.accounts.storage import DataFolderLock
 from gateway.api.httpguard import guarded_protocol
 from gateway.app import create_app
 from gateway.ops import logs
-from gateway.settings import Settings
+from gateway.settings import Settings, SettingsError
 
 
 def uvicorn_config(
@@ -32,6 +34,11 @@ def uvicorn_config(
         access_log=server.access_log,
         timeout_graceful_shutdown=int(server.shutdown_grace_s),
         server_header=False,
+        # Forwarding headers are read by gateway.ops.clients, from server.trusted_proxies only
+        # (uvicorn's own default would believe any peer on 127.0.0.1).
+        proxy_headers=False,
+        ssl_certfile=str(Path(server.tls_cert).expanduser()) if server.tls_cert else None,
+        ssl_keyfile=str(Path(server.tls_key).expanduser()) if server.tls_key else None,
     )
 
 
@@ -43,9 +50,27 @@ def uvicorn_config(
 SWITCH_INTERVAL_S = 0.0005
 
 
+def check_exposure(settings: Settings) -> None:
+    """Refuse settings that would serve without keys beyond this machine (SettingsError says why)."""
+    auth, server = settings.auth, settings.server
+    for name, path in (("server.tls_cert", server.tls_cert), ("server.tls_key", server.tls_key)):
+        if path and not Path(path).expanduser().is_file():
+            raise SettingsError(f"{name} = {path!r}: no such file")
+    if auth.open_mode and not server.on_loopback and not auth.allow_open_mode_on_network:
+        raise SettingsError(
+            f"auth.open_mode is on and server.host = {server.host!r} is not a loopback address: anyone "
+            "who reaches the port would be the `default` tenant. Serve on 127.0.0.1, turn open mode off, "
+            "or say it is meant with auth.allow_open_mode_on_network = true (--allow-open-mode-on-network)"
+        )
+
+
 def run(settings: Settings, reload_settings: Callable[[], Settings] | None = None) -> None:
-    """Serve until SIGTERM/SIGINT; SIGHUP applies ``reload_settings()``'s cloud pool membership."""
-    sys.setswitchinterval(SWITCH_INTERVAL_S)
-    logs.configure(settings.observability.log_format, settings.server.log_level)
-    logging.getLogger(__name__).info("data folder: %s", settings.data_path)
-    uvicorn.Server(uvicorn_config(settings, reload_settings)).run()
+    """Serve until SIGTERM/SIGINT; SIGHUP applies ``reload_settings()``'s cloud pool membership.
+    Raises, before anything starts, :class:`SettingsError` for settings :func:`check_exposure`
+    refuses, and :class:`DataFolderInUse` while another gateway serves from the same data folder."""
+    check_exposure(settings)
+    with DataFolderLock(settings.data_path):
+        sys.setswitchinterval(SWITCH_INTERVAL_S)
+        logs.configure(settings.observability.log_format, settings.server.log_level)
+        logging.getLogger(__name__).info("data folder: %s", settings.data_path)
+        uvicorn.Server(uvicorn_config(settings, reload_settings)).run()

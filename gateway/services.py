@@ -16,6 +16,7 @@ Nothing is built per request, nothing is bound late, no object exists half-built
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import signal
 from collections.abc import AsyncIterator, Callable
@@ -34,7 +35,7 @@ from gateway.accounts.budgets import BudgetBook
 from gateway.accounts.ledger import Ledger, PriceBook
 from gateway.accounts.policies import PolicyBook, PolicyStore
 from gateway.accounts.storage import open_database
-from gateway.accounts.tenants import Authenticator, RateLimiter, TenantStore, make_limiter
+from gateway.accounts.tenants import Authenticator, FailureThrottle, RateLimiter, TenantStore, make_limiter
 from gateway.media import MediaMetrics, MediaPipeline, MediaTargets
 from gateway.ops.activity import Activity
 from gateway.ops.metrics import Metrics
@@ -121,7 +122,8 @@ def _breakers(settings: Settings, metrics: Metrics, shared: SharedState | None) 
 
 
 async def _open_database(settings: Settings, stack: AsyncExitStack) -> tuple[Engine, TenantStore]:
-    engine = await asyncio.to_thread(open_database, settings.database_url)
+    durable = settings.ledger.sync == "disk"
+    engine = await asyncio.to_thread(functools.partial(open_database, settings.database_url, durable=durable))
     stack.callback(engine.dispose)
     store = TenantStore(engine, settings.limits.default)
     await bootstrap.first_run(store, settings.data_path)
@@ -131,12 +133,17 @@ async def _open_database(settings: Settings, stack: AsyncExitStack) -> tuple[Eng
 async def _started_auth(settings: Settings, store: TenantStore) -> Authenticator:
     if settings.auth.open_mode:
         log.warning("auth.open_mode is on: no API keys are checked (local development only)")
-    auth = Authenticator(store, cache_s=settings.auth.key_cache_s, open_mode=settings.auth.open_mode)
+    throttle = FailureThrottle(settings.auth.failed_auth_limit, settings.auth.failed_auth_window_s)
+    auth = Authenticator(
+        store, cache_s=settings.auth.key_cache_s, open_mode=settings.auth.open_mode, throttle=throttle
+    )
     await auth.start()
     return auth
 
 
-async def _started_ledger(settings: Settings, engine: Engine, stack: AsyncExitStack) -> Ledger | None:
+async def _started_ledger(
+    settings: Settings, engine: Engine, stack: AsyncExitStack, metrics: Metrics
+) -> Ledger | None:
     if not settings.ledger.enabled:
         return None
     ledger = Ledger(
@@ -145,6 +152,7 @@ async def _started_ledger(settings: Settings, engine: Engine, stack: AsyncExitSt
         flush_interval_s=settings.ledger.flush_interval_s,
         writer_process=settings.ledger.writer_process,
         sync=settings.ledger.sync,
+        on_quarantine=metrics.ledger_quarantined.inc,
     )
     await ledger.start()
     stack.push_async_callback(ledger.aclose)
@@ -202,7 +210,7 @@ async def open_services(
         stack.push_async_callback(policies.aclose)
         pricing = settings.pricing
         prices = await asyncio.to_thread(PriceBook.sync, engine, pricing.prices, pricing.counterfactual_tier)
-        ledger = await _started_ledger(settings, engine, stack)
+        ledger = await _started_ledger(settings, engine, stack, metrics)
         budgets = BudgetBook(engine, policies.policy, settings.router.budget_refresh_s)
         await budgets.start()
         stack.push_async_callback(budgets.aclose)

@@ -9,6 +9,7 @@ silent no-op.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import tomllib
@@ -22,6 +23,7 @@ import msgspec
 from cache import CacheConfig
 from gateway.api.httpguard import HttpSettings
 from gateway.media import MediaSettings
+from gateway.ops.clients import proxy_networks
 from gateway.ops.observe import ObservabilitySettings
 from gateway.ops.scaling import ScalingSettings
 from gateway.pipeline.admission import AdmissionSettings
@@ -45,6 +47,27 @@ class ServerSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     shutdown_grace_s: float = 30.0
     log_level: str = "info"
     access_log: bool = False
+    # TLS: PEM files of the certificate (with its chain) and its private key; both empty: plain HTTP.
+    tls_cert: str = ""
+    tls_key: str = ""
+    # Reverse proxies (addresses or networks) whose X-Forwarded-For and X-Forwarded-Proto are believed:
+    # the client's address (failed-sign-in throttling) and scheme (the admin cookie's Secure flag).
+    trusted_proxies: list[str] = msgspec.field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise SettingsError("server.tls_cert and server.tls_key go together: set both or neither")
+        proxy_networks(self.trusted_proxies)  # ValueError names a bad entry
+
+    @property
+    def on_loopback(self) -> bool:
+        """Whether ``host`` is a loopback address (reachable from this machine only)."""
+        if self.host.lower() == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.host.strip("[]")).is_loopback
+        except ValueError:  # a host name: it may resolve to anything
+            return False
 
 
 class DegradationSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -57,6 +80,13 @@ class DegradationSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unkn
 class AuthSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     # Local development only: no keys at all, every request is the `default` tenant's.
     open_mode: bool = False
+    # `tiergate serve` refuses open mode on a non-loopback server.host (anyone who reaches the port
+    # would be the `default` tenant) unless this says it is meant (--allow-open-mode-on-network).
+    allow_open_mode_on_network: bool = False
+    # Failed authentications (unknown or wrong keys, failed admin sign-ins) per client address: past
+    # failed_auth_limit within failed_auth_window_s, that address gets 429 with Retry-After; 0: off.
+    failed_auth_limit: int = 20
+    failed_auth_window_s: float = 60.0
     # How long a key looked up in the database is trusted before it is looked up again
     # (a key revoked by another process stops working within this time; the admin API's
     # revocation is immediate in the process that served it).

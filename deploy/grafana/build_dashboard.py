@@ -255,6 +255,11 @@ ROWS: list[tuple[str, list[Panel]]] = [
                 "short",
                 [("tiergate_ledger_backlog_rows", "rows")],
             ),
+            (
+                "Ledger rows refused by the database (set aside in quarantine.jsonl)",
+                "short",
+                [("increase(tiergate_ledger_quarantined_rows_total[5m])", "rows / 5 min")],
+            ),
         ],
     ),
     (

@@ -1,8 +1,10 @@
 """The admin API's operations, each scoped to its caller.
 
-An admin key sees every tenant.  A tenant's key sees its own tenant, keys and reports;
-anything of another tenant is answered as if it did not exist (404), and creating
-tenants is refused (403).
+An admin key sees every tenant.  A tenant's key sees its own tenant and reports; anything of
+another tenant is answered as if it did not exist (404), and creating tenants is refused (403).
+Keys are managed (listed, created, revoked) by an admin key or by a tenant's ``tenant-admin``
+key, for that tenant only; an inference key (role ``tenant``) and open mode get 403.  Only an
+admin key creates ``tenant-admin`` keys.
 """
 
 from __future__ import annotations
@@ -11,7 +13,17 @@ import asyncio
 from typing import Any
 
 from gateway.accounts.ledger import ReportQuery, cost_report
-from gateway.accounts.tenants import Authenticator, Caller, KeyInfo, NewKey, Tenant, TenantStore
+from gateway.accounts.tenants import (
+    OPEN_MODE_KEY_ID,
+    TENANT,
+    TENANT_ADMIN,
+    Authenticator,
+    Caller,
+    KeyInfo,
+    NewKey,
+    Tenant,
+    TenantStore,
+)
 from gateway.errors import NotFound, PermissionDenied
 
 
@@ -23,6 +35,19 @@ class AdminService:
     def _visible(self, caller: Caller, tenant: str) -> None:
         if not caller.may_see(tenant):
             raise NotFound(f"no tenant named {tenant!r}")
+
+    def _manages_keys(self, caller: Caller, tenant: str) -> None:
+        self._visible(caller, tenant)
+        if caller.may_manage_keys(tenant):
+            return
+        if caller.key_id == OPEN_MODE_KEY_ID:
+            raise PermissionDenied(
+                "open mode (auth.open_mode) manages no keys: turn it off and use an admin key, "
+                "or run `tiergate keys create` on the gateway's machine"
+            )
+        raise PermissionDenied(
+            "keys are managed with an admin key or a tenant-admin key, not an inference key"
+        )
 
     async def tenants(self, caller: Caller) -> list[Tenant]:
         if caller.is_admin:
@@ -40,17 +65,21 @@ class AdminService:
         return await asyncio.to_thread(self._store.create_tenant, name, limits)
 
     async def keys(self, caller: Caller, tenant: str) -> list[KeyInfo]:
-        self._visible(caller, tenant)
+        self._manages_keys(caller, tenant)
         return await asyncio.to_thread(self._store.list_keys, tenant)
 
-    async def create_key(self, caller: Caller, tenant: str, name: str) -> NewKey:
-        self._visible(caller, tenant)
-        return await asyncio.to_thread(self._store.create_key, tenant, name)
+    async def create_key(self, caller: Caller, tenant: str, name: str, role: str = TENANT) -> NewKey:
+        self._manages_keys(caller, tenant)
+        if role == TENANT_ADMIN and not caller.is_admin:
+            raise PermissionDenied("only an admin key creates tenant-admin keys")
+        return await asyncio.to_thread(self._store.create_key, tenant, name, role)
 
     async def revoke_key(self, caller: Caller, key_id: str) -> KeyInfo:
         key = await asyncio.to_thread(self._store.key, key_id)
         if not caller.is_admin and (key.tenant is None or not caller.may_see(key.tenant)):
             raise NotFound(f"no key with id {key_id!r}")
+        if key.tenant is not None:
+            self._manages_keys(caller, key.tenant)
         revoked = await asyncio.to_thread(self._store.revoke_key, key_id)
         self._auth.forget(key_id)
         return revoked

@@ -13,7 +13,14 @@ protocol, a subclass of uvicorn's, adds three limits:
 
 Requests the HTTP parser refuses get their ``400`` in OpenAI's error shape too.
 
-The rest of the request (the body, the app) is uvicorn's as before.
+And two on the body, so that clients trickling bodies cannot hold every connection:
+
+- the whole body must arrive within ``body_timeout_s`` of the end of the headers;
+- after ``body_grace_s``, it must be arriving at ``min_body_bytes_per_s`` on average at least;
+
+else ``408`` (when no response has started) and the connection is closed, on every route. Time
+while uvicorn has paused reading (the app is not taking the body as fast as it comes) is not held
+against the client. The app is uvicorn's as before.
 """
 
 from __future__ import annotations
@@ -35,8 +42,14 @@ class HttpSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     max_headers: int = 100
     # An idle keep-alive connection is closed after this long (uvicorn's timeout_keep_alive).
     keep_alive_s: int = 5
+    # A request's body must all arrive within this long after its headers (slow bodies) ...
+    body_timeout_s: float = 60.0
+    # ... and, after body_grace_s, at this many bytes a second on average at least (0: no minimum).
+    min_body_bytes_per_s: int = 1024
+    body_grace_s: float = 5.0
 
 
+_BODY_TICK_S = 0.5
 _REASONS = {400: b"Bad Request", 408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
 
 
@@ -68,6 +81,10 @@ def guarded_protocol(settings: HttpSettings) -> type[HttpToolsProtocol]:
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             self._header_timer: asyncio.TimerHandle | None = None
+            self._body_timer: asyncio.TimerHandle | None = None
+            self._body_started = 0.0
+            self._body_bytes = 0
+            self._body_paused_s = 0.0  # time reading was paused by flow control (not the client's)
             self._in_headers = False
             self._header_bytes = 0  # received while the headers were incomplete
             self._parsed_bytes = 0  # request line and headers the parser has handed over
@@ -116,7 +133,56 @@ def guarded_protocol(settings: HttpSettings) -> type[HttpToolsProtocol]:
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._end_headers()
+            self._end_body()
             super().connection_lost(exc)
+
+        # -- the body -------------------------------------------------------------------------
+
+        def _begin_body(self) -> None:
+            self._body_started = self.loop.time()
+            self._body_bytes = 0
+            self._body_paused_s = 0.0
+            self._body_timer = self.loop.call_later(_BODY_TICK_S, self._check_body)
+
+        def _end_body(self) -> None:
+            if self._body_timer is not None:
+                self._body_timer.cancel()
+                self._body_timer = None
+
+        def _check_body(self) -> None:
+            self._body_timer = None
+            if self.flow.read_paused:  # the app is behind, not the client
+                self._body_paused_s += _BODY_TICK_S
+            elapsed = self.loop.time() - self._body_started - self._body_paused_s
+            limits = self._limits
+            if elapsed > limits.body_timeout_s:
+                self._reject_body(f"the request body did not arrive within {limits.body_timeout_s:g}s")
+            elif (
+                limits.min_body_bytes_per_s > 0
+                and elapsed > limits.body_grace_s
+                and self._body_bytes < limits.min_body_bytes_per_s * elapsed
+            ):
+                self._reject_body(
+                    f"the request body arrives slower than {limits.min_body_bytes_per_s} bytes/s"
+                )
+            else:
+                self._body_timer = self.loop.call_later(_BODY_TICK_S, self._check_body)
+
+        def _reject_body(self, message: str) -> None:
+            if self.transport.is_closing():
+                return
+            log.info("closing a connection from %s: 408 %s", self.client, message)
+            if self.cycle is None or not self.cycle.response_started:
+                self.transport.write(_error(408, message))
+            self.transport.close()  # the app waiting for the body hears a disconnect
+
+        def on_body(self, body: bytes) -> None:
+            self._body_bytes += len(body)
+            super().on_body(body)
+
+        def on_message_complete(self) -> None:
+            self._end_body()
+            super().on_message_complete()
 
         def data_received(self, data: bytes) -> None:
             if self._in_headers:
@@ -159,5 +225,6 @@ def guarded_protocol(settings: HttpSettings) -> type[HttpToolsProtocol]:
         def on_headers_complete(self) -> None:
             self._end_headers()
             super().on_headers_complete()
+            self._begin_body()  # ended at once by on_message_complete when there is no body
 
     return GuardedHttpToolsProtocol

@@ -25,11 +25,34 @@ class ImageSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     jpeg_quality: int = 90
 
 
+DEFAULT_VIDEO_CONTAINERS = ("mov", "mp4", "matroska", "webm", "avi", "mpegts", "ogg")
+DEFAULT_VIDEO_CODECS = (
+    "h264",
+    "hevc",
+    "vp8",
+    "vp9",
+    "av1",
+    "mpeg4",
+    "mpeg1video",
+    "mpeg2video",
+    "mjpeg",
+    "theora",
+)
+
+
 class VideoSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     sample_fps: float = 1.0  # frames taken per second of video ...
     max_frames: int = 8  # ... at most this many, spread over the whole clip
     max_seconds: float = 600.0  # longer videos are refused
     frame_max_pixels: int = 65_536  # each frame shrunk to at most this (256 x 256)
+    # A clip whose frames are larger (in its headers, or any frame decoded) is refused (413), unread.
+    max_frame_pixels: int = 8_847_360  # 4096 x 2160
+    # Pixels decoded to take the samples (seeking decodes from the keyframe before each), for all the
+    # videos of one request together (each gets an equal share); past it: 413.
+    max_request_pixels: int = 2_000_000_000
+    # FFmpeg demuxers (container formats) and codecs that are decoded; anything else: 415, unparsed.
+    containers: list[str] = msgspec.field(default_factory=lambda: list(DEFAULT_VIDEO_CONTAINERS))
+    codecs: list[str] = msgspec.field(default_factory=lambda: list(DEFAULT_VIDEO_CODECS))
 
 
 class AudioSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -41,13 +41,15 @@ class AudioResult:
     timings: dict[str, float] = field(default_factory=dict)
 
 
-def _open(data: bytes) -> Any:
+def _open(data: bytes, options: dict[str, str] | None = None) -> Any:
+    """The medium as a PyAV container; ``options`` go to the demuxer and to the decoders that probe
+    the streams (e.g. ``format_whitelist``, ``max_pixels``)."""
     import av
 
     if not data:
         raise MediaFailure(CORRUPT, "the medium is empty (zero bytes)")
     try:
-        return av.open(io.BytesIO(data), mode="r", metadata_errors="ignore")
+        return av.open(io.BytesIO(data), mode="r", metadata_errors="ignore", options=options)
     except av.error.InvalidDataError as exc:
         raise MediaFailure(
             CORRUPT, "not a readable audio/video file (corrupt, truncated, or a format FFmpeg does not know)"

@@ -2,7 +2,11 @@
 
 - Schemes: ``https`` (``http`` only with ``media.fetch.allow_http``); ``file:`` and the rest refused.
 - Hosts: a deny list, then an allow list when one is set; literal IP addresses are checked as
-  addresses.
+  addresses. A host must be a DNS name (letters, digits, ``-``, ``_``, ``.``; IDNA-encoded) or a
+  canonical address (``a.b.c.d`` in decimal, or ``[v6]``): the legacy numeric IPv4 forms that
+  ``inet_aton`` and browsers read as addresses (``127.1``, ``0177.0.0.1``, ``0x7f.1``, ``0``,
+  ``2130706433``), and any name whose last label is a number, are refused here, whatever the HTTP
+  client would make of them.
 - Addresses: only public ones. Loopback, private, link-local (169.254.0.0/16, fe80::/10),
   multicast, unspecified, reserved, shared (100.64.0.0/10) and IPv4-mapped forms of those are
   refused. The check is made on the DNS answers inside the connector's resolver, so the
@@ -11,11 +15,16 @@
 - Redirects are followed by hand, each hop checked again, at most ``max_redirects``.
 - Size: a Content-Length over the limit is refused before reading; the body is read in chunks and
   abandoned once over the limit. Time: connect and total deadlines.
+- A fetch that fails (no answer, refused, reset, timed out, TLS, DNS) gets one message,
+  :data:`COULD_NOT_FETCH`, whatever the cause, so the gateway cannot be used to scan ports; the cause
+  is logged for the operator.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import logging
+import re
 import socket
 from dataclasses import dataclass
 
@@ -26,8 +35,14 @@ from yarl import URL
 from gateway.media._config import FetchSettings
 from gateway.media._failure import FORBIDDEN, INVALID, TOO_LARGE, MediaFailure
 
+log = logging.getLogger(__name__)
+
 _REDIRECTS = {301, 302, 303, 307, 308}
 _SHARED = ipaddress.ip_network("100.64.0.0/10")
+_NAME_CHARS = re.compile(r"[a-z0-9_.\-]+", re.I)
+# A label that inet_aton or the WHATWG URL parser reads as (part of) an IPv4 address.
+_NUMERIC_LABEL = re.compile(r"(0x[0-9a-f]*|[0-9]+)", re.I)
+COULD_NOT_FETCH = "could not fetch the medium at {url}"
 
 
 def forbidden_address(address: str) -> str | None:
@@ -79,12 +94,32 @@ def check_url(url: URL, settings: FetchSettings) -> None:
         raise MediaFailure(FORBIDDEN, f"host {host} is on the deny list (media.fetch.denied_hosts)")
     if settings.allowed_hosts and not _host_matches(host, settings.allowed_hosts):
         raise MediaFailure(FORBIDDEN, f"host {host} is not on the allow list (media.fetch.allowed_hosts)")
-    try:
-        ipaddress.ip_address(host.strip("[]"))
-    except ValueError:
+    literal = _literal_address(host)
+    if literal is None:
         return  # a name: its DNS answers are checked by PublicResolver
-    if why := forbidden_address(host.strip("[]")):
+    if why := forbidden_address(literal):
         raise MediaFailure(FORBIDDEN, f"URL host refused: {why}")
+
+
+def _literal_address(host: str) -> str | None:
+    """The canonical IP address ``host`` is, None for a DNS name; refuses every other form."""
+    if ":" in host:  # only an IPv6 literal has colons
+        try:
+            return str(ipaddress.IPv6Address(host.strip("[]").split("%", 1)[0]))
+        except ValueError as exc:
+            raise MediaFailure(INVALID, f"URL host {host!r} is not a valid IPv6 address") from exc
+    if not _NAME_CHARS.fullmatch(host):
+        raise MediaFailure(INVALID, f"URL host {host!r} has characters a host name cannot have")
+    if not _NUMERIC_LABEL.fullmatch(host.rstrip(".").rsplit(".", 1)[-1]):
+        return None
+    try:
+        return str(ipaddress.IPv4Address(host))  # four decimal parts, no leading zeros
+    except ValueError:
+        raise MediaFailure(
+            FORBIDDEN,
+            f"URL host {host!r} is a non-canonical numeric IPv4 form (shortened, octal, hexadecimal or "
+            "one number) or a name ending in a number; write an address as four decimal numbers, a.b.c.d",
+        ) from None
 
 
 class PublicResolver(AbstractResolver):
@@ -171,17 +206,8 @@ class Fetcher:
                     return Fetched(await self._read(response), response.content_type, str(target))
             except MediaFailure:
                 raise
-            except aiohttp.ClientConnectorError as exc:
-                if isinstance(exc.os_error, MediaFailure):
-                    raise exc.os_error from exc
-                raise MediaFailure(INVALID, f"cannot connect to {target.host}: {exc.os_error}") from exc
-            except TimeoutError as exc:
-                raise MediaFailure(INVALID, f"fetching {target} took too long") from exc
-            except (aiohttp.ClientError, ValueError) as exc:
-                cause = exc.__cause__ or exc.__context__
-                if isinstance(cause, MediaFailure):
-                    raise cause from exc
-                raise MediaFailure(INVALID, f"fetching {target} failed: {exc}") from exc
+            except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
+                raise _failure(exc, target) from exc
         raise MediaFailure(INVALID, f"more than {self._settings.max_redirects} redirects")
 
     async def _read(self, response: aiohttp.ClientResponse) -> bytes:
@@ -205,6 +231,16 @@ class Fetcher:
             self._session = None
 
 
+def _failure(exc: BaseException, target: URL) -> MediaFailure:
+    """The guard's own refusal inside a client error, else one message for every cause (refused,
+    reset, timed out, DNS, TLS: the client learns nothing of what is behind the address)."""
+    for cause in (getattr(exc, "os_error", None), exc.__cause__, exc.__context__):
+        if isinstance(cause, MediaFailure):
+            return cause
+    log.info("media fetch of %s failed: %s: %s", target, type(exc).__name__, exc)
+    return MediaFailure(INVALID, COULD_NOT_FETCH.format(url=target))
+
+
 def resolve_results(host: str, port: int, addresses: list[str]) -> list[ResolveResult]:
     """ResolveResult dicts for ``addresses`` (for resolvers that answer from a table)."""
     out: list[ResolveResult] = []
@@ -216,4 +252,12 @@ def resolve_results(host: str, port: int, addresses: list[str]) -> list[ResolveR
     return out
 
 
-__all__ = ["Fetched", "Fetcher", "PublicResolver", "check_url", "forbidden_address", "resolve_results"]
+__all__ = [
+    "COULD_NOT_FETCH",
+    "Fetched",
+    "Fetcher",
+    "PublicResolver",
+    "check_url",
+    "forbidden_address",
+    "resolve_results",
+]

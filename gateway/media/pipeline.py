@@ -191,8 +191,9 @@ class MediaPipeline:
                 param=f"messages[{i}].content[{j}]",
                 code="too_many_media_parts",
             )
+        videos = sum(isinstance(part, VideoPart) for _, _, part in jobs)
         results = await asyncio.gather(
-            *(self._one(i, j, part, prepared) for i, j, part in jobs), return_exceptions=True
+            *(self._one(i, j, part, prepared, videos) for i, j, part in jobs), return_exceptions=True
         )
         for result in results:  # the first refused part, in request order
             if isinstance(result, BaseException):
@@ -215,15 +216,15 @@ class MediaPipeline:
         return prepared
 
     async def _one(
-        self, i: int, j: int, part: ImagePart | VideoPart | AudioPart, prepared: Prepared
+        self, i: int, j: int, part: ImagePart | VideoPart | AudioPart, prepared: Prepared, videos: int = 1
     ) -> tuple[Any, Any]:
-        """(the part as the tiers get it, the decoder's result)."""
+        """(the part as the tiers get it, the decoder's result); ``videos``: how many the request has."""
         where = f"messages[{i}].content[{j}]"
         try:
             if isinstance(part, ImagePart):
                 return await self._image(part, prepared)
             if isinstance(part, VideoPart):
-                return await self._video(part, prepared)
+                return await self._video(part, prepared, videos)
             return await self._audio(part, prepared)
         except MediaFailure as exc:
             cls = _ERRORS.get(exc.kind, InvalidRequest)
@@ -291,7 +292,9 @@ class MediaPipeline:
         result: image.ImageResult = await self._decoded("image", data, params, image.normalise, prepared)
         return ImagePart(ImageURL(data_uri(result.mime, result.data), part.image_url.detail)), result
 
-    async def _video(self, part: VideoPart, prepared: Prepared) -> tuple[FramesPart, video.VideoResult]:
+    async def _video(
+        self, part: VideoPart, prepared: Prepared, videos: int
+    ) -> tuple[FramesPart, video.VideoResult]:
         data, _ = await self._bytes(part.video_url.url, "video", prepared)
         s = self._settings.video
         params = video.VideoParams(
@@ -299,6 +302,10 @@ class MediaPipeline:
             s.max_frames,
             s.max_seconds,
             min(s.frame_max_pixels, self._image_pixels),
+            max_frame_pixels=s.max_frame_pixels,
+            max_decoded_pixels=s.max_request_pixels // max(1, videos),
+            containers=tuple(s.containers),
+            codecs=tuple(s.codecs),
             with_audio=self._targets.audio,
             audio_rate=self._settings.audio.sample_rate,
         )

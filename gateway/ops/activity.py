@@ -8,6 +8,7 @@ is the durable record.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections import deque
@@ -15,6 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 DEFAULT_RECENT = 500
+MAX_MODEL_CHARS = 256  # as the ledger keeps it
+MAX_REASON_CHARS = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +84,13 @@ class Activity:
         self._ring: deque[Decision] = deque(maxlen=max(1, recent))
 
     def note(self, decision: Decision) -> None:
+        if len(decision.model_asked) > MAX_MODEL_CHARS or len(decision.reason) > MAX_REASON_CHARS:
+            # A client's megabyte-long model name must not be kept `recent` times over.
+            decision = dataclasses.replace(
+                decision,
+                model_asked=decision.model_asked[:MAX_MODEL_CHARS],
+                reason=decision.reason[:MAX_REASON_CHARS],
+            )
         self._ring.append(decision)
 
     def recent(self, limit: int = 20) -> list[Decision]:

@@ -10,12 +10,17 @@ A line written outside any request has no ``request_id`` key.
      "message": "result cache read failed, serving as a miss: ...", "request_id": "3f2a..."}
 
 Fields given with ``extra={...}`` become keys of the object (the request log uses this).
+
+Passwords in URLs never reach a line: ``redis://:secret@host`` and ``postgresql://user:secret@host``
+are written ``redis://:***@host`` and ``postgresql://user:***@host``, and ``password=...`` query
+parameters ``password=***``, in messages and exception text alike, whichever module logged them.
 """
 
 from __future__ import annotations
 
 import contextvars
 import logging
+import re
 import sys
 import time
 from typing import Any, Literal
@@ -32,6 +37,18 @@ _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
     "rid",
 }
 LogFormat = Literal["json", "text"]
+
+_URL_PASSWORD = re.compile(r"(?P<head>[a-zA-Z][a-zA-Z0-9+.\-]*://[^:/@\s]*):[^@/\s]*@")
+_QUERY_PASSWORD = re.compile(r"(?P<head>[?&;](?:password|passwd|pwd)=)[^&\s#'\"]*", re.I)
+
+
+def redact(text: str) -> str:
+    """``text`` with the passwords of the URLs in it replaced by ``***``."""
+    if "@" in text:
+        text = _URL_PASSWORD.sub(r"\g<head>:***@", text)
+    if "=" in text:
+        text = _QUERY_PASSWORD.sub(r"\g<head>***", text)
+    return text
 
 
 class RequestIdFilter(logging.Filter):
@@ -62,13 +79,13 @@ class JsonFormatter(logging.Formatter):
             "ts": self._timestamp(record.created),
             "level": record.levelname,
             "logger": record.name,
-            "message": record.getMessage(),
+            "message": redact(record.getMessage()),
         }
         for key, value in record.__dict__.items():
             if key not in _STANDARD and value is not None:
                 entry[key] = value
         if record.exc_info:
-            entry["exception"] = self.formatException(record.exc_info)
+            entry["exception"] = redact(self.formatException(record.exc_info))
         return self._encode(entry).decode()
 
 
@@ -79,7 +96,7 @@ class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         rid = getattr(record, "request_id", None)
         record.rid = f" [{rid}]" if rid else ""
-        return super().format(record)
+        return redact(super().format(record))
 
 
 def handler(fmt: LogFormat, stream: Any = None) -> logging.Handler:

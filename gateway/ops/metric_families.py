@@ -227,6 +227,11 @@ class MetricFamilies:
             "tiergate_ledger_backlog_rows",
             "Ledger rows written ahead but not yet moved into the database.",
         )
+        self.ledger_quarantined = self._family(
+            Counter,
+            "tiergate_ledger_quarantined_rows",
+            "Ledger rows the database refused, set aside with the reason in ledger/quarantine.jsonl.",
+        )
         # -- scaling signal -------------------------------------------------------------------------
         self.desired_replicas = self._family(
             Gauge,

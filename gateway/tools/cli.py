@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import msgspec
 import typer
 
-from gateway.settings import load_settings
+from gateway.settings import SettingsError, load_settings
 from gateway.tools.cli_options import ConfigOption, settings_or_exit
 
 cli = typer.Typer(
@@ -26,6 +26,14 @@ def serve(
     config: ConfigOption = None,
     host: Annotated[str | None, typer.Option(help="Address to listen on [default: 127.0.0.1].")] = None,
     port: Annotated[int | None, typer.Option(help="Port to listen on [default: 8080].")] = None,
+    allow_open_mode_on_network: Annotated[
+        bool | None,
+        typer.Option(
+            "--allow-open-mode-on-network",
+            help="Serve with auth.open_mode on a non-loopback address (no keys: anyone who reaches "
+            "the port is the default tenant). Without it, that is refused.",
+        ),
+    ] = None,
 ) -> None:
     """Run the gateway: the edge model in-process, the cloud pool (or a local vLLM server it starts).
 
@@ -34,11 +42,20 @@ def serve(
     then stops the tiers and any child process. SIGHUP re-reads the settings and applies the
     cloud pool's membership (cloud.urls): new replicas join, removed ones drain.
     """
+    from gateway.accounts.storage import DataFolderInUse
     from gateway.server import run
 
-    overrides: dict[str, Any] = {"server.host": host, "server.port": port}
+    overrides: dict[str, Any] = {
+        "server.host": host,
+        "server.port": port,
+        "auth.allow_open_mode_on_network": allow_open_mode_on_network or None,
+    }
     settings = settings_or_exit(config, **overrides)
-    run(settings, lambda: load_settings(config, **overrides))
+    try:
+        run(settings, lambda: load_settings(config, **overrides))
+    except (SettingsError, DataFolderInUse) as exc:
+        typer.echo(f"tiergate: {exc}", err=True)
+        raise typer.Exit(2) from exc
 
 
 models_cli = typer.Typer(

@@ -86,6 +86,10 @@ def keys_create(
     tenant: Annotated[str | None, typer.Option(help="The tenant the key belongs to.")] = None,
     admin: Annotated[bool, typer.Option("--admin", help="An admin key (all tenants) instead.")] = False,
     name: Annotated[str, typer.Option(help="A label for the key.")] = "",
+    role: Annotated[
+        str,
+        typer.Option(help="With --tenant: tenant (inference only) or tenant-admin (also manages its keys)."),
+    ] = "tenant",
     config: ConfigOption = None,
 ) -> None:
     """Create a key and print it once (only its hash is stored)."""
@@ -93,7 +97,7 @@ def keys_create(
         typer.echo("tiergate: give --tenant NAME or --admin", err=True)
         raise typer.Exit(2)
     try:
-        key = _store(config).create_key(tenant, name)
+        key = _store(config).create_key(tenant, name, role)
     except GatewayError as exc:
         raise _fail(exc) from exc
     typer.echo(f"key {key.id} for {tenant or 'admin'}; shown once, store it now:", err=True)

@@ -49,3 +49,10 @@ def test_percentile_is_nearest_rank() -> None:
     assert percentile(values, 95) == 95.0
     assert percentile([3.0], 95) == 3.0
     assert percentile([1.0, 2.0], 50) == 1.0
+
+
+def test_a_huge_model_name_is_kept_bounded() -> None:
+    activity = Activity(recent=3)
+    activity.note(Decision(1.0, "acme", "m" * 1_000_000, "", "r" * 50_000, "bypass", 404, 1.0))
+    [kept] = activity.recent()
+    assert len(kept.model_asked) == 256 and len(kept.reason) == 1000

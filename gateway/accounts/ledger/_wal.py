@@ -71,14 +71,21 @@ class WriteAheadLog:
             self._fd, self._path = None, None
 
 
-def read_segment(path: Path) -> list[LedgerRow]:
-    """The rows of a segment; a torn last line (killed mid-write, never acknowledged) is skipped."""
+def read_segment(path: Path, bad: list[tuple[bytes, str]] | None = None) -> list[LedgerRow]:
+    """The rows of a segment; a torn last line (killed mid-write, never acknowledged) is skipped.
+    Other lines that are not rows are skipped too, and added to ``bad`` with the reason."""
     rows = []
-    for line in path.read_bytes().splitlines():
+    data = path.read_bytes()
+    lines = data.split(b"\n")
+    for i, line in enumerate(lines):
+        if not line:
+            continue
         try:
             rows.append(decode_row(line))
-        except msgspec.DecodeError:
-            continue
+        except msgspec.DecodeError as exc:
+            torn = i == len(lines) - 1  # no newline after it: the write never finished
+            if bad is not None and not torn:
+                bad.append((line, f"not a ledger row: {exc}"))
     return rows
 
 

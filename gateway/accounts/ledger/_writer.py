@@ -7,6 +7,9 @@ last byte.  The write and its fsync happen in a small writer process
 (:mod:`gateway.accounts.ledger._procwriter`), or in a thread when that is off or has died.  A
 loader task moves closed write-ahead segments into the database every
 ``flush_interval_s``; start-up first loads what a previous (perhaps killed) run left.
+Rows are made to fit their columns as they are recorded, and a row the database still refuses
+is set aside with its reason (:mod:`gateway.accounts.ledger._quarantine`): a bad row never stops
+the rest of its segment, later segments or a start.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -21,6 +25,7 @@ import msgspec
 from sqlalchemy import Engine
 
 from gateway.accounts.ledger._procwriter import ProcessWriter, Waiters
+from gateway.accounts.ledger._quarantine import QuarantineLog, fit_row, load_rows
 from gateway.accounts.ledger._row import LedgerRow, encode_row
 from gateway.accounts.ledger._wal import WriteAheadLog, read_segment, segment_number
 from gateway.accounts.storage import ledger as ledger_table
@@ -59,7 +64,9 @@ class Ledger:
         flush_interval_s: float = 0.5,
         writer_process: bool = True,
         sync: str = "disk",
+        on_quarantine: Callable[[int], None] | None = None,
     ) -> None:
+        """``on_quarantine(n)`` is told of rows set aside (from the loader's thread)."""
         self._sync = sync
         self._engine = engine
         self._dir = wal_dir
@@ -78,6 +85,12 @@ class Ledger:
         # Rows written since start and rows moved into the database since: their difference is the backlog.
         self._submitted = 0
         self._loaded = 0
+        self._quarantine = QuarantineLog(wal_dir, on_quarantine)
+
+    @property
+    def quarantined(self) -> int:
+        """Rows the database refused since start, set aside in ``<wal_dir>/quarantine.jsonl``."""
+        return self._quarantine.count
 
     @property
     def backlog(self) -> int:
@@ -89,7 +102,11 @@ class Ledger:
         loader. Returns the number of rows replayed."""
         loop = asyncio.get_running_loop()
         wal = WriteAheadLog(self._dir)
-        replayed = await loop.run_in_executor(self._db_thread, self._load, wal.segments())
+        try:
+            replayed = await loop.run_in_executor(self._db_thread, self._load, wal.segments())
+        except Exception:  # the database is away, say: the loader retries; the start goes on
+            log.exception("ledger: replaying the write-ahead file failed; the loader will retry")
+            replayed = 0
         if replayed:
             log.info("ledger: replayed %d rows from the write-ahead file", replayed)
         if self._use_process and self._sync == "disk":
@@ -111,6 +128,7 @@ class Ledger:
         on disk."""
         loop = asyncio.get_running_loop()
         self._submitted += 1
+        row = fit_row(row)
         if self._sync == "os" and self._wal is not None:
             return self._append_now(encode_row(row) + b"\n", loop, durable)
         self._pending.append(encode_row(row) + b"\n")
@@ -200,13 +218,18 @@ class Ledger:
     def _load(self, segments: list[Path]) -> int:
         count = 0
         for path in segments:
+            bad: list[tuple[bytes, str]] = []
             try:
-                rows = read_segment(path)
+                rows = read_segment(path, bad)
             except FileNotFoundError:  # loaded already by a flush that was cancelled while it ran
                 continue
-            insert_rows(self._engine, rows)
+            except OSError:
+                log.exception("ledger: cannot read %s; it stays for the next try", path)
+                continue
+            inserted, refused = load_rows(lambda batch: insert_rows(self._engine, batch), rows)
+            self._quarantine.add(path.name, bad + refused)
             path.unlink(missing_ok=True)
-            count += len(rows)
+            count += inserted + len(refused)
         return count
 
     async def aclose(self) -> None:

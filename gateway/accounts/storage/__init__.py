@@ -6,6 +6,7 @@ here is blocking: callers on the event loop run them in a thread.
 """
 
 from gateway.accounts.storage._engine import SCHEMA_VERSION, open_database
+from gateway.accounts.storage._lock import DataFolderInUse, DataFolderLock
 from gateway.accounts.storage._schema import (
     api_keys,
     ledger,
@@ -18,6 +19,8 @@ from gateway.accounts.storage._schema import (
 
 __all__ = [
     "SCHEMA_VERSION",
+    "DataFolderInUse",
+    "DataFolderLock",
     "api_keys",
     "ledger",
     "metadata",

@@ -1,7 +1,16 @@
-"""Open the database: SQLite gets WAL and a busy timeout; the schema is created or checked."""
+"""Open the database: SQLite gets WAL and a busy timeout; the schema is created or checked.
+
+SQLite runs ``synchronous=NORMAL`` (a commit survives the process being killed; a power cut may
+undo the last ones: the ledger's own write-ahead file has the rows until they are loaded) or, with
+``durable`` (``ledger.sync = "disk"``), ``synchronous=FULL`` (each commit is on disk when it returns,
+so the ledger deletes a segment only once its rows are). PostgreSQL commits durably unless its
+server says otherwise (``synchronous_commit``): with ``durable``, a server that does not is logged.
+"""
 
 from __future__ import annotations
 
+import functools
+import logging
 import re
 import time
 from pathlib import Path
@@ -10,6 +19,8 @@ from typing import Any
 from sqlalchemy import Connection, Engine, create_engine, event, func, inspect, select
 
 from gateway.accounts.storage._schema import metadata, schema_version
+
+log = logging.getLogger(__name__)
 
 # Bump with a migration step in _MIGRATIONS when a table changes.
 SCHEMA_VERSION = 3
@@ -27,24 +38,33 @@ class SchemaTooNew(RuntimeError):
     """The database was written by a newer tiergate."""
 
 
-def open_database(url: str) -> Engine:
-    """An engine on ``url`` with the schema at :data:`SCHEMA_VERSION`."""
+def open_database(url: str, *, durable: bool = False) -> Engine:
+    """An engine on ``url`` with the schema at :data:`SCHEMA_VERSION`; ``durable``: every commit
+    is on disk when it returns."""
     if url.startswith("sqlite:///"):
         Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
-        event.listen(engine, "connect", _sqlite_pragmas)
+        event.listen(engine, "connect", functools.partial(_sqlite_pragmas, durable=durable))
     else:
         # A database that stops answering fails a new connection in seconds instead of hanging it.
         engine = create_engine(url, pool_pre_ping=True, connect_args={"connect_timeout": 5})
     migrate(engine)
+    if durable and engine.dialect.name == "postgresql":
+        with engine.connect() as conn:
+            commit = conn.exec_driver_sql("SHOW synchronous_commit").scalar()
+        if commit in ("off", "local"):
+            log.warning(
+                "ledger.sync = 'disk', but the PostgreSQL server runs synchronous_commit = %s", commit
+            )
     return engine
 
 
-def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any, *, durable: bool = False) -> None:
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
-    # The ledger's own write-ahead file is what makes a row durable; the database may lag.
-    cursor.execute("PRAGMA synchronous=NORMAL")
+    # NORMAL: the ledger's own write-ahead file is what makes a row durable; the database may lag
+    # (and the segment with it). FULL: a commit is on disk before the segment holding it is deleted.
+    cursor.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
     cursor.execute("PRAGMA busy_timeout=30000")
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.close()

@@ -8,16 +8,32 @@ a :class:`RateLimiter` (in-process or Redis) admits or refuses each request.
 from gateway.accounts.tenants._auth import Authenticator
 from gateway.accounts.tenants._keys import hash_key, key_id_of, matches, new_key
 from gateway.accounts.tenants._limits import Demand, LocalLimiter, RateLimiter, RedisLimiter, make_limiter
-from gateway.accounts.tenants._models import ADMIN, DEFAULT_TENANT, TENANT, Caller, KeyInfo, NewKey, Tenant
+from gateway.accounts.tenants._models import (
+    ADMIN,
+    DEFAULT_TENANT,
+    OPEN_MODE_KEY_ID,
+    TENANT,
+    TENANT_ADMIN,
+    TENANT_ROLES,
+    Caller,
+    KeyInfo,
+    NewKey,
+    Tenant,
+)
 from gateway.accounts.tenants._store import TenantStore, check_tenant_name
+from gateway.accounts.tenants._throttle import FailureThrottle
 
 __all__ = [
     "ADMIN",
     "DEFAULT_TENANT",
+    "OPEN_MODE_KEY_ID",
     "TENANT",
+    "TENANT_ADMIN",
+    "TENANT_ROLES",
     "Authenticator",
     "Caller",
     "Demand",
+    "FailureThrottle",
     "KeyInfo",
     "LocalLimiter",
     "NewKey",

@@ -3,6 +3,8 @@
 Keys looked up in the database are trusted for ``auth.key_cache_s``; within that time a
 request costs one hash and one constant-time compare, no database access.  While the
 database cannot be reached, a key seen before keeps its last answer; an unseen one gets 503.
+Failed authentications are counted per client address (:class:`FailureThrottle`): an address over
+its failures gets 429 with Retry-After, whatever key it sends, until the window has passed.
 """
 
 from __future__ import annotations
@@ -15,9 +17,11 @@ from collections.abc import Mapping
 from sqlalchemy.exc import SQLAlchemyError
 
 from gateway.accounts.tenants._keys import key_id_of, matches
-from gateway.accounts.tenants._models import DEFAULT_TENANT, TENANT, Caller, Tenant
+from gateway.accounts.tenants._models import DEFAULT_TENANT, OPEN_MODE_KEY_ID, TENANT, Caller, Tenant
 from gateway.accounts.tenants._store import TenantStore
+from gateway.accounts.tenants._throttle import FailureThrottle
 from gateway.errors import AuthenticationFailed, StorageUnavailable
+from gateway.ops.clients import CLIENT_HOST
 
 log = logging.getLogger(__name__)
 
@@ -25,8 +29,16 @@ _Entry = tuple[float, str, str, Tenant | None, bool]  # fetched_at, hash, role, 
 
 
 class Authenticator:
-    def __init__(self, store: TenantStore, *, cache_s: float, open_mode: bool = False) -> None:
+    def __init__(
+        self,
+        store: TenantStore,
+        *,
+        cache_s: float,
+        open_mode: bool = False,
+        throttle: FailureThrottle | None = None,
+    ) -> None:
         self._store = store
+        self._throttle = throttle or FailureThrottle(0, 0.0)
         self._cache_s = cache_s
         self._open_mode = open_mode
         self._open_caller: Caller | None = None
@@ -36,7 +48,7 @@ class Authenticator:
     async def start(self) -> None:
         if self._open_mode:
             tenant = await asyncio.to_thread(self._store.tenant, DEFAULT_TENANT)
-            self._open_caller = Caller(key_id="open-mode", role=TENANT, tenant=tenant)
+            self._open_caller = Caller(key_id=OPEN_MODE_KEY_ID, role=TENANT, tenant=tenant)
 
     async def caller(self, headers: Mapping[str, str]) -> Caller:
         """The caller named by the request's key; 401 when missing, unknown, wrong or revoked."""
@@ -49,12 +61,16 @@ class Authenticator:
             raise AuthenticationFailed(
                 "no API key: send it as 'Authorization: Bearer <key>' (tiergate keys create --tenant NAME)"
             )
+        address = CLIENT_HOST.get()
+        self._throttle.check(address)
         key_id = key_id_of(key)
         entry = await self._entry(key_id) if key_id is not None else None
         if not matches(key, entry[1] if entry is not None else None) or entry is None:
+            self._throttle.failed(address)
             raise AuthenticationFailed("invalid API key")
         _, _, role, tenant, revoked = entry
         if revoked:
+            self._throttle.failed(address)
             raise AuthenticationFailed("this API key has been revoked")
         assert key_id is not None
         return Caller(key_id=key_id, role=role, tenant=tenant)

@@ -8,9 +8,12 @@ import msgspec
 
 from gateway.settings import TenantLimits
 
-ADMIN = "admin"
-TENANT = "tenant"
+ADMIN = "admin"  # every tenant; the only role that creates tenants, admin keys and tenant-admin keys
+TENANT = "tenant"  # an inference key: chats and reads its own tenant, manages no keys
+TENANT_ADMIN = "tenant-admin"  # a tenant's key that also creates, lists and revokes that tenant's keys
+TENANT_ROLES = (TENANT, TENANT_ADMIN)  # the roles a tenant's key may have
 DEFAULT_TENANT = "default"
+OPEN_MODE_KEY_ID = "open-mode"  # the caller of every request under auth.open_mode
 
 
 class Tenant(msgspec.Struct, frozen=True, kw_only=True):
@@ -41,7 +44,8 @@ class NewKey(msgspec.Struct, frozen=True, kw_only=True):
 
 @dataclass(frozen=True, slots=True)
 class Caller:
-    """Who is calling: an admin (all tenants) or a tenant's key (that tenant only)."""
+    """Who is calling: an admin (all tenants) or a tenant's key (that tenant only; ``role`` says
+    whether it may manage the tenant's keys)."""
 
     key_id: str
     role: str
@@ -53,3 +57,7 @@ class Caller:
 
     def may_see(self, tenant_name: str) -> bool:
         return self.is_admin or (self.tenant is not None and self.tenant.name == tenant_name)
+
+    def may_manage_keys(self, tenant_name: str) -> bool:
+        """Whether this caller may create, list and revoke ``tenant_name``'s keys."""
+        return self.is_admin or (self.role == TENANT_ADMIN and self.may_see(tenant_name))

@@ -13,18 +13,37 @@ from sqlalchemy.exc import IntegrityError
 
 from gateway.accounts.storage import api_keys, tenants
 from gateway.accounts.tenants._keys import new_key
-from gateway.accounts.tenants._models import ADMIN, DEFAULT_TENANT, TENANT, KeyInfo, NewKey, Tenant
+from gateway.accounts.tenants._models import (
+    ADMIN,
+    DEFAULT_TENANT,
+    TENANT,
+    TENANT_ROLES,
+    KeyInfo,
+    NewKey,
+    Tenant,
+)
 from gateway.errors import Conflict, InvalidRequest, NotFound
 from gateway.settings import TenantLimits
 
 _NAME = re.compile(r"[a-z0-9][a-z0-9_.\-]{0,63}")
 _LIMIT_FIELDS = tuple(TenantLimits.__struct_fields__)
+MAX_KEY_NAME = 128  # api_keys.name's width
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def check_tenant_name(name: str) -> None:
     if not _NAME.fullmatch(name):
         raise InvalidRequest(
             f"invalid tenant name {name!r}: use 1-64 of a-z, 0-9, '_', '.', '-'", param="name"
+        )
+
+
+def check_key_name(name: str) -> None:
+    """A key's label fits its column and holds no control characters (PostgreSQL refuses NUL)."""
+    if len(name) > MAX_KEY_NAME or _CONTROL.search(name):
+        raise InvalidRequest(
+            f"invalid key name: use at most {MAX_KEY_NAME} characters and no control characters",
+            param="name",
         )
 
 
@@ -69,10 +88,14 @@ class TenantStore:
 
     # -- keys ----------------------------------------------------------------
 
-    def create_key(self, tenant_name: str | None, name: str = "") -> NewKey:
-        """A key for ``tenant_name``, or an admin key when it is None."""
+    def create_key(self, tenant_name: str | None, name: str = "", role: str = TENANT) -> NewKey:
+        """A key for ``tenant_name`` with ``role`` (tenant or tenant-admin), or an admin key when
+        ``tenant_name`` is None."""
+        check_key_name(name)
+        if tenant_name is not None and role not in TENANT_ROLES:
+            raise InvalidRequest(f"role must be one of {', '.join(TENANT_ROLES)}", param="role")
         tenant_id = None if tenant_name is None else self.tenant(tenant_name).id
-        role = ADMIN if tenant_name is None else TENANT
+        role = ADMIN if tenant_name is None else role
         key_id, key, key_hash = new_key()
         with self.engine.begin() as conn:
             conn.execute(

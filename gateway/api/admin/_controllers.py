@@ -12,7 +12,7 @@ from litestar.params import FromPath, FromQuery
 
 from gateway.accounts.admin import AdminService
 from gateway.accounts.ledger import FORMATS, report_csv
-from gateway.accounts.tenants import Caller
+from gateway.accounts.tenants import TENANT, Caller
 from gateway.api.protocol import encode
 from gateway.errors import InvalidRequest
 from gateway.services import Services
@@ -27,6 +27,7 @@ class NewTenantBody(msgspec.Struct, forbid_unknown_fields=True):
 
 class NewKeyBody(msgspec.Struct, forbid_unknown_fields=True):
     name: str = ""
+    role: str = TENANT  # or "tenant-admin" (an admin key only)
 
 
 T = TypeVar("T")
@@ -89,7 +90,7 @@ async def create_key(
 ) -> Response[bytes]:
     admin, caller = await _admin(request, services)
     body = _decode(await request.body(), NewKeyBody)
-    return _json(await admin.create_key(caller, name, body.name), 201)
+    return _json(await admin.create_key(caller, name, body.name, body.role), 201)
 
 
 @delete("/admin/api/keys/{key_id:str}", status_code=200)

@@ -11,6 +11,7 @@ from litestar.params import FromPath
 from gateway.api.admin._guard import require_admin
 from gateway.api.protocol import encode
 from gateway.errors import InvalidRequest, NotFound
+from gateway.ops.shared import check_replica_urls
 from gateway.services import Services
 from tiers import Pool
 
@@ -45,10 +46,11 @@ async def set_replicas(
         body = msgspec.json.decode(await request.body(), type=MembersBody)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         raise InvalidRequest(f"invalid request body: {exc}") from exc
-    bad = [u for u in body.urls if not u.startswith(("http://", "https://"))]
-    if bad:
-        raise InvalidRequest(f"not http(s) URLs: {', '.join(bad)}", param="urls")
-    pool.set_members(body.urls)
+    try:
+        urls = check_replica_urls(body.urls)
+    except ValueError as exc:
+        raise InvalidRequest(str(exc), param="urls") from exc
+    pool.set_members(urls)
     return Response(encode(pool.replicas()), media_type=JSON)
 
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gateway.ops.shared._bus import Bus, instance_name, publish_now
-from gateway.ops.shared._state import RELOAD, SharedPool, SharedState
+from gateway.ops.shared._state import RELOAD, SharedPool, SharedState, check_replica_urls
 
 if TYPE_CHECKING:
     from gateway.settings import Settings
 
-__all__ = ["RELOAD", "Bus", "SharedPool", "SharedState", "open_shared", "publish_now"]
+__all__ = ["RELOAD", "Bus", "SharedPool", "SharedState", "check_replica_urls", "open_shared", "publish_now"]
 
 
 def open_shared(settings: Settings) -> SharedState | None:

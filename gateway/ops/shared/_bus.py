@@ -30,6 +30,7 @@ Resync = Callable[[dict[str, dict[str, dict[str, Any]]]], None]
 
 RETRY_S = 1.0
 _QUEUE_BOUND = 10_000
+_MAX_MESSAGE_BYTES = 1 << 20
 
 
 def instance_name(configured: str) -> str:
@@ -144,37 +145,56 @@ class Bus:
                     )
                 self.connected.clear()
                 await asyncio.sleep(RETRY_S)
+            except Exception:  # whatever it was, the listener must not die of it: listen again
+                log.exception("shared state: the listener failed; listening again")
+                self.connected.clear()
+                await asyncio.sleep(RETRY_S)
 
     async def _catch_up(self) -> None:
         stored: dict[str, dict[str, dict[str, Any]]] = {}
         for kind in self._stored_kinds:
             raw = await self._redis.hgetall(self._prefix + kind)
-            stored[kind] = {
-                (k.decode() if isinstance(k, bytes) else str(k)): msgspec.json.decode(v)
-                for k, v in raw.items()
-            }
+            stored[kind] = {}
+            for k, v in raw.items():
+                message = _decoded(v)
+                if message is None:
+                    log.warning("shared state: skipped a malformed stored %s entry", kind)
+                    continue
+                stored[kind][k.decode(errors="replace") if isinstance(k, bytes) else str(k)] = message
         for resync in self._resync:
             _safely(resync, stored)
 
     def _dispatch(self, data: object) -> None:
-        if not isinstance(data, bytes | str):
+        message = _decoded(data)
+        if message is None:
+            log.warning("shared state: skipped a malformed message on %s", self.channel)
             return
-        try:
-            message = msgspec.json.decode(data)
-        except msgspec.DecodeError:
-            return
-        if not isinstance(message, dict) or message.get("by") == self.instance:
+        if message.get("by") == self.instance:
             return
         handler = self._handlers.get(str(message.get("kind")))
         if handler is not None:
             _safely(handler, message)
 
 
+def _decoded(data: object) -> dict[str, Any] | None:
+    """A message as a JSON object, or None for anything else (not JSON, not an object, too big or
+    nested too deeply)."""
+    if not isinstance(data, bytes | str) or len(data) > _MAX_MESSAGE_BYTES:
+        return None
+    try:
+        message = msgspec.json.decode(data)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    return message if isinstance(message, dict) else None
+
+
 def _safely(fn: Callable[[Any], object], arg: Any) -> None:
     try:
         fn(arg)
-    except Exception:
-        log.exception("shared state: a handler failed")
+    except Exception as exc:  # a message of the right kind with bad fields: skip it
+        log.warning(
+            "shared state: skipped a %s message: %s: %s", arg.get("kind", "?"), type(exc).__name__, exc
+        )
 
 
 def _text(value: bytes | str) -> str:

@@ -9,14 +9,20 @@
 
 The result cache and rate limits share through Redis on their own (``cache.backend``,
 ``limits.redis_url``); tenants, keys, prices and the ledger through the database.
+
+Anything that can publish on the channel is not trusted more than an admin request: a membership
+message's URLs are checked as the admin API checks them (:func:`check_replica_urls`), and a message
+that is malformed or fails its check is logged and skipped (the listener goes on).
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
 import router
 from gateway.ops.shared._bus import Bus
@@ -27,6 +33,33 @@ log = logging.getLogger(__name__)
 BREAKER, REPLICA, RELOAD, MEMBERS, DRAIN = "breaker", "replica", "reload", "members", "drain"
 # A stored failed health check older than this is not taken by an instance that starts.
 STALE_HEALTH_S = 10.0
+MAX_REPLICAS = 256
+MAX_URL_CHARS = 2048
+_UNSAFE = re.compile(r"[\x00-\x20\x7f]")
+
+
+def check_replica_urls(urls: object) -> list[str]:
+    """``urls`` as a list of cloud replica URLs, or ValueError saying what is wrong: a list of at
+    most :data:`MAX_REPLICAS` ``http(s)://host[:port][/path]`` strings, without credentials,
+    whitespace or control characters (the admin API and the shared channel both check this)."""
+    if not isinstance(urls, list) or not all(isinstance(u, str) for u in urls):
+        raise ValueError("urls must be a list of strings")
+    if len(urls) > MAX_REPLICAS:
+        raise ValueError(f"at most {MAX_REPLICAS} replicas")
+    for url in urls:
+        shown = url[:100]
+        if len(url) > MAX_URL_CHARS or _UNSAFE.search(url):
+            raise ValueError(f"not a replica URL (too long, or whitespace or control characters): {shown!r}")
+        try:
+            parts = urlsplit(url)
+            parts.port  # noqa: B018 (a bad port raises)
+        except ValueError as exc:
+            raise ValueError(f"not a replica URL: {shown!r}") from exc
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"not http(s) URLs: {shown}")
+        if parts.username is not None or parts.password is not None:
+            raise ValueError(f"replica URLs carry no credentials: {parts.scheme}://...@{parts.hostname}")
+    return list(urls)
 
 
 class SharedState:
@@ -120,12 +153,18 @@ class SharedState:
             self._reload()
 
     def _on_members(self, msg: dict[str, Any]) -> None:
-        if self._pool is not None:
-            log.info("cloud pool members are now %s: set through %s", msg["urls"], msg.get("by"))
-            self._pool.set_members([str(u) for u in msg["urls"]])
+        if self._pool is None:
+            return
+        try:
+            urls = check_replica_urls(msg.get("urls"))
+        except ValueError as exc:
+            log.warning("shared state: ignored a members message from %r: %s", str(msg.get("by"))[:100], exc)
+            return
+        log.info("cloud pool members are now %s: set through %s", urls, msg.get("by"))
+        self._pool.set_members(urls)
 
     def _on_drain(self, msg: dict[str, Any]) -> None:
-        if self._pool is not None:
+        if self._pool is not None and isinstance(msg.get("url"), str):
             name = next((str(r["name"]) for r in self._pool.replicas() if r["url"] == msg["url"]), None)
             if name is not None:
                 self._pool.drain(name)

@@ -21,7 +21,7 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 
 from gateway.media import Fetcher, FetchSettings
 from gateway.media._failure import FORBIDDEN, INVALID, TOO_LARGE, MediaFailure
-from gateway.media.fetch import forbidden_address, resolve_results
+from gateway.media.fetch import COULD_NOT_FETCH, forbidden_address, resolve_results
 
 DNS = {
     "public.test": ["93.184.216.34"],
@@ -36,6 +36,26 @@ DNS = {
     "mapped.test": ["::ffff:127.0.0.1"],
     "mixed.test": ["93.184.216.34", "192.168.1.10"],  # one bad answer spoils the name
 }
+# Legacy numeric IPv4 forms (and names ending in a number). The table answers each with a public
+# address, as a resolver that took them for names might: only the guard's own check stops them.
+NUMERIC_FORMS = [
+    "127.1",
+    "127.0.1",
+    "0177.0.0.1",
+    "0x7f.1",
+    "0x7f.0.0.1",
+    "0x7f000001",
+    "0",
+    "2130706433",
+    "017700000001",
+    "010.0.0.1",
+    "127.000.000.001",
+    "127.0.0.1.",
+    "1.2.3.4.5",
+    "public.0x1",
+    "metadata.254",
+]
+DNS.update({form: ["93.184.216.34"] for form in NUMERIC_FORMS})
 
 
 class TableResolver(AbstractResolver):
@@ -101,13 +121,15 @@ async def upstream() -> AsyncIterator[Upstream]:
     await runner.cleanup()
 
 
-def _fetcher(up: Upstream, **settings: Any) -> tuple[Fetcher, TableResolver]:
+def _fetcher(up: Upstream, dial_port: int | None = None, **settings: Any) -> tuple[Fetcher, TableResolver]:
     class ToTestServer(aiohttp.TCPConnector):
-        """Dials the test server whatever address the guard let through (and records it)."""
+        """Dials the test server (or ``dial_port`` on loopback) whatever address the guard let
+        through, and records it."""
 
         async def _wrap_create_connection(self, *args: Any, addr_infos: Any, **kwargs: Any) -> Any:
             up.dialed.append([info[4][0] for info in addr_infos])
-            local = [(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", ("127.0.0.1", up.port))]
+            port = up.port if dial_port is None else dial_port
+            local = [(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", ("127.0.0.1", port))]
             return await super()._wrap_create_connection(*args, addr_infos=local, **kwargs)
 
     config = msgspec.convert({"allow_http": True, **settings}, FetchSettings)
@@ -220,8 +242,49 @@ async def test_size_is_bounded_by_length_and_while_reading(upstream: Upstream) -
 async def test_time_is_bounded(upstream: Upstream) -> None:
     fetcher, _ = _fetcher(upstream, total_timeout_s=0.5)
     started = time.monotonic()
-    assert "too long" in await _refused(fetcher, "http://public.test/slow", INVALID)
+    reason = await _refused(fetcher, "http://public.test/slow", INVALID)
+    assert reason == COULD_NOT_FETCH.format(url="http://public.test/slow")
     assert time.monotonic() - started < 4
+
+
+@pytest.mark.parametrize("host", NUMERIC_FORMS)
+async def test_numeric_ipv4_forms_are_refused_by_the_guard_itself(upstream: Upstream, host: str) -> None:
+    fetcher, resolver = _fetcher(upstream)
+    reason = await _refused(fetcher, f"http://{host}/img")
+    assert "non-canonical numeric IPv4" in reason
+    assert resolver.asked == [] and upstream.dialed == [] and upstream.hits == []
+
+
+@pytest.mark.parametrize(
+    "url", ["http://%31%32%37.0.0.1/img", "http://127.0.0.1%09/img", "http://[::1%25lo/"]
+)
+async def test_hosts_with_odd_characters_are_refused(upstream: Upstream, url: str) -> None:
+    fetcher, resolver = _fetcher(upstream)
+    await _refused(fetcher, url, INVALID)
+    assert resolver.asked == [] and upstream.dialed == []
+
+
+async def test_a_failed_fetch_says_the_same_whether_refused_timed_out_or_unresolved(
+    upstream: Upstream,
+) -> None:
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()  # nothing listens there: the connection is refused
+    refused, _ = _fetcher(upstream, dial_port=port)
+    timed_out, _ = _fetcher(upstream, total_timeout_s=0.3)
+    unresolved, _ = _fetcher(upstream)
+    reasons = [
+        await _refused(refused, "http://public.test/slow", INVALID),
+        await _refused(timed_out, "http://public.test/slow", INVALID),
+        await _refused(unresolved, "http://nowhere.test/slow", INVALID),
+    ]
+    assert reasons[:2] == [COULD_NOT_FETCH.format(url="http://public.test/slow")] * 2
+    assert reasons[2] == COULD_NOT_FETCH.format(url="http://nowhere.test/slow")
+    for reason in reasons:
+        assert not any(
+            w in reason.lower() for w in ("refused", "errno", "connect call", "timeout", "too long")
+        )
 
 
 async def test_allow_and_deny_lists(upstream: Upstream) -> None:
