@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
+
 from litestar import Request, Response, asgi, get
 from litestar.datastructures import State
 from litestar.di import NamedDependency
@@ -12,6 +15,7 @@ from gateway.api.asgi_io import EventStream, JSONAnswer, read_body
 from gateway.api.framing import event_stream, json_body
 from gateway.api.protocol import encode
 from gateway.api.request_id import request_id
+from gateway.errors import GatewayError, PermissionDenied
 from gateway.pipeline.answer import Routed
 from gateway.pipeline.chat import Incoming
 from gateway.services import Services, services_of
@@ -98,16 +102,44 @@ async def healthz() -> Response[bytes]:
     return Response(b'{"status":"ok"}', media_type=JSON)
 
 
+async def _may_see_details(request: Request[object, object, State], services: Services) -> bool:
+    """Replica URLs and upstream error text are for operators: a client on loopback (the real client,
+    as gateway/ops/clients.py reads it behind trusted proxies), an admin key, or everyone when
+    ``observability.public_details`` says so."""
+    if services.settings.observability.public_details:
+        return True
+    host = request.client.host if request.client else ""
+    with contextlib.suppress(ValueError):
+        if ipaddress.ip_address(host).is_loopback:
+            return True
+    if "authorization" not in request.headers:
+        return False
+    with contextlib.suppress(GatewayError):
+        return (await services.auth.caller(request.headers)).is_admin
+    return False
+
+
 @get("/readyz")
-async def readyz(services: NamedDependency[Services]) -> Response[bytes]:
+async def readyz(
+    request: Request[object, object, State], services: NamedDependency[Services]
+) -> Response[bytes]:
     tiers = services.tiers.states()
     ready = any(t["health"] == "ready" for t in tiers)
-    body = {"ready": ready, "tiers": tiers, "breakers": services.tiers.breaker_states()}
+    body: dict[str, object] = {"ready": ready}
+    if await _may_see_details(request, services):
+        body |= {"tiers": tiers, "breakers": services.tiers.breaker_states()}
     return Response(encode(body), media_type=JSON, status_code=200 if ready else 503)
 
 
 @get("/metrics")
-async def prometheus_metrics(services: NamedDependency[Services]) -> Response[bytes]:
+async def prometheus_metrics(
+    request: Request[object, object, State], services: NamedDependency[Services]
+) -> Response[bytes]:
+    if not await _may_see_details(request, services):
+        raise PermissionDenied(
+            "/metrics is for operators: scrape it from loopback or with an admin key "
+            "(or set observability.public_details)"
+        )
     return Response(services.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
 

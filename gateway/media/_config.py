@@ -72,6 +72,9 @@ class MediaSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     timeout_s: float = 20.0  # one medium: download + decode, whatever it is
     max_parts: int = 16  # media parts in one request
     max_part_bytes: int = 20_971_520  # one medium, decoded from base64 or downloaded
+    # Media parts being fetched or decoded at once, all requests together; a request whose parts do
+    # not fit is a 429 (Retry-After) at once, rather than a queue that grows without bound.
+    max_in_flight: int = 64
     fetch: FetchSettings = msgspec.field(default_factory=FetchSettings)
     image: ImageSettings = msgspec.field(default_factory=ImageSettings)
     video: VideoSettings = msgspec.field(default_factory=VideoSettings)

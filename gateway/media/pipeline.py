@@ -34,6 +34,7 @@ from gateway.errors import (
     GatewayError,
     InvalidRequest,
     PayloadTooLarge,
+    RateLimited,
     UnprocessableMedia,
     UnsupportedMediaType,
 )
@@ -163,6 +164,7 @@ class MediaPipeline:
         if targets.image_max_pixels is not None:
             image_pixels = min(image_pixels, targets.image_max_pixels)
         self._image_pixels = image_pixels
+        self._in_flight = 0  # parts of all requests being fetched or decoded now
 
     async def start(self) -> None:
         await self._pool.start()
@@ -192,9 +194,21 @@ class MediaPipeline:
                 code="too_many_media_parts",
             )
         videos = sum(isinstance(part, VideoPart) for _, _, part in jobs)
-        results = await asyncio.gather(
-            *(self._one(i, j, part, prepared, videos) for i, j, part in jobs), return_exceptions=True
-        )
+        cap = self._settings.max_in_flight
+        if self._in_flight + len(jobs) > cap:
+            raise RateLimited(
+                f"the gateway is preparing {self._in_flight} media parts (at most {cap} at once, setting "
+                "media.max_in_flight); retry after the Retry-After seconds",
+                retry_after_s=1.0,
+                reason="media_busy",
+            )
+        self._in_flight += len(jobs)
+        try:
+            results = await asyncio.gather(
+                *(self._one(i, j, part, prepared, videos) for i, j, part in jobs), return_exceptions=True
+            )
+        finally:
+            self._in_flight -= len(jobs)
         for result in results:  # the first refused part, in request order
             if isinstance(result, BaseException):
                 raise result

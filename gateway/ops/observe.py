@@ -75,6 +75,10 @@ class ObservabilitySettings(msgspec.Struct, frozen=True, kw_only=True, forbid_un
     # Needs the otel extra: pip install 'tiergate[otel]'.
     otlp_endpoint: str = ""
     service_name: str = "tiergate"
+    # /metrics and /readyz's details (replica URLs, upstream error text) for anyone; false: only for
+    # clients on loopback (behind a proxy: list it in server.trusted_proxies) or with an admin key.
+    # Others get /readyz's status alone and a 403 for /metrics.
+    public_details: bool = False
 
 
 class Observer:

@@ -4,8 +4,9 @@
      1 authenticate   the API key → the caller and its tenant        gateway/accounts/tenants/
      2 parse          OpenAI's request shape, strictly               gateway/api/protocol.py
        model          an unknown model is a 404                       gateway/pipeline/tierset.py
-     3 media          fetch and decode, off the event loop, cached    gateway/media/
-     4 limit          the tenant's limits (they count media seconds)  gateway/accounts/tenants/
+     3 limit          the tenant's limits: requests, media parts      gateway/accounts/tenants/
+     4 media          fetch and decode, off the event loop, cached;   gateway/media/
+                      then the seconds they measured are charged
      5 cache          an exact repeat is answered from the cache      gateway/pipeline/caching.py
      6 plan           features → the router's decision (+ degrading)  gateway/pipeline/plan.py, router/
      7 admit          bounded lanes per tier → 429 beyond them        gateway/pipeline/admission.py
@@ -174,11 +175,11 @@ class ChatPipeline:
         incoming.noted(ctx.tenant, request.model)
         call = self._recorder.begin(caller, request, incoming.request_id)  # what the ledger will see
         try:
-            request, ctx = self._resolve(request, ctx)
-            with self._tracing.span("media"):
-                request, ctx = await self._prepare_media(call, request, ctx)  # 3 media
+            request, ctx = self._resolve(request, ctx)  # an unknown model: 404
             with self._tracing.span("rate_limit"):
-                await self._limiter.admit(call.tenant, call.demand)  # 4 limit
+                await self._limiter.admit(call.tenant, call.demand)  # 3 limit: requests, media parts
+            with self._tracing.span("media"):
+                request, ctx = await self._prepare_media(call, request, ctx)  # 4 media (+ their seconds)
             answer = await self._chat.answer(request, incoming.request_id, ctx)  # 5–8
         except Exception as exc:
             self._recorder.failed(call, exc)
@@ -208,9 +209,15 @@ class ChatPipeline:
     async def _prepare_media(
         self, call: Call, request: ChatCompletionRequest, ctx: RequestContext
     ) -> tuple[ChatCompletionRequest, RequestContext]:
-        """Preprocess the request's media (before the limits: they count their seconds)."""
+        """Preprocess the request's media, once the cheap checks passed (the key, the model, the
+        request and part counts); then the seconds they measured are charged to the tenant's limits."""
         if self._media is None or not has_media(request):
             return request, ctx
         prepared = await self._media.prepare(request)
         call.demand = demand_of(request, prepared.summary)
+        seconds = dataclasses.replace(
+            call.demand, images=0, audio=0, video=0, request=False
+        )  # the parts were counted at admission
+        if seconds.video_seconds or seconds.audio_seconds:
+            await self._limiter.admit(call.tenant, seconds)
         return prepared.request, dataclasses.replace(ctx, media=prepared.summary)

@@ -11,6 +11,7 @@ from tests.fakes import FakeVLLM
 from tests.faults._support import start_cloud_gateway
 
 MAX_BODY_BYTES = 1 << 20
+MEDIA_IN_FLIGHT = 8  # media parts prepared at once, all requests together
 # The fake cloud declares every ability but logit_bias (a request needing it has no tier to go to).
 CLOUD_ABILITIES = 'abilities = ["tools", "json_object", "json_schema", "logprobs", "n"]\n'
 ALIASES = (
@@ -21,7 +22,10 @@ ALIASES = (
 @pytest.fixture(scope="package")
 def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     with FakeVLLM() as fake:
-        tables = f"[server]\nmax_body_bytes = {MAX_BODY_BYTES}\n" + ALIASES
+        tables = (
+            f"[server]\nmax_body_bytes = {MAX_BODY_BYTES}\n[media]\nmax_in_flight = {MEDIA_IN_FLIGHT}\n"
+            + ALIASES
+        )
         gw = start_cloud_gateway(tmp_path_factory.mktemp("hostile"), fake.url, CLOUD_ABILITIES, tables)
         yield gw
         gw.stop()

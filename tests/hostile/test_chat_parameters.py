@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from tests.conftest import Gateway
+from tests.hostile.conftest import MEDIA_IN_FLIGHT
 
 CHAT = "/v1/chat/completions"
 HELLO = [{"role": "user", "content": "Hello"}]
@@ -202,3 +203,37 @@ def test_metadata_and_friends_are_accepted_and_the_answer_is_openai_shaped(targe
             rows = db.execute("SELECT metadata FROM ledger WHERE request_id = ?", (request_id,)).fetchall()
         time.sleep(0.2)
     assert rows and json.loads(rows[0][0]) == {"team": "search", "feature": "autocomplete"}
+
+
+NOT_AN_IMAGE = {"type": "image_url", "image_url": {"url": "data:image/png;base64,bm90IGFuIGltYWdl"}}
+
+
+def _with_image(parts: int = 1) -> list[dict[str, Any]]:
+    return [{"role": "user", "content": [{"type": "text", "text": "What is this?"}, *[NOT_AN_IMAGE] * parts]}]
+
+
+def test_cheap_checks_come_before_any_media_work(target: Gateway) -> None:
+    """Bytes that are no image are a 415 once decoded; an unknown model or a tenant over its limit is refused
+    before the gateway fetches or decodes anything: the answer is the 404 or 429, not the 415."""
+    assert error_of(chat(target, messages=_with_image()), 415)["code"] == "unsupported_media"
+    assert error_of(chat(target, model="gpt-5", messages=_with_image()), 404)["code"] == "model_not_found"
+    admin = {"Authorization": f"Bearer {target.admin_key}"}
+    tenant = {"name": "one-a-minute", "limits": {"requests_per_min": 1}}
+    assert httpx.post(f"{target.url}/admin/api/tenants", json=tenant, headers=admin).status_code in (200, 201)
+    key = httpx.post(f"{target.url}/admin/api/tenants/one-a-minute/keys", json={}, headers=admin).json()[
+        "key"
+    ]
+    limited = {"Authorization": f"Bearer {key}"}
+    while time.time() % 60 > 55:  # both requests in one clock minute
+        time.sleep(1)
+    body = {"model": "cloud", "messages": HELLO, "max_tokens": 2}
+    assert httpx.post(f"{target.url}{CHAT}", json=body, headers=limited, timeout=30).status_code == 200
+    body["messages"] = _with_image()
+    over = httpx.post(f"{target.url}{CHAT}", json=body, headers=limited, timeout=30)
+    assert error_of(over, 429)["code"] == "rate_limit_exceeded"
+
+
+def test_media_parts_in_preparation_are_capped_with_a_429(target: Gateway) -> None:
+    resp = chat(target, messages=_with_image(MEDIA_IN_FLIGHT + 1))
+    error = error_of(resp, 429)
+    assert "media.max_in_flight" in error["message"] and int(resp.headers["Retry-After"]) >= 1

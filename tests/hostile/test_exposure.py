@@ -191,3 +191,20 @@ def test_a_certificate_without_its_key_is_refused(tmp_path: Path) -> None:
         [TIERGATE, "serve", "--config", str(config)], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 2 and "tls_key" in done.stderr
+
+
+def test_replica_urls_and_metrics_are_for_operators_only(throttled: Gateway) -> None:
+    """/readyz's details and /metrics: for loopback clients and admin keys. A client a trusted proxy
+    (127.0.0.2 here) names as 198.51.100.7 sees only whether the gateway is ready."""
+    assert "tiers" in httpx.get(f"{throttled.url}/readyz", timeout=10).json()  # loopback: an operator
+    forwarded = {"X-Forwarded-For": "198.51.100.7"}
+    with httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2"), timeout=10) as remote:
+        ready = remote.get(f"{throttled.url}/readyz", headers=forwarded)
+        assert set(ready.json()) == {"ready"}
+        refused = remote.get(f"{throttled.url}/metrics", headers=forwarded)
+        assert refused.status_code == 403 and refused.json()["error"]["type"] == "permission_error"
+        as_tenant = remote.get(f"{throttled.url}/metrics", headers={**forwarded, **throttled.auth})
+        assert as_tenant.status_code == 403
+        admin = {**forwarded, "Authorization": f"Bearer {throttled.admin_key}"}
+        assert remote.get(f"{throttled.url}/metrics", headers=admin).status_code == 200
+        assert "tiers" in remote.get(f"{throttled.url}/readyz", headers=admin).json()

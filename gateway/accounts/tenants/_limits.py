@@ -33,6 +33,9 @@ class Demand:
     # Seconds of media, rounded up, as preprocessing measured them.
     video_seconds: int = 0
     audio_seconds: int = 0
+    # Whether this counts as a request (False: the media seconds of an admitted one, counted once its
+    # media are prepared).
+    request: bool = True
 
 
 # (counter, amount, limit) — a check passes when count + max(amount, 1) <= limit.
@@ -41,7 +44,7 @@ _Check = tuple[str, int, int]
 
 def _checks(limits: TenantLimits, demand: Demand) -> list[_Check]:
     wanted = [
-        ("requests", 1, limits.requests_per_min),
+        ("requests", int(demand.request), limits.requests_per_min),
         ("tokens", 0, limits.tokens_per_min),
         ("images", demand.images, limits.images_per_min),
         ("audio", demand.audio, limits.audio_per_min),
@@ -49,7 +52,9 @@ def _checks(limits: TenantLimits, demand: Demand) -> list[_Check]:
         ("video_seconds", demand.video_seconds, limits.video_seconds_per_min),
         ("audio_seconds", demand.audio_seconds, limits.audio_seconds_per_min),
     ]
-    return [(n, amount, limit) for n, amount, limit in wanted if limit > 0 and (amount or n == "tokens")]
+    # tokens: checked at admission (counted when the answer is), not again for media seconds
+    tokens = demand.request
+    return [(n, a, limit) for n, a, limit in wanted if limit > 0 and (a or (n == "tokens" and tokens))]
 
 
 def _refuse(tenant: Tenant, counter: str, limit: int, now: float) -> RateLimited:
