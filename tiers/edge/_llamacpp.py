@@ -20,6 +20,7 @@ import ctypes
 import importlib.util
 import logging
 import threading
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -191,5 +192,7 @@ def _vocabulary(llm: Any) -> Vocabulary:
     if importlib.util.find_spec("llguidance") is not None:
         from llguidance.llamacpp import lltokenizer_from_vocab
 
-        guide = lltokenizer_from_vocab(vocab, n_vocab=size, eos_token=sorted(end))
+        with warnings.catch_warnings():  # it calls a llama.cpp function deprecated since, once a token
+            warnings.simplefilter("ignore", DeprecationWarning)
+            guide = lltokenizer_from_vocab(vocab, n_vocab=size, eos_token=sorted(end))
     return Vocabulary(special_free(shown, special), shown, end, guide)

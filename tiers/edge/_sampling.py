@@ -166,35 +166,3 @@ class TokenText:
 
     def flush(self) -> str:
         return self._decoder.decode(b"", final=True)
-
-
-class IncrementalDetokenizer:
-    """Text for each new token id, never splitting a UTF-8 character or a merged word piece.
-
-    Decodes a short window of recent ids twice (with and without the newest) and emits the difference
-    once it no longer ends in a replacement character (the usual trick for byte-level BPE).
-    """
-
-    def __init__(self, tokenizer: Any) -> None:
-        self._tokenizer = tokenizer
-        self._ids: list[int] = []
-        self._prefix = 0
-        self._read = 0
-
-    def _decode(self, ids: list[int]) -> str:
-        return str(self._tokenizer.decode(ids, skip_special_tokens=True))
-
-    def feed(self, token: int) -> str:
-        self._ids.append(token)
-        before = self._decode(self._ids[self._prefix : self._read])
-        now = self._decode(self._ids[self._prefix :])
-        if len(now) > len(before) and not now.endswith("\ufffd"):
-            self._prefix, self._read = self._read, len(self._ids)
-            return now[len(before) :]
-        return ""
-
-    def flush(self) -> str:
-        before = self._decode(self._ids[self._prefix : self._read])
-        now = self._decode(self._ids[self._prefix :])
-        self._prefix = self._read = len(self._ids)
-        return now[len(before) :]
