@@ -20,7 +20,6 @@ import ctypes
 import importlib.util
 import logging
 import threading
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -174,25 +173,39 @@ class _LlamaEngine:
 
 def _vocabulary(llm: Any) -> Vocabulary:
     """Every token's text and name (special tokens' names only for the latter), the end-of-generation
-    tokens, and llguidance's tokenizer (~0.4 s to build) when llguidance is installed."""
+    tokens, and llguidance's tokenizer (as ``llguidance.llamacpp.lltokenizer_from_vocab`` builds it,
+    from the pieces read here) when llguidance is installed."""
     import llama_cpp
 
     vocab = llm._model.vocab
     size = int(llm.n_vocab())
     buffer = ctypes.create_string_buffer(256)
 
-    def piece(token: int, special: bool) -> bytes:
-        n = llama_cpp.llama_token_to_piece(vocab, token, buffer, len(buffer), 0, special)
+    def piece(token: int) -> bytes:
+        n = llama_cpp.llama_token_to_piece(vocab, token, buffer, len(buffer), 0, True)
         return buffer.raw[: max(n, 0)]
 
-    shown = [piece(t, True) for t in range(size)]
-    special = np.array([piece(t, False) == b"" and shown[t] != b"" for t in range(size)])
+    shown = [piece(t) for t in range(size)]
+    control, user = llama_cpp.LLAMA_TOKEN_ATTR_CONTROL, llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED
+    attrs = [int(llama_cpp.llama_vocab_get_attr(vocab, t)) for t in range(size)]
+    # special: a control token, or a user-defined one that looks like one (llguidance's rule)
+    special = np.array(
+        [
+            bool(a & control) or (bool(a & user) and p.startswith(b"<") and p.endswith(b">"))
+            for a, p in zip(attrs, shown, strict=True)
+        ]
+    )
     end = frozenset(t for t in range(size) if llama_cpp.llama_vocab_is_eog(vocab, t))
     guide = None
     if importlib.util.find_spec("llguidance") is not None:
-        from llguidance.llamacpp import lltokenizer_from_vocab
+        from llguidance import LLTokenizer
 
-        with warnings.catch_warnings():  # it calls a llama.cpp function deprecated since, once a token
-            warnings.simplefilter("ignore", DeprecationWarning)
-            guide = lltokenizer_from_vocab(vocab, n_vocab=size, eos_token=sorted(end))
+        tokenize = ctypes.cast(llama_cpp.llama_cpp._lib.llama_tokenize, ctypes.c_void_p).value
+        guide = LLTokenizer.from_llamacpp(  # type: ignore[attr-defined]
+            tokens=[b"\xff" + p if s else p for p, s in zip(shown, special.tolist(), strict=True)],
+            vocab_ptr=vocab,
+            tokenize_fptr=tokenize,
+            eos_token=sorted(end),
+            slices=None,
+        )
     return Vocabulary(special_free(shown, special), shown, end, guide)
