@@ -173,11 +173,11 @@ class Decoder:
             # the row may be shaped in place unless it is the prompt's (kept for the next answer) or its
             # raw values are still needed for the log-probabilities
             token = sampler.pick(row, banned=banned, allowed=allowed, owned=top < 0 and row is not first)
-            if top >= 0:
-                emit(Logprobs([self._logprob(row, token, top)], choice))
-            if token in ends:
+            if token in ends:  # not part of the answer: no text, no logprobs, not counted
                 reason = "stop"
                 break
+            if top >= 0:
+                emit(Logprobs([self._logprob(row, token, top)], choice))
             if guide is not None:
                 guide.consume(token, self._tier)
             produced += 1

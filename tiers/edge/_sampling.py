@@ -9,7 +9,10 @@ temperature 0, else top-k, then min-p, then top-p (nucleus) sampling, seeded.
 
 from __future__ import annotations
 
+import bisect
 import codecs
+import itertools
+import math
 from collections import Counter
 from collections.abc import Collection, Sequence
 from typing import Any
@@ -18,6 +21,8 @@ import numpy as np
 
 TOP_K = 40  # the cut-offs the llama.cpp tier has always used; a request's top_k / min_p replace them
 MIN_P = 0.05
+NEGLIGIBLE_LOG = float(np.log(1e-6))  # tokens less likely than this, relative to the best, are never picked
+FEW_LIKELY = 1024  # up to this many likely tokens, the top k is found among them only
 
 Row = np.ndarray[Any, np.dtype[np.float32]]
 
@@ -53,11 +58,8 @@ class Sampler:
         self._bias_ids = np.fromiter(bias.keys(), dtype=np.int64, count=len(bias))
         self._bias = np.fromiter(bias.values(), dtype=np.float32, count=len(bias))
         self._seen: Counter[int] = Counter()
-
-    @property
-    def shapes(self) -> bool:
-        """Whether rows are changed before the pick (else a pick reads them as they are)."""
-        return bool(self._bias.size or self._presence or self._frequency or self._repetition)
+        # whether rows are changed before the pick (else a pick reads them as they are)
+        self.shapes = bool(self._bias.size or self._presence or self._frequency or self._repetition)
 
     def pick(
         self,
@@ -107,20 +109,39 @@ class Sampler:
     def _choose(self, logits: Row) -> int:
         if self.temperature <= 0:
             return int(logits.argmax())
+        # Only tokens within a millionth of the likeliest's probability can matter: finding them is one
+        # pass over the row, a third of what a top-k partition of the whole row costs.  (When fewer than
+        # top_k are that likely, the rest, each under 1e-6 of the best, are left out of the top-p sum: at
+        # most 4e-5 of it with top_k 40.)  The few candidates are then weighed in plain Python: on a
+        # handful of numbers each numpy call costs more than the arithmetic.
         size = logits.shape[0]
         k = min(self.top_k, size) if self.top_k > 0 else size
-        idx = np.argpartition(logits, -k)[-k:] if k < size else np.arange(size)
-        scaled = logits[idx].astype(np.float64) / self.temperature
-        order = np.argsort(-scaled)
-        idx, scaled = idx[order], scaled[order]
-        probs = np.exp(scaled - scaled[0])
-        probs /= probs.sum()
-        keep = probs >= self.min_p * probs[0]
-        cut = int(np.searchsorted(np.cumsum(probs), self.top_p)) + 1
-        keep[cut:] = False
-        probs = np.where(keep, probs, 0.0)
-        probs /= probs.sum()
-        return int(idx[self._rng.choice(probs.shape[0], p=probs)])
+        idx = np.flatnonzero(logits >= logits.max() + self.temperature * NEGLIGIBLE_LOG)
+        if idx.shape[0] > FEW_LIKELY:  # a flat row: the whole row's top k
+            idx = np.argpartition(logits, -k)[-k:] if k < size else np.arange(size)
+        elif idx.shape[0] > k:
+            idx = idx[np.argpartition(logits[idx], -k)[-k:]]
+        return self._draw(idx.tolist(), logits[idx].tolist())
+
+    def _draw(self, ids: list[int], values: list[float]) -> int:
+        """min-p (relative to the best), then top-p over the candidates' normalised probabilities, then
+        one seeded draw: what ``Generator.choice(p=...)`` does, one uniform number per pick."""
+        ranked = sorted(zip(values, ids, strict=True), reverse=True)
+        best = ranked[0][0]
+        weights = [math.exp((v - best) / self.temperature) for v, _ in ranked]
+        total = sum(weights)
+        kept: list[float] = []
+        mass = 0.0
+        for w in weights:  # descending: once one fails min-p, all after it do
+            if w < self.min_p:
+                break
+            kept.append(w)
+            mass += w / total
+            if mass >= self.top_p:
+                break
+        cdf = list(itertools.accumulate(kept))
+        u = self._rng.random() * cdf[-1]
+        return ranked[min(bisect.bisect_right(cdf, u), len(kept) - 1)][1]
 
 
 def _mask(logits: Row, allowed: np.ndarray[Any, np.dtype[np.bool_]]) -> None:
