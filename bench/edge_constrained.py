@@ -16,8 +16,9 @@ Method
   ``fill_next_token_bitmask``, the bits to token flags (numpy ``unpackbits``) and the flags applied to a
   logits row (``putmask``); medians in µs, and as a share of the plain per-token time.
 * ``--against REV`` (optional): plain tokens/s of the edge tier of git revision REV (``git archive`` of its
-  ``tiers/`` into a temporary folder) vs this tree's, each in a child process, alternating, same prompt
-  and length: "is free text as fast as before".
+  ``tiers/`` into a temporary folder) vs this tree's, each in a child process (a model load, a warm-up and
+  3 answers, median), alternating which goes first, greedy and at the default temperature (0.2, seeded),
+  same prompt and length: "is free text as fast as before".
 
     .venv/bin/python -m bench.edge_constrained [--repeats 5] [--max-tokens 96] [--engines llamacpp,onnx]
                                                [--against c51fad3]
@@ -64,7 +65,7 @@ PLAIN_RATE = """
 import asyncio, json, sys, time
 from tiers import Generation, collect
 from tiers.edge import EdgeConfig, LlamaCppTier, OnnxTier
-async def main(engine, onnx_dir, max_tokens, repeats):
+async def main(engine, onnx_dir, max_tokens, repeats, temperature):
     config = EdgeConfig() if engine == "llamacpp" else EdgeConfig(backend="onnx", onnx_model_dir=onnx_dir)
     tier = (LlamaCppTier if engine == "llamacpp" else OnnxTier)(config)
     await tier.start()
@@ -72,12 +73,13 @@ async def main(engine, onnx_dir, max_tokens, repeats):
     rates = []
     for _ in range(repeats + 1):
         start = time.perf_counter()
-        gen = Generation(messages=messages, max_tokens=max_tokens, temperature=0)
+        gen = Generation(messages=messages, max_tokens=max_tokens, temperature=temperature, seed=7)
         answer = await collect(tier.generate(gen))
         rates.append(answer.usage.completion_tokens / (time.perf_counter() - start))
     await tier.aclose()
     print(json.dumps(rates[1:]))
-asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])))
+temperature = None if sys.argv[5] == "default" else float(sys.argv[5])
+asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), temperature))
 """
 
 
@@ -176,34 +178,39 @@ def export(rev: str, into: Path) -> None:
 
 
 def against(rev: str, engines: list[str], max_tokens: int, repeats: int) -> list[dict[str, Any]]:
+    """Plain tokens/s of ``rev``'s tiers and this tree's, greedy and at the default temperature."""
     rows = []
     with tempfile.TemporaryDirectory(prefix="tiergate-bench-rev-") as tmp:
         export(rev, Path(tmp))
         trees = {rev: tmp, "this tree": str(ROOT)}
         for engine in engines:
-            rates: dict[str, list[float]] = {name: [] for name in trees}
-            for round_no in range(repeats):
-                for name in list(trees)[:: 1 if round_no % 2 == 0 else -1]:
-                    env = {**os.environ, "PYTHONPATH": trees[name]}
-                    out = subprocess.run(
-                        [sys.executable, "-c", PLAIN_RATE, engine, str(ONNX_DIR), str(max_tokens), "3"],
-                        env=env,
-                        check=True,
-                        capture_output=True,
-                        text=True,
-                    ).stdout
-                    rates[name].append(statistics.median(json.loads(out.strip().splitlines()[-1])))
-            old, new = rates[rev], rates["this tree"]
-            paired = statistics.median(n / o for n, o in zip(new, old, strict=True))
-            rows.append(
-                {
-                    "engine": engine,
-                    "rev": rev,
-                    "rev_tokens_per_s": round(statistics.median(old), 2),
-                    "tree_tokens_per_s": round(statistics.median(new), 2),
-                    "tree_vs_rev_paired": round(paired, 3),
-                }
-            )
+            for temperature in ("0", "default"):
+                rates: dict[str, list[float]] = {name: [] for name in trees}
+                for round_no in range(repeats):
+                    for name in list(trees)[:: 1 if round_no % 2 == 0 else -1]:
+                        command = [sys.executable, "-c", PLAIN_RATE, engine, str(ONNX_DIR)]
+                        out = subprocess.run(
+                            [*command, str(max_tokens), "3", temperature],
+                            env={**os.environ, "PYTHONPATH": trees[name]},
+                            check=True,
+                            capture_output=True,
+                            text=True,
+                        ).stdout
+                        rates[name].append(statistics.median(json.loads(out.strip().splitlines()[-1])))
+                old, new = rates[rev], rates["this tree"]
+                paired = statistics.median(n / o for n, o in zip(new, old, strict=True))
+                rows.append(
+                    {
+                        "engine": engine,
+                        "temperature": temperature,
+                        "rev": rev,
+                        "rev_tokens_per_s": round(statistics.median(old), 2),
+                        "tree_tokens_per_s": round(statistics.median(new), 2),
+                        "tree_vs_rev_paired": round(paired, 3),
+                        "rev_rounds": [round(r, 2) for r in old],
+                        "tree_rounds": [round(r, 2) for r in new],
+                    }
+                )
     return rows
 
 
@@ -233,7 +240,8 @@ async def main(argv: list[str] | None = None) -> int:
     versus = against(args.against, engines, args.max_tokens, args.repeats) if args.against else []
     for v in versus:
         print(
-            f"plain {v['engine']}: {v['rev']} {v['rev_tokens_per_s']} tok/s, this tree "
+            f"plain {v['engine']} (temperature {v['temperature']}): {v['rev']} {v['rev_tokens_per_s']} tok/s, "
+            f"this tree "
             f"{v['tree_tokens_per_s']} tok/s (paired {v['tree_vs_rev_paired']})"
         )
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
