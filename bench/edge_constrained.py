@@ -240,9 +240,9 @@ async def main(argv: list[str] | None = None) -> int:
     versus = against(args.against, engines, args.max_tokens, args.repeats) if args.against else []
     for v in versus:
         print(
-            f"plain {v['engine']} (temperature {v['temperature']}): {v['rev']} {v['rev_tokens_per_s']} tok/s, "
-            f"this tree "
-            f"{v['tree_tokens_per_s']} tok/s (paired {v['tree_vs_rev_paired']})"
+            f"plain {v['engine']} (temperature {v['temperature']}): {v['rev']} "
+            f"{v['rev_tokens_per_s']} tok/s, this tree {v['tree_tokens_per_s']} tok/s "
+            f"(paired {v['tree_vs_rev_paired']})"
         )
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(
