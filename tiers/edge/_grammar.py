@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 from functools import cache
 from typing import Any
 
@@ -49,6 +50,7 @@ MAX_GRAMMAR_BYTES = 128 << 10
 MAX_GRAMMAR_SYMBOLS = 20_000
 JSON_OPTIONS: dict[str, Any] = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 NO_ARGUMENTS: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
+FUNCTION_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 CALL_OPEN = "<tool_call>"
 CALL_HEAD = '\n{"name": "'  # after CALL_OPEN, then the name
 ARGUMENTS_KEY = '", "arguments": '
@@ -115,8 +117,8 @@ def _tools_lark(gen: Generation, answer_schema: dict[str, Any] | None) -> str:
     bodies = []
     for i, function in enumerate(functions):
         name = str(function.get("name") or "")
-        if not name:
-            raise GrammarError("a function tool has no name")
+        if not FUNCTION_NAME.fullmatch(name):  # OpenAI's rule; it also keeps the call's JSON valid
+            raise GrammarError(f"a function name must be 1-64 letters, digits, '_' or '-', not {name!r}")
         parameters = function.get("parameters")
         arguments = _schema(parameters if parameters else NO_ARGUMENTS)
         head = _lark_string(CALL_HEAD + name + ARGUMENTS_KEY)

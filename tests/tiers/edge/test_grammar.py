@@ -89,6 +89,8 @@ def test_tool_grammars_take_hermes_calls_as_the_tool_choice_allows() -> None:
 
 def test_unusable_tool_choices_and_formats_are_refused_with_the_reason() -> None:
     assert "not among the tools" in check_grammar(tools({"type": "function", "function": {"name": "x"}}))
+    quoted = Generation(messages=[], tools=[{"type": "function", "function": {"name": 'a"b'}}])
+    assert "function name" in check_grammar(quoted)
     assert "must be an object" in check_grammar(schema([1, 2]))
     assert "Invalid type" in check_grammar(schema({"type": "nonsense"}))
     assert check_grammar(Generation(messages=[], response_format={"type": "yaml"}))
