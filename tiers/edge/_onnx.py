@@ -1,22 +1,25 @@
 """The edge tier on ONNX Runtime: a decoder exported by ``tiergate models export-onnx``.
 
 The folder holds ``model.onnx`` (fp32) and ``model.int8.onnx`` (dynamically quantised), ``decoder.json``
-(layers, KV heads, head size, end-of-turn ids), the model's ``tokenizer.json`` and chat template.  The graph
-takes ``input_ids`` and every layer's past keys and values and returns the last position's logits and the
-grown KV cache, so the prompt runs in one call and each further token in one call with the cache fed back.
+(layers, KV heads, head size, end-of-turn ids) and the model's ``tokenizer.json``.  The graph takes
+``input_ids`` and every layer's past keys and values and returns the last position's logits and the grown
+KV cache, so the prompt runs in one call and each further token in one call with the cache fed back.
+Prompts are rendered with the shared template (:mod:`tiers.edge._text`), like the llama.cpp tier's.
 
 Prompt-prefix reuse: the keys and values of the last generation are kept, and those of long prompts saved
 (:class:`PrefixStore`); a prompt that starts like one of them runs only its new tokens on the cut cache.
 
-Queueing, the worker thread and cancellation are :class:`SerialEngineTier`'s.  Execution providers are the
-ones onnxruntime reports, CUDA first when present; intra-op threads default to one fewer than the cores
-(ONNX Runtime's pool spin-waits like llama.cpp's) and graph optimisation is set to ALL.
+Queueing, the worker thread and cancellation are :class:`SerialEngineTier`'s; the decode loop (sampling,
+grammars, logprobs, ``n`` answers) is :mod:`tiers.edge._decode`'s, this module its
+:class:`~tiers.edge._decode.Engine`.  Execution providers are the ones onnxruntime reports, CUDA first when
+present; intra-op threads default to one fewer than the cores (ONNX Runtime's pool spin-waits like
+llama.cpp's) and graph optimisation is set to ALL.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
-import random
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,13 +28,13 @@ from typing import Any
 import numpy as np
 
 from tiers._errors import TierRejected, TierUnavailable
-from tiers._events import Finished, TextDelta
-from tiers._types import Generation, Usage
+from tiers._types import Generation
 from tiers.edge._config import EdgeConfig, default_threads
+from tiers.edge._decode import Decoder, Emit, Vocabulary, budget_for, special_free
 from tiers.edge._prefix import MIN_GAIN_TOKENS, shared_prefix
-from tiers.edge._sampling import IncrementalDetokenizer, Sampler
-from tiers.edge._serial import DEFAULT_TEMPERATURE, DEFAULT_TOP_P, Emit, SerialEngineTier
-from tiers.edge._text import StopScanner, flatten_messages
+from tiers.edge._sampling import Row
+from tiers.edge._serial import SerialEngineTier
+from tiers.edge._text import render_prompt
 
 FP32_FILE = "model.onnx"
 INT8_FILE = "model.int8.onnx"
@@ -67,40 +70,59 @@ class DecoderShape:
 
 
 class ChatPrompt:
-    """Messages → prompt token ids, rendered with the model's own chat template the way transformers'
-    ``apply_chat_template`` renders it (sandboxed jinja2, ``trim_blocks``, ``lstrip_blocks``)."""
+    """Messages (and tools) → prompt token ids: the shared template, then the export's tokenizer."""
 
     def __init__(self, folder: Path, shape: DecoderShape) -> None:
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
         from tokenizers import Tokenizer
 
         self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
-        template_file = folder / "chat_template.jinja"
-        if template_file.exists():
-            source = template_file.read_text()
-        else:
-            source = json.loads((folder / "tokenizer_config.json").read_text()).get("chat_template") or ""
-        if not source:
-            raise ValueError(f"{folder} carries no chat template")
-        env = ImmutableSandboxedEnvironment(
-            trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
-        )
-        env.globals["raise_exception"] = _raise_template_error
-        self._template = env.from_string(source)
         self._shape = shape
 
-    def ids(self, messages: list[dict[str, Any]]) -> list[int]:
-        text = self._template.render(
-            messages=flatten_messages(messages),
-            add_generation_prompt=True,
-            bos_token=self._shape.bos_token,
-            eos_token=self._shape.eos_token,
-        )
+    def ids(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> list[int]:
+        text = render_prompt(messages, tools, self._shape.bos_token, self._shape.eos_token)
         return list(self.tokenizer.encode(text, add_special_tokens=False).ids)
 
 
-def _raise_template_error(message: str) -> None:
-    raise ValueError(f"chat template: {message}")
+def _byte_decoder() -> dict[str, int]:
+    """GPT-2's byte-level BPE alphabet back to bytes (the inverse of its ``bytes_to_unicode``)."""
+    spans = [(ord("!"), ord("~")), (ord("¡"), ord("¬")), (ord("®"), ord("ÿ"))]
+    printable = [b for first, last in spans for b in range(first, last + 1)]
+    codes = list(printable)
+    shift = 0
+    for b in range(256):
+        if b not in printable:
+            printable.append(b)
+            codes.append(256 + shift)
+            shift += 1
+    return {chr(c): b for b, c in zip(printable, codes, strict=True)}
+
+
+def vocabulary(folder: Path, tokenizer: Any, end: frozenset[int]) -> Vocabulary:
+    """Every token's bytes (byte-level BPE, as SmolLM2's tokenizer is; other decoders per token), the
+    end-of-generation tokens, and llguidance's tokenizer when llguidance is installed."""
+    source = (folder / "tokenizer.json").read_text()
+    spec = json.loads(source)
+    specials = {int(a["id"]) for a in spec.get("added_tokens", ()) if a.get("special")}
+    size = int(tokenizer.get_vocab_size(with_added_tokens=True))
+    byte_level = (spec.get("decoder") or {}).get("type") == "ByteLevel"
+    table = _byte_decoder()
+    shown = []
+    for token in range(size):
+        name = tokenizer.id_to_token(token) or ""
+        if token in specials:
+            shown.append(name.encode())
+        elif byte_level and all(c in table for c in name):
+            shown.append(bytes(table[c] for c in name))
+        else:
+            shown.append(str(tokenizer.decode([token], skip_special_tokens=False)).encode())
+    special = np.zeros(size, dtype=np.bool_)
+    special[sorted(t for t in specials if t < size)] = True
+    guide = None
+    if importlib.util.find_spec("llguidance") is not None:
+        from llguidance import LLTokenizer
+
+        guide = LLTokenizer(source, n_vocab=size, eos_token=sorted(end))
+    return Vocabulary(special_free(shown, special), shown, end, guide)
 
 
 def broken_int8(folder: Path) -> str:
@@ -128,6 +150,7 @@ class OnnxTier(SerialEngineTier):
         self._session: Any = None
         self._prompt: ChatPrompt | None = None
         self._shape: DecoderShape | None = None
+        self._vocab: Vocabulary | None = None
         self._providers: list[str] = []
         # The keys and values of the last generation (token ids, arrays), and saved ones of long prompts.
         self._live: tuple[list[int], list[np.ndarray[Any, Any]]] | None = None
@@ -145,6 +168,7 @@ class OnnxTier(SerialEngineTier):
     def _unload(self) -> None:
         self._session = None
         self._live = None
+        self._vocab = None
 
     # -- on the worker thread -------------------------------------------------
 
@@ -168,78 +192,21 @@ class OnnxTier(SerialEngineTier):
         self._session = ort.InferenceSession(str(path), options, providers=self._providers)
         self._providers = list(self._session.get_providers())
         self._prompt = ChatPrompt(path.parent, shape)
+        self._vocab = vocabulary(path.parent, self._prompt.tokenizer, shape.eos_token_ids)
         self._shape = shape
 
-    def _empty_cache(self) -> dict[str, np.ndarray[Any, Any]]:
-        assert self._shape is not None
-        empty = np.zeros((1, self._shape.kv_heads, 0, self._shape.head_dim), dtype=np.float32)
-        layers = range(self._shape.layers)
-        names = (f"past_key_values.{i}.{kind}" for i in layers for kind in ("key", "value"))
-        return dict.fromkeys(names, empty)
-
     def _generate_into(self, gen: Generation, emit: Emit, cancel: threading.Event) -> None:
-        session, chat, shape = self._session, self._prompt, self._shape
-        if session is None or chat is None or shape is None:
+        session, chat, shape, vocab = self._session, self._prompt, self._shape, self._vocab
+        if session is None or chat is None or shape is None or vocab is None:
             raise TierUnavailable(self.name, "model not loaded")
         try:
-            prompt = chat.ids(gen.messages)
+            prompt = chat.ids(gen.messages, gen.tools)
         except ValueError as exc:
             raise TierRejected(self.name, str(exc)) from exc
-        context = self._config.context_tokens
-        room = context - len(prompt)
-        if room <= 0 or (gen.max_tokens is not None and gen.max_tokens > room):
-            raise TierRejected(
-                self.name,
-                f"the prompt is {len(prompt)} tokens and max_tokens is {gen.max_tokens}; "
-                f"the edge model's context is {context} tokens",
-            )
-        budget = min(gen.max_tokens or room, room)
-        sampler = Sampler(
-            temperature=DEFAULT_TEMPERATURE if gen.temperature is None else gen.temperature,
-            top_p=DEFAULT_TOP_P if gen.top_p is None else gen.top_p,
-            seed=gen.seed if gen.seed is not None else random.getrandbits(32),
-            presence_penalty=gen.presence_penalty or 0.0,
-            frequency_penalty=gen.frequency_penalty or 0.0,
-        )
-        cache_names = [f"present.{i}.{kind}" for i in range(shape.layers) for kind in ("key", "value")]
-        past_names = [n.replace("present.", "past_key_values.", 1) for n in cache_names]
-        outputs = ["logits", *cache_names]
-        start, reused = self._reusable(prompt)
-        feed: dict[str, np.ndarray[Any, Any]] = (
-            self._empty_cache() if reused is None else dict(zip(past_names, reused, strict=True))
-        )
-        pending = prompt[start:]  # fed in the next run; the cache then covers `covered`
-        covered = prompt[:start]
-        feed["input_ids"] = np.asarray([pending], dtype=np.int64)
-        detokenizer = IncrementalDetokenizer(chat.tokenizer)
-        scanner = StopScanner(gen.stop)
-        produced = 0
-        finish = "length"
-        while produced < budget:
-            if cancel.is_set():
-                return
-            logits, *cache = session.run(outputs, feed)
-            covered = covered + pending
-            self._live = (covered, cache)
-            token = sampler.pick(logits[0, -1])
-            if token in shape.eos_token_ids:
-                finish = "stop"
-                break
-            produced += 1
-            ready, stopped = scanner.feed(detokenizer.feed(token))
-            if ready:
-                emit(TextDelta(ready))
-            if stopped:
-                finish = "stop"
-                break
-            feed = dict(zip(past_names, cache, strict=True))
-            pending = [token]
-            feed["input_ids"] = np.asarray([pending], dtype=np.int64)
-        if not scanner.stopped:
-            rest = scanner.flush(detokenizer.flush())
-            if rest:
-                emit(TextDelta(rest))
-        emit(Finished(finish, Usage(len(prompt), produced)))
+        budget = budget_for(gen, len(prompt), self._config.context_tokens, self.name)
+        decoder = Decoder(self.name, _OnnxEngine(self, session, shape), vocab, gen)
+        if not decoder.run(prompt, budget, emit, cancel):
+            return
         if self._live is not None and self.prefixes.wants(prompt):
             ids, arrays = self._live
             self.prefixes.put(ids, self._live, sum(a.nbytes for a in arrays))
@@ -259,3 +226,50 @@ class OnnxTier(SerialEngineTier):
         if best <= 0 or arrays is None:
             return 0, None
         return best, [np.ascontiguousarray(a[:, :, :best, :]) for a in arrays]
+
+    def _empty_cache(self) -> list[np.ndarray[Any, Any]]:
+        assert self._shape is not None
+        empty = np.zeros((1, self._shape.kv_heads, 0, self._shape.head_dim), dtype=np.float32)
+        return [empty] * (2 * self._shape.layers)
+
+
+class _OnnxEngine:
+    """The decode loop's engine on an ONNX Runtime session: one ``run`` per step, the cache fed back.
+    The tier's live cache follows every step (the next request reuses it)."""
+
+    def __init__(self, tier: OnnxTier, session: Any, shape: DecoderShape) -> None:
+        self._tier = tier
+        self._session = session
+        names = [f"present.{i}.{kind}" for i in range(shape.layers) for kind in ("key", "value")]
+        self._outputs = ["logits", *names]
+        self._past = [n.replace("present.", "past_key_values.", 1) for n in names]
+        self._ids: list[int] = []
+        self._cache: list[np.ndarray[Any, Any]] = []
+        self._prompt: tuple[list[int], list[np.ndarray[Any, Any]]] = ([], [])
+
+    def _run(self, pending: list[int]) -> Row:
+        feed: dict[str, np.ndarray[Any, Any]] = dict(zip(self._past, self._cache, strict=True))
+        feed["input_ids"] = np.asarray([pending], dtype=np.int64)
+        logits, *cache = self._session.run(self._outputs, feed)
+        self._ids = self._ids + pending
+        self._cache = cache
+        self._tier._live = (self._ids, cache)
+        row: Row = logits[0, -1]
+        return row
+
+    def prefill(self, prompt: list[int]) -> tuple[Row, int]:
+        start, reused = self._tier._reusable(prompt)
+        self._ids = prompt[:start]
+        self._cache = self._tier._empty_cache() if reused is None else reused
+        row = self._run(prompt[start:]).copy()
+        self._prompt = (self._ids, self._cache)
+        return row, start
+
+    def advance(self, token: int) -> Row:
+        return self._run([token])
+
+    def rewind(self, length: int) -> None:
+        ids, cache = self._prompt
+        assert len(ids) == length
+        self._ids, self._cache = ids, cache
+        self._tier._live = (ids, cache)

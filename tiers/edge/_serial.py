@@ -7,7 +7,8 @@ cross back to the event loop with ``call_soon_threadsafe`` as the engine makes t
 early (``aclose``) sets a flag the worker checks before each token, so the engine stops at the next one.
 
 A backend subclasses :class:`SerialEngineTier` and writes two methods that run on the worker thread:
-``_load`` and ``_generate_into`` (which emits :class:`TextDelta` pieces, then one :class:`Finished`);
+``_load`` and ``_generate_into`` (which emits the answer's events, then one :class:`Finished`; both
+backends run :mod:`tiers.edge._decode`'s loop for it);
 :meth:`SerialEngineTier.generate` puts :class:`Started` before them once the first one is there.
 ``start`` loads the model and generates one token to warm it.  Several of these make one model
 version's instances (:mod:`tiers.edge._instances`), each named in its answers.
@@ -18,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -27,15 +28,13 @@ from tiers._errors import TierError, TierOverloaded, TierUnavailable
 from tiers._events import Event, Finished, Started
 from tiers._types import Capabilities, Generation, Health, Modality, TierState
 from tiers.edge._config import EdgeConfig
+from tiers.edge._decode import Emit
+from tiers.edge._grammar import edge_abilities
 from tiers.edge._prefix import PrefixStore
 
 log = logging.getLogger(__name__)
 
-# SmolLM2's model card recommends a low temperature; used when the client sets none.
-DEFAULT_TEMPERATURE = 0.2
-DEFAULT_TOP_P = 0.9
-
-Emit = Callable[[Event | BaseException], None]
+__all__ = ["Emit", "SerialEngineTier"]
 
 
 class SerialEngineTier:
@@ -68,6 +67,7 @@ class SerialEngineTier:
             max_context_tokens=self._config.context_tokens,
             model=self._config.model_name,
             quality=self._config.quality,
+            abilities=edge_abilities(),
         )
 
     @property

@@ -68,7 +68,14 @@ async def test_reused_keys_and_values_give_the_cold_engines_answer() -> None:
         fresh = await _answer(cold, question)
     finally:
         await cold.aclose()
-    assert reused.text == fresh.text == again.text and reused.usage == fresh.usage
+    assert reused.text == fresh.text == again.text
+    assert (reused.usage.prompt_tokens, reused.usage.completion_tokens) == (
+        fresh.usage.prompt_tokens,
+        fresh.usage.completion_tokens,
+    )
+    # cached_tokens: the prompt tokens whose keys and values were reused
+    assert reused.usage.cached_tokens >= 64 > fresh.usage.cached_tokens
+    assert again.usage.cached_tokens == again.usage.prompt_tokens - 1
 
 
 async def test_cuda_goes_first_when_onnxruntime_reports_it(monkeypatch: pytest.MonkeyPatch) -> None:

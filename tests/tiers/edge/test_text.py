@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from tiers.edge._text import StopScanner, flatten_messages
+from tiers.edge._text import StopScanner, flatten_messages, render_prompt
 
 
 def feed_all(scanner: StopScanner, pieces: list[str]) -> str:
@@ -41,3 +41,27 @@ def test_flatten_joins_text_parts_and_maps_developer_role() -> None:
         {"role": "system", "content": "be brief"},
         {"role": "user", "content": "a\nb"},
     ]
+
+
+def test_one_template_renders_plain_chats_as_smollm2_does_and_tool_turns_in_hermes_form() -> None:
+    assert render_prompt([{"role": "user", "content": "Hi"}]) == (
+        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+        "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+    )
+    tool = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+    call = {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": '{"city": "Pá"}'},
+    }
+    messages = [
+        {"role": "user", "content": "Weather?"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+    ]
+    assert flatten_messages(messages)[1]["tool_calls"] == [call]
+    assert flatten_messages(messages)[2]["tool_call_id"] == "call_1"
+    text = render_prompt(messages, [tool])
+    assert '<tools>\n{"type": "function", "function": {"name": "get_weather"' in text
+    assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Pá"}}\n</tool_call><|im_end|>' in text
+    assert text.endswith("<tool_response>\nsunny\n</tool_response><|im_end|>\n<|im_start|>assistant\n")
