@@ -30,7 +30,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from tiers._errors import TierFailed, TierRejected
+from tiers._errors import TierFailed, TierRejected, too_long
 from tiers._events import ChoiceDone, Event, Finished, Logprobs, TokenLogprob, TopLogprob
 from tiers._types import Generation, Usage
 from tiers.edge._grammar import GrammarError, grammar_of, parser_limits
@@ -236,11 +236,7 @@ def budget_for(gen: Generation, prompt_tokens: int, context: int, tier: str) -> 
     ``max_tokens`` do not fit in the context."""
     room = context - prompt_tokens
     if room <= 0 or (gen.max_tokens is not None and gen.max_tokens > room):
-        raise TierRejected(
-            tier,
-            f"the prompt is {prompt_tokens} tokens and max_tokens is {gen.max_tokens}: over the edge "
-            f"model's context length of {context} tokens",
-        )
+        raise too_long(tier, prompt_tokens, gen.max_tokens, context)  # context_length_exceeded
     return min(gen.max_tokens or room, room)
 
 

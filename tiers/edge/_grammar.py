@@ -6,7 +6,9 @@
   a call is the text ``<tool_call>\\n{"name": "NAME", "arguments": ARGS}\\n</tool_call>`` with ARGS
   matching the function's ``parameters`` (none: the empty object ``{}``), calls separated by "\\n".
 
-  - ``required``: one call of any tool, or several when ``parallel_tool_calls``;
+  - ``required``: one call of any tool, or several when the client set ``parallel_tool_calls`` to
+    true (unset, OpenAI's default is true; here it is one call: a small model allowed another call
+    after each tends to keep calling until max_tokens);
   - named (``{"type": "function", ...}``): one call of exactly that function;
   - ``auto``: the model chooses.  One Lark grammar says so: either text that never contains
     ``<tool_call>`` (lexeme negation ``~``, intersected with "any text"), or text up to the first
@@ -127,7 +129,7 @@ def _tools_lark(gen: Generation, answer_schema: dict[str, Any] | None) -> str:
         bodies.append(f"body_{i}")
     lines.append("body: " + " | ".join(bodies))
     lines.append(f"call: {_lark_string(CALL_OPEN)} body")
-    several = gen.parallel_tool_calls and gen.tool_mode != "named"
+    several = gen.parallel_tool_calls is True and gen.tool_mode != "named"
     more = f" ({_lark_string(CALL_SEPARATOR)} call)*" if several else ""
     if gen.tool_mode == "auto":
         if answer_schema is not None:
