@@ -3,11 +3,22 @@
 from __future__ import annotations
 
 import math
+from urllib.parse import urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from cache._protocol import CacheError
+
+
+def shown_url(url: str) -> str:
+    """``url`` without its user and password (``redis://:secret@host:6379/0`` → ``redis://host:6379/0``)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    netloc = f"[{host}]" if ":" in host else host
+    if parts.port is not None:
+        netloc += f":{parts.port}"
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 class RedisStore:
@@ -19,7 +30,7 @@ class RedisStore:
     """
 
     def __init__(self, url: str, *, prefix: str, timeout_s: float) -> None:
-        self._url = url
+        self._url = shown_url(url)  # for messages: never its password
         self._prefix = prefix
         self._client = aioredis.Redis.from_url(
             url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, decode_responses=False

@@ -61,3 +61,14 @@ def test_answers_round_trip_and_garbage_is_a_miss() -> None:
     # an entry of the format before tool calls and logprobs (text pieces, counts) is a miss
     older = msgspec.msgpack.encode([["Hel", "lo"], "stop", 5, 2, "m", "edge"])
     assert decode_answer(older) is None
+
+
+def test_a_redis_url_is_shown_without_its_password() -> None:
+    from cache._redis import RedisStore, shown_url
+
+    assert shown_url("redis://:s3cret@10.0.0.5:6380/2") == "redis://10.0.0.5:6380/2"
+    assert (
+        shown_url("rediss://user:s3cret@cache.internal/0?ssl_cert_reqs=none") == "rediss://cache.internal/0"
+    )
+    store = RedisStore("redis://:s3cret@127.0.0.1:1/0", prefix="t:", timeout_s=0.2)
+    assert "s3cret" not in store._url
