@@ -24,7 +24,8 @@ class RedisServer:
         self.process.wait(10)
 
 
-def start_redis(folder: Path, port: int) -> RedisServer:
+def start_redis(folder: Path, port: int, password: str = "") -> RedisServer:
+    """A redis-server on a loopback port; ``password``: clients must AUTH with it (requirepass)."""
     binary = shutil.which("redis-server")
     if binary is None:
         raise RuntimeError("redis-server is not installed; run scripts/setup.sh")
@@ -46,6 +47,7 @@ def start_redis(folder: Path, port: int) -> RedisServer:
             "64mb",
             "--maxmemory-policy",
             "allkeys-lru",
+            *(["--requirepass", password] if password else []),
         ],
         stdout=(folder / "redis.log").open("wb"),
         stderr=subprocess.STDOUT,

@@ -9,6 +9,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -81,9 +82,20 @@ def test_a_body_later_than_the_deadline_is_408_even_at_a_fair_rate(gw: Gateway) 
     assert BODY_TIMEOUT_S - 1 < took < BODY_TIMEOUT_S + 3
 
 
+def _rss_kib(gw: Gateway) -> int:
+    status = Path(f"/proc/{gw.process.pid}/status").read_text()
+    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:")))
+
+
 def test_trickling_clients_do_not_stop_others(gw: Gateway) -> None:
+    """30 clients each promising a large body and sending a byte at a time: others are served at once,
+    every trickler is cut off, and the gateway's memory does not grow with them."""
+    assert chat(gw).status_code == 200
+    before = _rss_kib(gw)
     threads = [
-        threading.Thread(target=trickle, args=(gw, "/v1/chat/completions", 10_000, b"a", 0.2), daemon=True)
+        threading.Thread(
+            target=trickle, args=(gw, "/v1/chat/completions", 10_000_000, b"a", 0.2), daemon=True
+        )
         for _ in range(30)
     ]
     for thread in threads:
@@ -91,9 +103,12 @@ def test_trickling_clients_do_not_stop_others(gw: Gateway) -> None:
     time.sleep(0.5)
     started = time.monotonic()
     assert chat(gw).status_code == 200 and time.monotonic() - started < 5
+    peak = _rss_kib(gw)
     for thread in threads:
         thread.join(15)
     assert not any(t.is_alive() for t in threads)  # every one was cut off
+    assert peak - before < 32 * 1024  # KiB: the promised 300 MB are never buffered
+    assert chat(gw).status_code == 200
 
 
 def test_a_normal_body_is_served(gw: Gateway) -> None:

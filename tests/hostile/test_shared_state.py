@@ -7,8 +7,10 @@ from __future__ import annotations
 import io
 import logging
 from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 from typing import Any
 
+import httpx
 import msgspec
 import pytest
 import redis
@@ -17,7 +19,10 @@ from gateway.ops import logs
 from gateway.ops.shared import Bus, SharedState, check_replica_urls
 from router import BreakerBoard, BreakerConfig
 from tests.conftest import free_port
+from tests.fakes import FakeVLLM
+from tests.faults._support import start_cloud_gateway
 from tests.gateway.test_shared import eventually
+from tests.redis_server import start_redis
 from tiers import ReplicaListener
 
 
@@ -140,3 +145,38 @@ def test_redis_passwords_never_reach_a_log_line() -> None:
         text = out.getvalue()
         assert "hunter2" not in text and "redis://:***@10.0.0.2:6379/0" in text, text
         assert "rediss://cache:***@cache.internal" in text
+
+
+def test_a_redis_with_a_password_serves_limits_cache_and_shared_state_and_the_password_is_never_logged(
+    tmp_path: Path,
+) -> None:
+    """Authentication for Redis is the URL's (``redis://:password@host:port/db``; ``rediss://`` for TLS,
+    as redis-py reads them): one password-protected server behind the cache, the limits and the shared
+    state, and the password appears in no log line."""
+    secret = "s3cret-redis-password"
+    server = start_redis(tmp_path / "redis", free_port(), password=secret)
+    url = f"redis://:{secret}@127.0.0.1:{server.port}/0"
+    try:
+        with FakeVLLM() as fake:
+            tables = (
+                f'[cache]\nbackend = "redis"\nredis_url = "{url}"\n[limits]\nredis_url = "{url}"\n'
+                f'[shared]\nredis_url = "{url}"\n'
+            )
+            (tmp_path / "gw").mkdir()
+            gw = start_cloud_gateway(tmp_path / "gw", fake.url, tables=tables)
+            try:
+                body = {
+                    "model": "cloud",
+                    "messages": [{"role": "user", "content": "hi"}],
+                    "max_tokens": 4,
+                    "temperature": 0,
+                }
+                first = httpx.post(f"{gw.url}/v1/chat/completions", json=body, headers=gw.auth, timeout=30)
+                again = httpx.post(f"{gw.url}/v1/chat/completions", json=body, headers=gw.auth, timeout=30)
+                assert first.status_code == again.status_code == 200
+                assert again.headers["X-Tiergate-Cache"] == "hit"  # the cache is on that Redis
+            finally:
+                gw.stop()
+            assert secret not in gw.log()
+    finally:
+        server.stop()
