@@ -267,19 +267,11 @@ class HttpPool:
         self._closed = False
 
     async def post(
-        self,
-        url: str,
-        body: bytes,
-        headers: Mapping[str, str] | None = None,
-        *,
-        deadline: float | None = None,
-        first_byte_s: float | None = None,
-    ) -> Response:
-        """Send ``body`` and wait for the status line and headers of the answer.
-
-        ``deadline`` (the event loop's clock): the whole exchange ends by then (default: ``total_s``
-        from now), so several tries of one request share it; ``first_byte_s``: the wait for the
-        headers, instead of ``read_s`` (an answer sent whole comes only when it is done)."""
+        self, url: str, body: bytes, headers: Mapping[str, str] | None = None, *,
+        deadline: float | None = None, first_byte_s: float | None = None,
+    ) -> Response:  # fmt: skip
+        """Send ``body``; wait for the answer's headers (``first_byte_s``, default ``read_s``). The
+        exchange ends by ``deadline`` (the loop's clock; default ``total_s`` from now)."""
         if self._closed:
             raise UpstreamError("the client is closed")
         loop = asyncio.get_running_loop()
