@@ -29,7 +29,13 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
     from gateway.settings import load_settings
 
     data = tmp_path_factory.mktemp("schema")
-    overrides: dict[str, Any] = {"cloud.enabled": False, "auth.open_mode": True}
+    # The test client is no loopback address ("testclient"): /readyz shows the tiers it waits for
+    # only with public details on.
+    overrides: dict[str, Any] = {
+        "cloud.enabled": False,
+        "auth.open_mode": True,
+        "observability.public_details": True,
+    }
     settings = load_settings(environ={}, data_dir=str(data), **overrides)
     with TestClient(create_app(settings), timeout=120) as client:
         _wait_ready(client, "edge")
