@@ -184,8 +184,9 @@ class ChatCompletionRequest(_Strict, kw_only=True):
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = None
     response_format: ResponseFormat | None = None
-    # Accepted as OpenAI defines them: metadata is kept with the ledger row (cost by tag); store,
-    # service_tier and user are recorded, and change nothing in how the request is served.
+    # metadata is kept with the ledger row (cost by tag); store, service_tier and user are validated
+    # and accepted as OpenAI's clients send them, and change nothing here (no stored completions, one
+    # service tier, no per-user behaviour).
     metadata: Annotated[dict[MetadataKey, MetadataValue], msgspec.Meta(max_length=16)] | None = None
     store: bool | None = None
     service_tier: Literal["auto", "default", "flex", "scale", "priority"] | None = None
