@@ -35,6 +35,12 @@ def _validator(schema: dict[str, Any] | None) -> jsonschema_rs.Validator | None:
     return None if schema is None else _compiled(_encode(schema))
 
 
+def greedy_copies(gen: Generation) -> int:
+    """How many times one answer stands for all ``n``: at temperature 0 every choice is the same
+    greedy answer, and vLLM refuses n > 1 without sampling (OpenAI does not), so it is asked once."""
+    return gen.n if gen.n > 1 and gen.temperature == 0 else 1
+
+
 class _Choice:
     __slots__ = ("calls", "text")
 
@@ -48,8 +54,7 @@ class OutputCheck:
 
     def __init__(self, gen: Generation, tier: str) -> None:
         self.n = gen.n
-        # A greedy n-choice answer is asked once and copied (vLLM refuses greedy n > 1).
-        self.copies = gen.n if gen.n > 1 and gen.temperature == 0 else 1
+        self.copies = greedy_copies(gen)
         self.tier = tier
         self._tools = {t["function"]["name"]: _validator(t["function"].get("parameters")) for t in gen.tools}
         self._must_call = gen.tool_mode in ("required", "named")

@@ -23,7 +23,7 @@ from tiers._events import (
     TopLogprob,
 )
 from tiers._types import Generation, Usage
-from tiers.cloud._checks import OutputCheck
+from tiers.cloud._checks import OutputCheck, greedy_copies
 
 
 class WirePromptDetails(msgspec.Struct):
@@ -174,12 +174,6 @@ def request_body(gen: Generation, model: str) -> bytes:
     if gen.stop_token_ids:
         body["stop_token_ids"] = gen.stop_token_ids
     return _encoder.encode(body)
-
-
-def greedy_copies(gen: Generation) -> int:
-    """How many times one answer stands for all ``n``: at temperature 0 every choice is the same
-    greedy answer, and vLLM refuses n > 1 without sampling (OpenAI does not), so it is asked once."""
-    return gen.n if gen.n > 1 and gen.temperature == 0 else 1
 
 
 def _copies(piece: Event, n: int) -> list[Event]:
