@@ -57,17 +57,33 @@ class RequestContext:
     session_id: str | None = None  # the client's X-Session-ID: its conversation, for replica affinity
     media: router.MediaSummary = router.NO_MEDIA  # what media preprocessing measured
     strategy: str = ""  # the routing strategy of the model alias the client named, if any
+    # Legacy completions: the one user turn is the prompt, sent to the model as it is (no chat
+    # template); part of the cache key.
+    raw_prompt: bool = False
+
+
+# Stage 2 for one endpoint: its request body, for a known tenant, as the chat request the stages
+# take. Chat Completions' is a plain decode; the Responses API reads the tenant's stored conversation
+# (previous_response_id), so it needs the tenant.
+Parse = Callable[[bytes, str], Awaitable[ChatCompletionRequest]]
+
+
+async def parse_chat(body: bytes, tenant: str) -> ChatCompletionRequest:
+    return parse_chat_request(body)
 
 
 @dataclass(frozen=True, slots=True)
 class Incoming:
-    """A chat request as the HTTP face hands it over."""
+    """A request as the HTTP face hands it over: Chat Completions', or another endpoint's with the
+    translation to it (``parse``)."""
 
     headers: Mapping[str, str]  # the few the chat path reads, lower-case names
     body: Callable[[], Awaitable[bytes]]  # reads the body (bounded); called once the caller is known
     request_id: str
     # Told the tenant and the model as soon as they are known (metric labels, the log context).
     noted: Callable[[str, str], None] = lambda tenant, model: None
+    parse: Parse = parse_chat
+    raw_prompt: bool = False  # see RequestContext.raw_prompt
 
 
 class ChatService:
@@ -103,7 +119,7 @@ class ChatService:
             plan = self._planner.plan(  # 6 plan
                 request, ctx.tenant, ctx.media, ctx.fail_instead_of_degrade, strategy=ctx.strategy
             )
-            generation = plan.generation(request_id, ctx.session_id, ctx.tenant)
+            generation = plan.generation(request_id, ctx.session_id, ctx.tenant, raw_prompt=ctx.raw_prompt)
             answer = await self._dispatcher.dispatch(plan, generation, lookup, started)  # 7 admit, 8 dispatch
         return dataclasses.replace(
             answer, stream=request.stream, include_usage=request.include_usage, choices=request.n
@@ -114,7 +130,10 @@ class ChatService:
             return Lookup(CacheStatus.BYPASS)
         with self._tracing.span("cache.lookup") as span:
             lookup = await self._answers.lookup(
-                request, ctx.tenant, ctx.cache_control, f"{self.tiers.served_models()}|{ctx.strategy}"
+                request,
+                ctx.tenant,
+                ctx.cache_control,
+                f"{self.tiers.served_models()}|{ctx.strategy}|{'raw' if ctx.raw_prompt else 'chat'}",
             )
             if span is not None:
                 span.set_attribute("tiergate.cache", lookup.status.value)
@@ -170,8 +189,8 @@ class ChatPipeline:
     async def run(self, incoming: Incoming) -> Answer:
         with self._tracing.span("auth"):
             caller = await self._auth.caller(incoming.headers)  # 1 authenticate
-        request = parse_chat_request(await incoming.body())  # 2 parse
-        ctx = self._context(caller, incoming.headers)
+        ctx = self._context(caller, incoming)
+        request = await incoming.parse(await incoming.body(), ctx.tenant)  # 2 parse
         incoming.noted(ctx.tenant, request.model)
         call = self._recorder.begin(caller, request, incoming.request_id)  # what the ledger will see
         try:
@@ -186,15 +205,17 @@ class ChatPipeline:
             raise
         return await self._recorder.recorded(call, answer)  # 10 record, as the answer ends
 
-    def _context(self, caller: Caller, headers: Mapping[str, str]) -> RequestContext:
+    def _context(self, caller: Caller, incoming: Incoming) -> RequestContext:
         tenant = caller.tenant.name if caller.tenant else DEFAULT_TENANT
         policy = self._policies.policy(tenant)  # in memory; edits take effect on the next request
+        headers = incoming.headers
         return RequestContext(
             tenant=tenant,
             cache_control=headers.get("cache-control", ""),
             session_id=headers.get("x-session-id") or None,
             use_cache=policy.cache,
             fail_instead_of_degrade=policy.fail_instead_of_degrade,
+            raw_prompt=incoming.raw_prompt,
         )
 
     def _resolve(

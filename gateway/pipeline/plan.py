@@ -132,10 +132,14 @@ class Plan:
         """The tiers to try, in order: the choice, then its fallbacks."""
         return (self.decision.tier, *self.decision.fallbacks)
 
-    def generation(self, request_id: str, session_id: str | None, tenant: str) -> Generation:
-        """The request as every tier takes it."""
+    def generation(
+        self, request_id: str, session_id: str | None, tenant: str, *, raw_prompt: bool = False
+    ) -> Generation:
+        """The request as every tier takes it; ``raw_prompt``: its one user turn is the prompt."""
         request, features = self.request, self.features
+        prompt = request.messages[0].content if raw_prompt else None
         return Generation(
+            prompt=prompt if isinstance(prompt, str) else None,
             messages=engine_messages(msgspec.to_builtins(request.messages)),
             max_tokens=request.output_limit,
             temperature=request.temperature,
