@@ -34,6 +34,7 @@ from gateway.accounts.admin import AdminService
 from gateway.accounts.budgets import BudgetBook
 from gateway.accounts.ledger import Ledger, PriceBook
 from gateway.accounts.policies import PolicyBook, PolicyStore
+from gateway.accounts.responses import ResponseStore
 from gateway.accounts.storage import open_database
 from gateway.accounts.tenants import Authenticator, FailureThrottle, RateLimiter, TenantStore, make_limiter
 from gateway.media import MediaMetrics, MediaPipeline, MediaTargets
@@ -65,6 +66,7 @@ class Services:
     observer: Observer  # metrics and tracing of requests
     tiers: TierSet  # the tiers by name, with their breakers
     pipeline: ChatPipeline  # a chat request's stages
+    responses: ResponseStore  # stored responses (the Responses API)
     routing: RoutingService
     auth: Authenticator
     tenants: TenantStore
@@ -244,6 +246,9 @@ async def open_services(
         activity = Activity(settings.admin_ui.recent_decisions)
         recorder = Recorder(limiter, ledger, prices, metrics, tracing, activity)
         pipeline = ChatPipeline(chat, auth, policies, limiter, recorder, tracing, media)
+        responses = ResponseStore(engine, settings.responses)
+        responses.start()
+        stack.push_async_callback(responses.aclose)
         await _start_tiers(admitted, stack)
         if media is not None:
             await media.start()
@@ -271,6 +276,7 @@ async def open_services(
             observer=observer,
             tiers=tier_set,
             pipeline=pipeline,
+            responses=responses,
             routing=routing,
             auth=auth,
             tenants=store,

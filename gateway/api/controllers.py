@@ -12,45 +12,15 @@ from litestar.exceptions import MethodNotAllowedException
 from litestar.types import Receive, Scope, Send
 
 from gateway.api.asgi_io import EventStream, JSONAnswer, read_body
-from gateway.api.framing import event_stream, json_body
+from gateway.api.framing import chat_headers, event_stream, json_body, route_headers
 from gateway.api.protocol import encode
 from gateway.api.request_id import request_id
+from gateway.api.responses import ROUTES as RESPONSES_ROUTES
 from gateway.errors import GatewayError, PermissionDenied
-from gateway.pipeline.answer import Routed
 from gateway.pipeline.chat import Incoming
 from gateway.services import Services, services_of
 
 JSON = "application/json"
-
-
-def _route_headers(routed: Routed) -> dict[str, str]:
-    headers = {
-        "X-Tiergate-Tier": routed.tier,
-        "X-Tiergate-Route-Reason": routed.reason,
-        "X-Tiergate-Cache": routed.cache.value,
-        # Time in the gateway until the answer (or its first byte) was ready, and in the cache.
-        "Server-Timing": f"gateway;dur={routed.server_s * 1000:.3f}, cache;dur={routed.cache_s * 1000:.3f}",
-    }
-    if routed.instance:
-        headers["X-Tiergate-Instance"] = routed.instance
-    if routed.predicted:
-        headers["X-Tiergate-Predicted"] = routed.predicted
-    if routed.degraded:
-        headers["X-Tiergate-Degraded"] = ",".join(routed.degraded)
-    return headers
-
-
-_CHAT_HEADERS = frozenset((b"authorization", b"cache-control", b"x-session-id", b"content-length"))
-
-
-def _chat_headers(scope: Scope) -> dict[str, str]:
-    """The few headers the chat path reads, from one scan of the raw ASGI headers: cheaper than
-    building ``request.headers`` (a full case-insensitive mapping) on the hot path."""
-    return {
-        name.decode("latin-1"): value.decode("latin-1")
-        for name, value in scope["headers"]
-        if name in _CHAT_HEADERS
-    }
 
 
 @asgi("/v1/chat/completions", copy_scope=False)
@@ -62,7 +32,7 @@ async def chat_completions(scope: Scope, receive: Receive, send: Send) -> None:
     if scope["method"] != "POST":  # type: ignore[typeddict-item]
         raise MethodNotAllowedException(headers={"Allow": "POST"})
     services = services_of(scope["app"].state)  # a raw ASGI handler: no dependency injection
-    headers = _chat_headers(scope)
+    headers = chat_headers(scope)
     limit = services.settings.server.max_body_bytes
 
     def noted(tenant: str, model: str) -> None:
@@ -74,9 +44,9 @@ async def chat_completions(scope: Scope, receive: Receive, send: Send) -> None:
     answer = await services.pipeline.run(incoming)
     response: JSONAnswer | EventStream
     if answer.stream:
-        response = EventStream(event_stream(answer), _route_headers(answer.routed))
+        response = EventStream(event_stream(answer), route_headers(answer.routed))
     else:
-        response = JSONAnswer(await json_body(answer), _route_headers(answer.routed))
+        response = JSONAnswer(await json_body(answer), route_headers(answer.routed))
     await response(scope, receive, send)
 
 
@@ -143,4 +113,12 @@ async def prometheus_metrics(
     return Response(services.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
-ROUTES = [chat_completions, list_models, retrieve_model, healthz, readyz, prometheus_metrics]
+ROUTES = [
+    chat_completions,
+    *RESPONSES_ROUTES,
+    list_models,
+    retrieve_model,
+    healthz,
+    readyz,
+    prometheus_metrics,
+]

@@ -261,9 +261,14 @@ def parse_chat_request(body: bytes) -> ChatCompletionRequest:
         raise InvalidRequest(f"the request body is not valid UTF-8 (byte {exc.start})") from exc
     except RecursionError as exc:  # msgspec stops at the interpreter's recursion limit
         raise InvalidRequest("the request body's JSON is nested too deeply") from exc
+    check_chat_request(request)
+    return request
+
+
+def check_chat_request(request: ChatCompletionRequest) -> None:
+    """What the types cannot say about a request (also for one translated from another endpoint)."""
     _check_messages(request)
     _check_choices(request)
-    return request
 
 
 def _check_messages(request: ChatCompletionRequest) -> None:

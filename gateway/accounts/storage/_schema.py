@@ -10,6 +10,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Table,
@@ -124,4 +125,19 @@ policy_versions = Table(
     Column("changed_by", String(128), nullable=False),
     Column("changed_at", Float, nullable=False),
     UniqueConstraint("tenant", "version"),
+)
+
+# Stored responses (the Responses API's store): the response as answered, and the conversation it
+# ends, so that previous_response_id reads one row (gateway/accounts/responses.py).
+responses = Table(
+    "responses",
+    metadata,
+    Column("id", String(40), primary_key=True),  # resp_ + 32 hex digits
+    Column("tenant", String(64), nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("expires_at", Float, nullable=False, index=True),
+    Column("size", Integer, nullable=False),  # bytes of body + thread
+    Column("body", LargeBinary, nullable=False),
+    Column("thread", LargeBinary, nullable=False),
+    Index("ix_responses_tenant_expires", "tenant", "expires_at"),
 )
