@@ -1,11 +1,16 @@
 """Stored responses (the Responses API's ``store``), per tenant, in the gateway's database.
 
-Each row keeps a response as it was answered (for ``GET /v1/responses/{id}``) and the whole
-conversation it ends (``thread``: the chat messages, without the instructions), so that continuing it
-with ``previous_response_id`` reads one row however long the chain of responses before it.  Rows
-expire after ``retention_s``; a tenant's rows together stay under ``max_bytes_per_tenant`` (a request
-that would store more is refused before it runs, so nothing answered is lost), and one conversation
-under ``max_bytes_per_response``.  Every lookup names the tenant: another tenant's id is not found.
+Each row keeps a response as it was answered (for ``GET /v1/responses/{id}``), the response it
+continued (``parent``) and the chat messages it added to the conversation (its input items and its
+answer; never the instructions, which OpenAI does not carry over).  Continuing a response with
+``previous_response_id`` reads its chain of rows in one recursive query, so each turn is stored once
+however long the conversation grows, and the read is bounded: at most ``max_turns`` rows and
+``max_conversation_bytes`` bytes, else a 400.  A response whose chain lost a row (deleted, expired)
+cannot be continued: a 404 that says so.
+
+Rows expire after ``retention_s``; a tenant's rows together stay under ``max_bytes_per_tenant`` (a
+request that would store more is refused before it runs, so nothing answered is lost).  Every query
+names the tenant: another tenant's id is not found.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import msgspec
-from sqlalchemy import Engine, delete, func, select
+from sqlalchemy import Engine, delete, func, literal, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from gateway.accounts.storage import responses
@@ -32,8 +37,10 @@ T = TypeVar("T")
 class ResponseSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     # How long a stored response can be read or continued (OpenAI keeps them 30 days).
     retention_s: float = 30 * 86400
-    # The most one stored conversation (its messages and the answer) may take.
-    max_bytes_per_response: int = 4 << 20
+    # The most a conversation continued with previous_response_id may take: its turns' stored bytes,
+    # and their number.
+    max_conversation_bytes: int = 16 << 20
+    max_turns: int = 10_000
     # The most a tenant's stored responses may take together.
     max_bytes_per_tenant: int = 1 << 30
     # How often expired responses are deleted.
@@ -49,7 +56,18 @@ class StoreFull(RateLimited):
 @dataclass(frozen=True, slots=True)
 class Stored:
     body: bytes  # the response object as answered
-    thread: bytes  # the conversation it ends (JSON chat messages)
+    added: bytes  # the messages it added to the conversation (JSON)
+    parent: str | None = None  # the response it continued
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """A row of a conversation's chain, as read back from ``previous_response_id``."""
+
+    added: bytes
+    parent: str | None
+    total: int  # bytes of the rows from the newest to this one
+    turns: int  # rows from the newest to this one
 
 
 def _not_found(response_id: str) -> NotFound:
@@ -64,25 +82,38 @@ class ResponseStore:
         self.settings = settings
         self._sweeper: asyncio.Task[None] | None = None
 
-    async def get(self, tenant: str, response_id: str) -> Stored:
-        """The tenant's stored response; :class:`NotFound` if there is none (or it expired)."""
-        row = await self._run(self._get, tenant, response_id)
-        if row is None:
+    async def get(self, tenant: str, response_id: str) -> bytes:
+        """The tenant's stored response body; :class:`NotFound` if there is none (or it expired)."""
+        body = await self._run(self._get, tenant, response_id)
+        if body is None:
             raise _not_found(response_id)
-        return row
+        return body
 
-    async def check_room(self, tenant: str, thread_bytes: int, param: str) -> None:
-        """Before a response that will be stored runs: its conversation fits one row, and the
-        tenant's rows have room for it."""
-        limit = self.settings.max_bytes_per_response
-        if thread_bytes > limit:
-            raise InvalidRequest(
-                f"the conversation takes {thread_bytes} bytes, over the {limit} a stored response may; "
-                "start a new one, or send store: false",
-                param=param,
+    async def conversation(self, tenant: str, response_id: str) -> list[bytes]:
+        """What each turn up to ``response_id`` added, oldest first."""
+        chain = await self._run(self._chain, tenant, response_id)
+        if not chain:
+            raise NotFound(f"No response with id {response_id[:64]!r} found", param="previous_response_id")
+        oldest = chain[-1]
+        if oldest.parent is not None:
+            limits = self.settings
+            if oldest.turns > limits.max_turns or oldest.total > limits.max_conversation_bytes:
+                raise InvalidRequest(
+                    f"the conversation is over {limits.max_turns} turns or "
+                    f"{limits.max_conversation_bytes} bytes; start a new one",
+                    param="previous_response_id",
+                )
+            raise NotFound(
+                f"response {oldest.parent[:64]!r}, earlier in this conversation, was deleted or "
+                "expired: the conversation cannot be continued",
+                param="previous_response_id",
             )
+        return [turn.added for turn in reversed(chain)]
+
+    async def check_room(self, tenant: str) -> None:
+        """Before a response that will be stored runs: the tenant's rows have room."""
         used = await self._run(self._used, tenant)
-        if used + thread_bytes > self.settings.max_bytes_per_tenant:
+        if used >= self.settings.max_bytes_per_tenant:
             raise StoreFull(
                 f"this tenant's stored responses take {used} bytes, at its limit of "
                 f"{self.settings.max_bytes_per_tenant}; delete some (DELETE /v1/responses/{{id}}), "
@@ -129,20 +160,38 @@ class ResponseStore:
 
     # -- on a worker thread ----------------------------------------------------------------------
 
-    def _get(self, tenant: str, response_id: str) -> Stored | None:
-        query = select(responses.c.body, responses.c.thread).where(
-            responses.c.id == response_id,
-            responses.c.tenant == tenant,
-            responses.c.expires_at > time.time(),
-        )
+    def _live(self, tenant: str) -> Any:
+        return (responses.c.tenant == tenant) & (responses.c.expires_at > time.time())
+
+    def _get(self, tenant: str, response_id: str) -> bytes | None:
+        query = select(responses.c.body).where(responses.c.id == response_id, self._live(tenant))
         with self._engine.connect() as conn:
-            row = conn.execute(query).first()
-        return None if row is None else Stored(row.body, row.thread)
+            return conn.execute(query).scalar()
+
+    def _chain(self, tenant: str, response_id: str) -> list[Turn]:
+        """The rows from ``response_id`` back to the first (newest first), with each one's parent;
+        it stops one row past either bound, so the caller can tell a cut chain from a long one."""
+        r = responses.c
+        start = select(r.id, r.parent, r.added, r.size.label("total"), literal(1).label("turns"))
+        chain = start.where(r.id == response_id, self._live(tenant)).cte("chain", recursive=True)
+        older = responses.alias("older")
+        o = older.c
+        chain = chain.union_all(
+            select(o.id, o.parent, o.added, chain.c.total + o.size, chain.c.turns + 1).where(
+                o.id == chain.c.parent,
+                o.tenant == tenant,
+                o.expires_at > time.time(),
+                chain.c.turns <= self.settings.max_turns,
+                chain.c.total <= self.settings.max_conversation_bytes,
+            )
+        )
+        c = chain.c
+        query = select(c.added, c.parent, c.total, c.turns).order_by(c.turns)
+        with self._engine.connect() as conn:
+            return [Turn(row.added, row.parent, row.total, row.turns) for row in conn.execute(query)]
 
     def _used(self, tenant: str) -> int:
-        query = select(func.coalesce(func.sum(responses.c.size), 0)).where(
-            responses.c.tenant == tenant, responses.c.expires_at > time.time()
-        )
+        query = select(func.coalesce(func.sum(responses.c.size), 0)).where(self._live(tenant))
         with self._engine.connect() as conn:
             return int(conn.execute(query).scalar_one())
 
@@ -151,11 +200,12 @@ class ResponseStore:
         row = {
             "id": response_id,
             "tenant": tenant,
+            "parent": stored.parent,
             "created_at": now,
             "expires_at": now + self.settings.retention_s,
-            "size": len(stored.body) + len(stored.thread),
+            "size": len(stored.body) + len(stored.added),
             "body": stored.body,
-            "thread": stored.thread,
+            "added": stored.added,
         }
         with self._engine.begin() as conn:
             conn.execute(responses.insert().values(row))

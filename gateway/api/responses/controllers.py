@@ -50,7 +50,7 @@ class Turn:
         self.tenant = DEFAULT_TENANT
         self.request: ResponsesRequest | None = None
         self.tools: list[FunctionTool] = []
-        self.thread: list[Message] = []  # the conversation so far, without the instructions
+        self.added: list[Message] = []  # what its input adds to the conversation
         self.id = ro.new_id("resp")
 
     async def parse(self, body: bytes, tenant: str) -> ChatCompletionRequest:
@@ -59,13 +59,12 @@ class Turn:
         self.request, self.tenant = request, tenant
         history: list[Message] = []
         if request.previous_response_id is not None:
-            stored = await self._store.get(tenant, request.previous_response_id)
-            history = decode_thread(stored.thread)
-        self.thread = [*history, *messages_of(items)]
-        chat = chat_request(request, self.tools, self.thread, continued=bool(history))
+            for added in await self._store.conversation(tenant, request.previous_response_id):
+                history += decode_thread(added)
+        self.added = messages_of(items)
+        chat = chat_request(request, self.tools, [*history, *self.added], continued=bool(history))
         if request.stored:
-            param = "previous_response_id" if history else "input"
-            await self._store.check_room(tenant, len(encode_thread(self.thread)), param)
+            await self._store.check_room(tenant)
         return chat
 
     def opening(self, model: str) -> ro.Response:
@@ -77,8 +76,9 @@ class Turn:
         body = ro.encode(response)
         assert self.request is not None
         if self.request.stored:
-            thread = encode_thread(continued(self.thread, assemble(answer_events)))
-            await self._store.put(self.tenant, self.id, Stored(body, thread))
+            added = encode_thread(continued(self.added, assemble(answer_events)))
+            parent = self.request.previous_response_id
+            await self._store.put(self.tenant, self.id, Stored(body, added, parent))
         return body
 
 
@@ -161,8 +161,8 @@ async def _tenant(request: Request[object, object, State], services: Services) -
 async def retrieve_response(
     request: Request[object, object, State], services: NamedDependency[Services], response_id: str
 ) -> Response[bytes]:
-    stored = await services.responses.get(await _tenant(request, services), response_id)
-    return Response(stored.body, media_type=JSON)
+    body = await services.responses.get(await _tenant(request, services), response_id)
+    return Response(body, media_type=JSON)
 
 
 @delete("/v1/responses/{response_id:str}", status_code=200)

@@ -135,13 +135,13 @@ def chat_request(
     return chat
 
 
-def continued(thread: list[Message], answer: Completion) -> list[Message]:
-    """What a later ``previous_response_id`` continues: the thread (without the instructions), then
-    the answer (its text and tool calls) as an assistant turn."""
+def continued(added: list[Message], answer: Completion) -> list[Message]:
+    """What a turn adds to its conversation: its input's messages (``added``; never the
+    instructions), then the answer (its text and tool calls) as an assistant turn."""
     choice = answer.choices[0]
     calls = [ToolCallIn(id=c.id, function=CalledFunction(c.name, c.arguments)) for c in choice.tool_calls]
     text = choice.text if choice.text or not calls else None
-    return [*thread, Message(role="assistant", content=text, tool_calls=calls or None)]
+    return [*added, Message(role="assistant", content=text, tool_calls=calls or None)]
 
 
 _messages = msgspec.json.Decoder(list[Message])
