@@ -32,6 +32,7 @@ import router
 from gateway.accounts.policies import PolicyBook
 from gateway.accounts.tenants import DEFAULT_TENANT, Authenticator, Caller, RateLimiter
 from gateway.api.protocol import ChatCompletionRequest, parse_chat_request
+from gateway.errors import PermissionDenied
 from gateway.media import MediaPipeline, has_media
 from gateway.ops.metrics import Metrics
 from gateway.ops.tracing import Tracing
@@ -206,7 +207,9 @@ class ChatPipeline:
         return await self._recorder.recorded(call, answer)  # 10 record, as the answer ends
 
     def _context(self, caller: Caller, incoming: Incoming) -> RequestContext:
-        tenant = caller.tenant.name if caller.tenant else DEFAULT_TENANT
+        if caller.tenant is None:  # before the parse stage reads any of a tenant's data
+            raise PermissionDenied("admin keys manage tenants; chat with a tenant's key")
+        tenant = caller.tenant.name
         policy = self._policies.policy(tenant)  # in memory; edits take effect on the next request
         headers = incoming.headers
         return RequestContext(

@@ -33,7 +33,7 @@ from gateway.api.responses.translate import (
     encode_thread,
     messages_of,
 )
-from gateway.errors import to_gateway_error
+from gateway.errors import PermissionDenied, to_gateway_error
 from gateway.pipeline.answer import Answer
 from gateway.pipeline.chat import Incoming
 from gateway.services import Services, services_of
@@ -153,8 +153,11 @@ async def create_response(scope: Scope, receive: Receive, send: Send) -> None:
 
 
 async def _tenant(request: Request[object, object, State], services: Services) -> str:
+    """The tenant whose stored responses the caller's key reads (an admin key has none, as for chat)."""
     caller = await services.auth.caller(request.headers)
-    return caller.tenant.name if caller.tenant else DEFAULT_TENANT
+    if caller.tenant is None:
+        raise PermissionDenied("admin keys manage tenants; read stored responses with a tenant's key")
+    return caller.tenant.name
 
 
 @get("/v1/responses/{response_id:str}")

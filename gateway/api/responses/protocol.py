@@ -76,7 +76,7 @@ class MessageItem(_Strict, tag_field="type", tag="message"):
     content: str | Annotated[list[Part], msgspec.Meta(max_length=512)]
     id: ItemId | None = None
     status: ItemStatus | None = None
-    phase: str | None = None
+    phase: None = None  # OpenAI's SDK sends it (null) when it dumps a message it got
 
 
 class FunctionCallItem(_Strict, tag_field="type", tag="function_call"):
@@ -85,6 +85,10 @@ class FunctionCallItem(_Strict, tag_field="type", tag="function_call"):
     arguments: str
     id: ItemId | None = None
     status: ItemStatus | None = None
+    # What OpenAI's SDK sends (null) when it dumps a call it got; no tier here makes such calls.
+    namespace: None = None
+    caller: None = None
+    async_: None = msgspec.field(default=None, name="async")
 
 
 class FunctionCallOutputItem(_Strict, tag_field="type", tag="function_call_output"):
