@@ -32,6 +32,7 @@ from gateway.errors import InvalidRequest, NotFound, RateLimited, StorageUnavail
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+USAGE_TTL_S = 5.0
 
 
 class ResponseSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -81,6 +82,10 @@ class ResponseStore:
         self._engine = engine
         self.settings = settings
         self._sweeper: asyncio.Task[None] | None = None
+        # Each tenant's stored bytes as last read (when, how many), plus what this gateway stored
+        # since: the room check reads the database at most every USAGE_TTL_S per tenant (another
+        # gateway's writes are seen that late: the limit may be passed by what they store meanwhile).
+        self._usage: dict[str, tuple[float, int]] = {}
 
     async def get(self, tenant: str, response_id: str) -> bytes:
         """The tenant's stored response body; :class:`NotFound` if there is none (or it expired)."""
@@ -94,15 +99,14 @@ class ResponseStore:
         chain = await self._run(self._chain, tenant, response_id)
         if not chain:
             raise NotFound(f"No response with id {response_id[:64]!r} found", param="previous_response_id")
-        oldest = chain[-1]
+        oldest, limits = chain[-1], self.settings
+        if oldest.turns >= limits.max_turns or oldest.total > limits.max_conversation_bytes:
+            raise InvalidRequest(
+                f"the conversation has reached {limits.max_turns} responses or "
+                f"{limits.max_conversation_bytes} bytes; start a new one",
+                param="previous_response_id",
+            )
         if oldest.parent is not None:
-            limits = self.settings
-            if oldest.turns > limits.max_turns or oldest.total > limits.max_conversation_bytes:
-                raise InvalidRequest(
-                    f"the conversation is over {limits.max_turns} turns or "
-                    f"{limits.max_conversation_bytes} bytes; start a new one",
-                    param="previous_response_id",
-                )
             raise NotFound(
                 f"response {oldest.parent[:64]!r}, earlier in this conversation, was deleted or "
                 "expired: the conversation cannot be continued",
@@ -112,7 +116,10 @@ class ResponseStore:
 
     async def check_room(self, tenant: str) -> None:
         """Before a response that will be stored runs: the tenant's rows have room."""
-        used = await self._run(self._used, tenant)
+        read_at, used = self._usage.get(tenant, (0.0, 0))
+        if time.monotonic() - read_at > USAGE_TTL_S:
+            used = await self._run(self._used, tenant)
+            self._usage[tenant] = (time.monotonic(), used)
         if used >= self.settings.max_bytes_per_tenant:
             raise StoreFull(
                 f"this tenant's stored responses take {used} bytes, at its limit of "
@@ -124,14 +131,21 @@ class ResponseStore:
 
     async def put(self, tenant: str, response_id: str, stored: Stored) -> None:
         await self._run(self._put, tenant, response_id, stored)
+        if tenant in self._usage:
+            read_at, used = self._usage[tenant]
+            self._usage[tenant] = (read_at, used + len(stored.body) + len(stored.added))
 
     async def delete(self, tenant: str, response_id: str) -> None:
         if not await self._run(self._delete, tenant, response_id):
             raise _not_found(response_id)
+        self._usage.pop(tenant, None)  # read again on the next check
 
     async def sweep(self) -> int:
         """Delete the expired rows; how many there were."""
-        return await self._run(self._sweep)
+        swept = await self._run(self._sweep)
+        if swept:
+            self._usage.clear()
+        return swept
 
     def start(self) -> None:
         self._sweeper = asyncio.create_task(self._sweep_forever(), name="responses-sweep")
@@ -170,7 +184,7 @@ class ResponseStore:
 
     def _chain(self, tenant: str, response_id: str) -> list[Turn]:
         """The rows from ``response_id`` back to the first (newest first), with each one's parent;
-        it stops one row past either bound, so the caller can tell a cut chain from a long one."""
+        it stops at ``max_turns`` rows, or at the first row past ``max_conversation_bytes``."""
         r = responses.c
         start = select(r.id, r.parent, r.added, r.size.label("total"), literal(1).label("turns"))
         chain = start.where(r.id == response_id, self._live(tenant)).cte("chain", recursive=True)
@@ -181,7 +195,7 @@ class ResponseStore:
                 o.id == chain.c.parent,
                 o.tenant == tenant,
                 o.expires_at > time.time(),
-                chain.c.turns <= self.settings.max_turns,
+                chain.c.turns < self.settings.max_turns,
                 chain.c.total <= self.settings.max_conversation_bytes,
             )
         )
