@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 
 import router
-from gateway.residency.detect import DETECTORS, Detect, Span, pattern
+from gateway.residency.detect import DETECTORS, Detect, Span, Text, pattern
 from tiers import ChoiceDone, Event, EventStream, Finished, TextDelta, ToolCallDelta
 
 PLACEHOLDER = re.compile(r"\[[A-Z_]+_\d+\]")
@@ -75,7 +75,7 @@ NOTHING = Verdict()
 def scan(messages: list[dict[str, Any]], rules: tuple[Rule, ...]) -> Verdict:
     if not rules:
         return NOTHING
-    texts = [holder[key] for holder, key in _texts(messages)]
+    texts = [Text(holder[key]) for holder, key in _texts(messages)]
     fired = [rule for rule in rules if any(next(rule.detect(t), None) is not None for t in texts)]
     if not fired:
         return NOTHING
@@ -101,7 +101,8 @@ class Redaction:
         return placeholder
 
     def text(self, text: str, rules: tuple[Rule, ...]) -> str:
-        spans: list[tuple[Span, str]] = sorted((s, r.label) for r in rules for s in r.detect(text))
+        scanned = Text(text)
+        spans: list[tuple[Span, str]] = sorted((s, r.label) for r in rules for s in r.detect(scanned))
         out, at = [], 0
         for (start, end), label in spans:
             if start < at:  # overlaps one already replaced
