@@ -4,6 +4,7 @@ and chunks, every one valid against OpenAI's schema)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from gateway.api.completions import event_stream, json_body, parse_completions
+from gateway.api.completions import IN_FLIGHT, event_stream, json_body, parse_completions, start
 from gateway.errors import InvalidRequest
 from gateway.pipeline.answer import Answer, Routed, whole
 from gateway.pipeline.chat import RequestContext
@@ -258,3 +259,85 @@ async def test_a_later_prompt_that_fails_to_begin_is_an_error_event() -> None:
     ]
     text = b"".join(frames)
     assert b'" a"' in text and b"pretend" in frames[-1] and b"[DONE]" not in text
+
+
+class FakePipeline:
+    """Answers each run after a moment; counts how many are in flight at once; fails one prompt."""
+
+    def __init__(self, failing: str | None = None) -> None:
+        self.failing = failing
+        self.in_flight = self.most = 0
+        self.ids: list[str] = []
+        self.closed: list[str] = []
+
+    async def run(self, incoming: Any) -> Answer:
+        request = await incoming.parse(await incoming.body(), "default")
+        prompt = request.messages[0].content
+        self.ids.append(incoming.request_id)
+        assert incoming.raw_prompt
+        self.in_flight += 1
+        self.most = max(self.most, self.in_flight)
+        await asyncio.sleep(0.01)
+        self.in_flight -= 1
+        if prompt == self.failing:
+            raise InvalidRequest(f"{prompt} refused")
+
+        async def events() -> Any:
+            try:
+                yield TextDelta(f" after {prompt}")
+                yield Finished("stop", Usage(1, 1))
+            finally:
+                self.closed.append(prompt)
+
+        return Answer(Routed("edge", "pinned"), "m", events(), "x")
+
+
+class FakeAuth:
+    async def caller(self, headers: Any) -> None:
+        return None
+
+
+def _body(**kw: Any) -> Callable[[], Awaitable[bytes]]:
+    async def read() -> bytes:
+        return json.dumps({"model": "edge", "max_tokens": 2, **kw}).encode()
+
+    return read
+
+
+async def test_a_json_request_runs_at_most_four_prompts_at_once_each_with_its_own_id() -> None:
+    pipeline = FakePipeline()
+    prompts = [f"p{i}" for i in range(9)]
+    asked, answers, later = await start(
+        pipeline, FakeAuth(), {}, _body(prompt=prompts), "rid", lambda t, m: None
+    )  # type: ignore[arg-type]
+    assert later == [] and len(answers) == 9 and pipeline.most == IN_FLIGHT == 4
+    assert sorted(pipeline.ids) == sorted(["rid", *(f"rid-{i}" for i in range(1, 9))])
+    body = json.loads(await json_body(answers, asked.prompts, asked.n, asked.echo, "rid"))
+    assert [c["text"] for c in body["choices"]] == [f" after {p}" for p in prompts]
+
+
+async def test_one_failing_prompt_fails_a_json_request() -> None:
+    pipeline = FakePipeline(failing="p1")
+    with pytest.raises(InvalidRequest, match="p1 refused"):
+        await start(pipeline, FakeAuth(), {}, _body(prompt=["p0", "p1", "p2"]), "rid", lambda t, m: None)  # type: ignore[arg-type]
+
+
+async def test_a_stream_begins_the_next_prompt_only_after_the_one_before() -> None:
+    pipeline = FakePipeline()
+    asked, answers, later = await start(
+        pipeline,
+        FakeAuth(),
+        {},
+        _body(prompt=["p0", "p1"], stream=True),
+        "rid",
+        lambda t, m: None,  # type: ignore[arg-type]
+    )
+    assert len(answers) == 1 and len(later) == 1 and pipeline.ids == ["rid"]
+    frames = [
+        f
+        async for f in event_stream(
+            answers[0], later, asked.prompts, 1, echo=False, include_usage=False, rid="rid"
+        )
+    ]
+    assert pipeline.ids == ["rid", "rid-1"] and pipeline.most == 1 and pipeline.closed == ["p0", "p1"]
+    assert [c["choices"][0]["text"] for c in chunks_of(frames)] == [" after p0", "", " after p1", ""]

@@ -10,10 +10,10 @@ merged in order (:mod:`.answer`). The handler itself is in gateway/api/controlle
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from gateway.accounts.tenants import Authenticator
-from gateway.api.completions.answer import event_stream, json_body, release
+from gateway.api.completions.answer import event_stream, json_body
 from gateway.api.completions.request import Completions, parse_completions
 from gateway.api.protocol import ChatCompletionRequest
 from gateway.pipeline.answer import Answer
@@ -83,5 +83,15 @@ async def _all(runs: list[Run]) -> list[Answer]:
         await asyncio.wait(tasks)
         return [task.result() for task in tasks]  # the first failure (in prompt order) is raised
     except BaseException:
-        await release(tasks)
+        await _release(tasks)
         raise
+
+
+async def _release(runs: Sequence[asyncio.Future[Answer]]) -> None:
+    """Close the events of every run that answered; cancel the others (their errors are read, so
+    none is reported as never retrieved)."""
+    for run in runs:
+        if not run.done():
+            run.cancel()
+        elif not run.cancelled() and run.exception() is None:
+            await run.result().events.aclose()

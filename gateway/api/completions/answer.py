@@ -11,7 +11,6 @@ a string).
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 
@@ -177,12 +176,13 @@ async def event_stream(
                 answer = await later[i - 1]()
             seen.append(answer)
             base = i * n
+            echoed = b""
             if echo:
-                yield b"".join(
+                echoed = b"".join(
                     chunks.chunk([CompletionChoice(prompts[i], base + j, None, None)]) for j in range(n)
                 )
             info = _info(seen) if i == len(prompts) - 1 else UNSET
-            async for out in _answer_chunks(chunks, answer, base, n, usages, info):
+            async for out in _answer_chunks(chunks, answer, base, n, usages, info, echoed):
                 yield out
             await answer.events.aclose()
     except Exception as exc:  # a tier failed mid-stream: the status cannot change any more
@@ -195,16 +195,6 @@ async def event_stream(
     yield DONE
 
 
-async def release(runs: Sequence[asyncio.Future[Answer]]) -> None:
-    """Close the events of every run that answered; cancel the others (their errors are read, so
-    none is reported as never retrieved)."""
-    for run in runs:
-        if not run.done():
-            run.cancel()
-        elif not run.cancelled() and run.exception() is None:
-            await run.result().events.aclose()
-
-
 async def _answer_chunks(
     chunks: _Chunks,
     answer: Answer,
@@ -212,9 +202,11 @@ async def _answer_chunks(
     n: int,
     usages: list[Usage],
     info: TiergateInfo | msgspec.UnsetType,
+    echoed: bytes,
 ) -> AsyncGenerator[bytes, None]:
-    """One prompt's answer: its choices' text (with the logprobs read before it), then each choice's
-    finishing chunk; ``info`` rides on the very last one."""
+    """One prompt's answer: ``echoed`` (its choices' echoed prompt) once the first event is read (an
+    answer's events, once begun, are closed properly), its choices' text (with the logprobs read
+    before it), then each choice's finishing chunk; ``info`` rides on the very last one."""
     offsets = _Offsets()
     scores: dict[int, list[TokenLogprob]] = {}
     open_choices = set(range(n))
@@ -225,6 +217,9 @@ async def _answer_chunks(
         return chunks.chunk([CompletionChoice("", base + choice, body, _reason(reason))], info=info)
 
     async for event in answer.events:
+        if echoed:
+            yield echoed
+            echoed = b""
         if isinstance(event, TextDelta) and event.text:
             body = offsets.body(event.choice, scores.pop(event.choice, None))
             yield chunks.chunk([CompletionChoice(event.text, base + event.choice, body, None)])
@@ -238,4 +233,4 @@ async def _answer_chunks(
                 yield b"".join(end(c, event.reason, info if c == remaining[-1] else UNSET) for c in remaining)
             return
     if remaining := sorted(open_choices):  # the events ended without Finished: stopped, nothing counted
-        yield b"".join(end(c, "stop", info if c == remaining[-1] else UNSET) for c in remaining)
+        yield echoed + b"".join(end(c, "stop", info if c == remaining[-1] else UNSET) for c in remaining)
