@@ -75,6 +75,9 @@ class FakeVLLM:
         app.router.add_get("/health", self._health)
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/v1/chat/completions", self._chat)
+        # Legacy completions get the chat shape too: the cloud wire reads a message's content as it
+        # reads a completion's text.
+        app.router.add_post("/v1/completions", self._chat)
         runner = web.AppRunner(app)
         self._loop.run_until_complete(runner.setup())
         self._loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", self.port).start())
