@@ -66,7 +66,7 @@ class Verdict:
         """For the route reason and the ledger row: which rules decided, with their actions."""
         if not self.fired:
             return ""
-        return "; residency: " + ", ".join(f"{label} → {action}" for label, action in self.fired)
+        return "; residency: " + ", ".join(f"{label} -> {action}" for label, action in self.fired)
 
 
 NOTHING = Verdict()
