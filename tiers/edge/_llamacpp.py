@@ -88,7 +88,7 @@ class LlamaCppTier(SerialEngineTier):
         )
         token_text = llm._model.token_get_text
         self._tokens = {"bos": token_text(llm.token_bos()), "eos": token_text(llm.token_eos())}
-        self._vocab = _vocabulary(llm)
+        self._vocab = vocabulary(llm._model)
         self._llm = llm
 
     # -- on the worker thread -------------------------------------------------
@@ -171,14 +171,14 @@ class _LlamaEngine:
         self._llm.n_tokens = length
 
 
-def _vocabulary(llm: Any) -> Vocabulary:
+def vocabulary(model: Any) -> Vocabulary:
     """Every token's text and name (special tokens' names only for the latter), the end-of-generation
     tokens, and llguidance's tokenizer (as ``llguidance.llamacpp.lltokenizer_from_vocab`` builds it,
     from the pieces read here) when llguidance is installed."""
     import llama_cpp
 
-    vocab = llm._model.vocab
-    size = int(llm.n_vocab())
+    vocab = model.vocab  # a llama_cpp._internals.LlamaModel (Llama._model)
+    size = int(model.n_vocab())
     buffer = ctypes.create_string_buffer(256)
 
     def piece(token: int) -> bytes:
