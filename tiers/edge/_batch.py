@@ -11,8 +11,10 @@ stops, ``n`` answers), which gives back the token to append next.  Requests join
 cancelled sequence leaves at once and its KV cells are freed (``llama_memory_seq_rm``).
 
 Prompt-prefix reuse: the cells of a finished request's tokens (prompt and answer) are kept as a *prefix
-slot* (an extra sequence id; :data:`PREFIX_SLOTS` of them, least recently used replaced) when the prompt
-is long enough.  A later prompt that shares at least ``MIN_GAIN_TOKENS`` with a slot gets those cells by
+slot* (an extra sequence id): one slot, like the serial engine's live context, or :data:`PREFIX_SLOTS`
+with ``edge.prefix_cache_mb`` on.  The new tokens replace the slot they share the most with (a system
+prompt, an earlier turn of the conversation: the newer holds it too), else the least recently used.  A
+later prompt that shares at least ``MIN_GAIN_TOKENS`` with a slot gets those cells by
 ``llama_memory_seq_cp`` (in a unified cache the cells are shared, not copied) and evaluates only the
 rest: a shared system prompt is evaluated once.
 
@@ -39,14 +41,15 @@ from tiers._types import Generation, Health, TierState
 from tiers.edge._config import EdgeConfig, default_threads
 from tiers.edge._decode import Decoder, Emit, Steps, budget_for
 from tiers.edge._llamacpp import LlamaCppTier, shipped_model_path, vocabulary
-from tiers.edge._prefix import MIN_GAIN_TOKENS, MIN_PROMPT_TOKENS, shared_prefix
+from tiers.edge._prefix import MIN_GAIN_TOKENS, shared_prefix
 from tiers.edge._text import render_prompt
 
 log = logging.getLogger(__name__)
 
 # Prompt tokens a joining request may add to a step in which others decode (all of n_batch when alone).
-PREFILL_CHUNK = 64
-# Finished requests' token cells kept for prefix reuse (when edge.prefix_cache_mb is not 0).
+# On a 2-core AVX2 machine a prompt token costs ~8 ms: 32 of them stretch the others' step ~0.25 s.
+PREFILL_CHUNK = 32
+# Finished requests' token cells kept for prefix reuse when edge.prefix_cache_mb is not 0 (else one).
 PREFIX_SLOTS = 2
 
 __all__ = ["BatchedLlamaTier"]
@@ -99,7 +102,7 @@ class BatchedLlamaTier(LlamaCppTier):
         self.step_tokens = 0
 
     def _slot_count(self) -> int:
-        return PREFIX_SLOTS if self._config.prefix_cache_mb else 0
+        return PREFIX_SLOTS if self._config.prefix_cache_mb else 1
 
     @property
     def slots(self) -> int:
@@ -366,16 +369,27 @@ class BatchedLlamaTier(LlamaCppTier):
         self.prefixes.hits += 1
         return best
 
+    def _forget_prefixes(self) -> None:
+        """Empty the cache (nothing running): no slot kept, the cells placed from the first again."""
+        import llama_cpp
+
+        assert not self._running
+        llama_cpp.llama_memory_clear(self._ctx.memory, True)
+        self._slots.clear()
+
     def _keep_prefix(self, seq: _Seq) -> None:
         import llama_cpp
 
-        if not self._slot_ids or len(seq.prompt) < MIN_PROMPT_TOKENS:
+        if len(seq.tokens) < MIN_GAIN_TOKENS:
             return
-        covered = max((shared_prefix(t, seq.prompt) for t in self._slots.values()), default=0)
-        if covered >= len(seq.prompt) // 2:  # a shared system prompt is kept once, not per question
-            return
+        sharing = max(
+            self._slots, key=lambda slot: shared_prefix(self._slots[slot], seq.tokens), default=None
+        )
         free = [s for s in self._slot_ids if s not in self._slots]
-        slot = free[0] if free else next(iter(self._slots))
+        if sharing is not None and shared_prefix(self._slots[sharing], seq.tokens) >= MIN_GAIN_TOKENS:
+            slot = sharing  # the newer tokens hold the shared part too
+        else:
+            slot = free[0] if free else next(iter(self._slots))
         self._remove(slot)
         self._slots.pop(slot, None)
         llama_cpp.llama_memory_seq_cp(self._ctx.memory, seq.seq_id, slot, 0, len(seq.tokens))

@@ -60,10 +60,12 @@ async def tier() -> AsyncIterator[BatchedLlamaTier]:
 
 
 async def _together(tier: BatchedLlamaTier, gens: list[Generation]) -> list[Completion]:
-    """``gens`` joining in the same step: the worker is held until all of them wait for it."""
+    """``gens`` joining in the same step of an empty cache: the worker is held until all of them wait
+    for it (the same mix twice: the same cells, the same answers)."""
     held, hold = threading.Event(), threading.Event()
 
     def wait() -> None:
+        tier._forget_prefixes()
         held.set()
         hold.wait(30)
 
