@@ -94,6 +94,7 @@ def summarise(cells: dict[tuple[str, int], list[Batch]]) -> list[dict[str, Any]]
                 "ttft_p50_s": pct(ttfts, 50),
                 "ttft_p99_s": pct(ttfts, 99),
                 "rounds": len(batches),
+                "rejected_429": sum(b.rejected for b in batches),
             }
         )
     solo = {r["path"]: r for r in rows if r["concurrency"] == 1}
@@ -155,11 +156,12 @@ async def main(argv: list[str] | None = None) -> int:
         for gateway in gateways.values():
             gateway.stop()
     rows = summarise(dict(sorted(cells.items())))
-    print(f"{'path':14} {'c':>2} {'tok/s':>7} {'x1':>5} {'ttft p50':>9} {'ttft p99':>9} {'p99/idle':>8}")
+    print(f"{'path':14} {'c':>2} {'tok/s':>7} {'x1':>5} {'ttft p50':>9} {'ttft p99':>9} {'p99/idle':>8} 429s")
     for r in rows:
         print(
             f"{r['path']:14} {r['concurrency']:>2} {r['tokens_per_s']:7.1f} {r['vs_one_client']:5.2f} "
-            f"{r['ttft_p50_s']:9.3f} {r['ttft_p99_s']:9.3f} {r['ttft_p99_vs_idle_p50']:8.2f}"
+            f"{r['ttft_p50_s']:9.3f} {r['ttft_p99_s']:9.3f} {r['ttft_p99_vs_idle_p50']:8.2f} "
+            f"{r['rejected_429']}"
         )
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(
