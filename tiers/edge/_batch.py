@@ -30,7 +30,6 @@ import logging
 import threading
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -40,7 +39,7 @@ from tiers._events import Event
 from tiers._types import Generation, Health, TierState
 from tiers.edge._config import EdgeConfig, default_threads
 from tiers.edge._decode import Decoder, Emit, Steps, budget_for
-from tiers.edge._llamacpp import LlamaCppTier, shipped_model_path, vocabulary
+from tiers.edge._llamacpp import LlamaCppTier, model_file, vocabulary
 from tiers.edge._prefix import MIN_GAIN_TOKENS, shared_prefix
 from tiers.edge._text import render_prompt
 
@@ -87,7 +86,8 @@ class BatchedLlamaTier(LlamaCppTier):
         super().__init__(config, instance)
         self.max_sequences = config.max_sequences
         self.sequence_tokens = min(config.sequence_tokens or config.context_tokens, config.context_tokens)
-        self._slot_ids = list(range(self.max_sequences, self.max_sequences + self._slot_count()))
+        first = self.max_sequences  # prefix slots' sequence ids come after the requests'
+        self._slot_ids = list(range(first, first + (PREFIX_SLOTS if config.prefix_cache_mb else 1)))
         self._slots: collections.OrderedDict[int, tuple[int, ...]] = collections.OrderedDict()
         self._ctx: Any = None
         self._model: Any = None
@@ -98,11 +98,7 @@ class BatchedLlamaTier(LlamaCppTier):
         self._serving = False
         self._running: list[_Seq] = []
         self._free = list(range(self.max_sequences))[::-1]  # free sequence ids, the lowest taken first
-        self.steps = 0  # llama_decode calls, and the tokens they decoded (for the bench and operators)
-        self.step_tokens = 0
-
-    def _slot_count(self) -> int:
-        return PREFIX_SLOTS if self._config.prefix_cache_mb else 1
+        self.steps = 0  # llama_decode calls (for the tests and the bench)
 
     @property
     def slots(self) -> int:
@@ -130,9 +126,7 @@ class BatchedLlamaTier(LlamaCppTier):
 
         set_verbose(False)
         llama_cpp.llama_backend_init()
-        path = Path(self._config.model_path).expanduser() if self._config.model_path else shipped_model_path()
-        if not path.is_file():
-            raise FileNotFoundError(f"{path} is not a file")
+        path = model_file(self._config)
         self._gpu = bool(self._config.n_gpu_layers) and bool(llama_cpp.llama_supports_gpu_offload())
         params = llama_cpp.llama_model_default_params()
         layers = self._config.n_gpu_layers
@@ -202,6 +196,8 @@ class BatchedLlamaTier(LlamaCppTier):
         """Steps until no request is running or waiting."""
         try:
             while True:
+                if self._health is Health.DOWN:  # closing: what is inside ends now, not after its answer
+                    self._close_all()
                 with self._guard:
                     joining = []
                     while self._jobs and self._free:
@@ -221,6 +217,15 @@ class BatchedLlamaTier(LlamaCppTier):
             with self._guard:  # never left serving with nobody to serve: the next request starts again
                 self._serving = False
             raise
+
+    def _close_all(self) -> None:
+        closed = TierUnavailable(self.name, "the edge instance is closing")
+        for seq in list(self._running):
+            self._leave(seq, closed)
+        with self._guard:
+            jobs, self._jobs = list(self._jobs), collections.deque()
+        for job in jobs:
+            job.emit(closed)
 
     def _join(self, job: _Job, seq_id: int) -> None:
         try:
@@ -282,7 +287,6 @@ class BatchedLlamaTier(LlamaCppTier):
         if code != 0:
             raise RuntimeError(f"llama_decode returned {code}")
         self.steps += 1
-        self.step_tokens += batch.n_tokens
         for at, seq in rows:
             pointer = llama_cpp.llama_get_logits_ith(self._ctx.ctx, at)
             self._feed(seq, np.ctypeslib.as_array(pointer, shape=(self._vocab_size,)))

@@ -52,6 +52,14 @@ def shipped_model_path() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / SHIPPED_MODEL_FILE
 
 
+def model_file(config: EdgeConfig) -> Path:
+    """The GGUF an engine loads: ``model_path``, else the shipped one; FileNotFoundError if not a file."""
+    path = Path(config.model_path).expanduser() if config.model_path else shipped_model_path()
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is not a file")
+    return path
+
+
 class LlamaCppTier(SerialEngineTier):
     thread_name = "llama"
 
@@ -73,9 +81,7 @@ class LlamaCppTier(SerialEngineTier):
     def _load(self) -> None:
         from llama_cpp import Llama, llama_supports_gpu_offload
 
-        path = Path(self._config.model_path).expanduser() if self._config.model_path else shipped_model_path()
-        if not path.is_file():
-            raise FileNotFoundError(f"{path} is not a file")
+        path = model_file(self._config)
         # n_gpu_layers only where this llama.cpp build can offload (built with CMAKE_ARGS=-DGGML_CUDA=on)
         self._gpu = bool(self._config.n_gpu_layers) and bool(llama_supports_gpu_offload())
         llm = Llama(

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tiers import Completion, Finished, Generation, Started, TextDelta, collect
+from tiers import Completion, Finished, Generation, Started, TextDelta, TierUnavailable, collect
 from tiers.edge import EdgeConfig, EdgeRegistry
 from tiers.edge._batch import PREFILL_CHUNK, BatchedLlamaTier
 
@@ -201,3 +201,51 @@ async def test_the_registry_batches_by_default_and_admits_as_many() -> None:
         assert "batches up to 4 sequences" in registry.state().detail
     finally:
         await registry.aclose()
+
+
+async def test_n_answers_and_a_json_schema_are_per_sequence_in_a_batch(tier: BatchedLlamaTier) -> None:
+    """A request with two answers (the sequence rewound to its prompt between them) and one whose answer
+    follows a JSON schema, decoded beside a plain one: each gets what it asked for."""
+    import json
+
+    schema = {
+        "type": "object",
+        "properties": {"city": {"type": "string"}, "population": {"type": "integer"}},
+        "required": ["city", "population"],
+        "additionalProperties": False,
+    }
+    two = _ask("Say hello.", max_tokens=8, n=2, temperature=0.8, seed=5)
+    shaped = _ask(
+        "Give the largest city of Portugal as JSON.",
+        max_tokens=60,
+        response_format={"type": "json_schema", "json_schema": {"name": "city", "schema": schema}},
+    )
+    plain = _ask("Name three colors.", max_tokens=12)
+    answers, structured, text = await _together(tier, [two, shaped, plain])
+    assert len(answers.choices) == 2 and all(c.text for c in answers.choices)
+    value = json.loads(structured.text)
+    assert set(value) == {"city", "population"} and isinstance(value["population"], int)
+    assert text.text and text.usage.completion_tokens <= 12
+
+
+async def test_closing_the_instance_ends_what_is_inside_at_once() -> None:
+    tier = BatchedLlamaTier(EdgeConfig(threads=1, max_sequences=2, prefix_cache_mb=0))
+    await tier.start()
+    streams = [tier.generate(_ask(ESSAY[0]["content"], max_tokens=1500, seed=i)) for i in range(3)]
+    for stream in streams[:2]:
+        assert isinstance(await anext(stream), Started)
+    third = asyncio.ensure_future(anext(streams[2]))  # waits: both sequences are taken
+    for _ in range(100):
+        if tier.state().queued == 1:
+            break
+        await asyncio.sleep(0.01)
+    assert tier.state().queued == 1
+    started = time.monotonic()
+    await tier.aclose()
+    assert time.monotonic() - started < 10
+    with pytest.raises(TierUnavailable, match="closing"):
+        await third
+    for stream in streams[:2]:  # the running ones end too
+        with pytest.raises(TierUnavailable, match="closing"):
+            async for _ in stream:
+                pass
