@@ -413,7 +413,8 @@ async def main(argv: list[str] | None = None) -> int:
         engines = [e for e in engines if not e.startswith("onnx")]
 
     configs = {
-        "llamacpp": ('backend = "llamacpp"', EdgeConfig()),
+        # the serial engine, as the raw loop it is compared with (batching: bench/edge_batch.py)
+        "llamacpp": ('backend = "llamacpp"\nmax_sequences = 1', EdgeConfig(max_sequences=1)),
         "onnx-fp32": (
             f'backend = "onnx"\nonnx_model_dir = "{ONNX_DIR}"',
             EdgeConfig(backend="onnx", onnx_model_dir=str(ONNX_DIR)),
