@@ -254,7 +254,8 @@ def test_a_full_edge_queue_answers_429_at_once(tmp_path) -> None:
 
     # at the assumed 2 requests/s, a 0.5 s tolerable delay bounds the fast lane at one waiter
     config = (
-        "[cloud]\nenabled = false\n[admission]\ninitial_rate_per_s = 2\nmin_queue = 1\n"
+        "[cloud]\nenabled = false\n[edge]\nmax_sequences = 1\n"  # the serial engine: one slot
+        "[admission]\ninitial_rate_per_s = 2\nmin_queue = 1\n"
         "[admission.fast]\nmax_queue_delay_s = 0.5\n"
     )
     gw = start_gateway(tmp_path, config)

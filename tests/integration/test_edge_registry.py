@@ -256,7 +256,9 @@ def test_unknown_versions_missing_names_and_tenant_keys(registry_gw: Gateway, tm
 
 def test_two_instances_serve_two_clients_at_once(tmp_path: Path) -> None:
     """Admission gives the edge one slot per instance, and the requests spread over them."""
-    gw = start_gateway(tmp_path, "[cloud]\nenabled = false\n[edge]\ninstances = 2\nthreads = 1\n")
+    gw = start_gateway(
+        tmp_path, "[cloud]\nenabled = false\n[edge]\ninstances = 2\nthreads = 1\nmax_sequences = 1\n"
+    )
     try:
         essay = [{"role": "user", "content": "Write a very long essay about the history of Rome."}]
         client = gw.client(timeout=120)

@@ -72,6 +72,12 @@ class EdgeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     # (tiers/_cpus.py).  With a list, the default threads are its CPUs shared out among instances.
     cpus: list[Annotated[int, msgspec.Meta(ge=0)]] = msgspec.field(default_factory=list)
     batch_tokens: int = 512
+    # llama.cpp: requests decoded together per instance (continuous batching, one llama_decode a step);
+    # 1: one at a time (the serial engine).  ONNX always runs one at a time.
+    max_sequences: Annotated[int, msgspec.Meta(ge=1, le=64)] = 4
+    # llama.cpp batching: the context each sequence gets, in tokens; 0: the model's context_tokens.
+    # The instance's KV cache holds (max_sequences + 2 prefix slots) of these.
+    sequence_tokens: Annotated[int, msgspec.Meta(ge=0)] = 0
     # Requests waiting for one instance beyond this many are answered 429 at once.
     max_queue: int = 32
     # llama.cpp: layers offloaded to the GPU (-1: all) when llama-cpp-python was built with CUDA.

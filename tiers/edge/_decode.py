@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -45,6 +45,9 @@ DEFAULT_TEMPERATURE = 0.2
 DEFAULT_TOP_P = 0.9
 
 Emit = Callable[[Event | BaseException], None]
+# A request's decoding as a state machine (:meth:`Decoder.steps`): it yields the token to append, is sent
+# the logits row after it, and returns whether it finished (False: cancelled).
+Steps = Generator[int, Row, bool]
 
 
 class Engine(Protocol):
@@ -81,9 +84,10 @@ class _Choice:
 
 
 class Decoder:
-    """One request's decoding: compile its grammar, then run its answers on ``engine``."""
+    """One request's decoding: compile its grammar, then run its answers on ``engine`` (:meth:`run`), or
+    step by step where an engine batches several sequences (:meth:`steps`, no ``engine`` needed)."""
 
-    def __init__(self, tier: str, engine: Engine, vocab: Vocabulary, gen: Generation) -> None:
+    def __init__(self, tier: str, engine: Engine | None, vocab: Vocabulary, gen: Generation) -> None:
         self._tier = tier
         self._engine = engine
         self._vocab = vocab
@@ -107,16 +111,40 @@ class Decoder:
         return matcher
 
     def run(self, prompt: list[int], budget: int, emit: Emit, cancel: threading.Event) -> bool:
-        """Every answer, then :class:`Finished`; False when cancelled first."""
+        """Every answer on this decoder's engine, one sequence alone, then :class:`Finished`; False
+        when cancelled first."""
+        engine = self._engine
+        assert engine is not None, "a decoder without an engine is driven by steps()"
+        first, cached = engine.prefill(prompt)
+        steps = self.steps(prompt, first, cached, budget, emit, cancel, engine.rewind)
+        try:
+            token = next(steps)
+            while True:
+                token = steps.send(engine.advance(token))
+        except StopIteration as done:
+            return bool(done.value)
+
+    def steps(
+        self,
+        prompt: list[int],
+        first: Row,
+        cached: int,
+        budget: int,
+        emit: Emit,
+        cancel: threading.Event,
+        rewind: Callable[[int], None],
+    ) -> Steps:
+        """Every answer after an evaluated prompt (``first``: its last row), driven one token at a time
+        (see :data:`Steps`): a batching engine drives many of these, one step each per ``llama_decode``.
+        ``rewind`` forgets the answer's tokens before the next of ``n`` answers."""
         gen = self._gen
-        first, cached = self._engine.prefill(prompt)
         seed = gen.seed if gen.seed is not None else random.getrandbits(32)
         made = 0
         reason = "stop"
         for i in range(max(1, gen.n)):
             if i:
-                self._engine.rewind(len(prompt))
-            choice = self._answer(i, prompt, first, seed + i, budget, emit, cancel)
+                rewind(len(prompt))
+            choice = yield from self._answer(i, prompt, first, seed + i, budget, emit, cancel)
             if choice is None:
                 return False
             made += choice.tokens
@@ -150,7 +178,7 @@ class Decoder:
         budget: int,
         emit: Emit,
         cancel: threading.Event,
-    ) -> _Choice | None:
+    ) -> Generator[int, Row, _Choice | None]:
         gen, vocab = self._gen, self._vocab
         sampler = self._sampler(seed, prompt)
         guide = None if self._matcher is None else _Guide(self._matcher.deep_copy(), vocab.guide.vocab_size)
@@ -188,7 +216,7 @@ class Decoder:
                 reason = "stop"
                 break
             if produced < budget:
-                row = self._engine.advance(token)
+                row = yield token
         if not scanner.stopped:
             for event in output.feed(scanner.flush(text.flush())):
                 emit(event)

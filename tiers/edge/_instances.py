@@ -18,6 +18,7 @@ from typing import Any
 from tiers._errors import TierUnavailable
 from tiers._events import Event
 from tiers._types import Capabilities, Generation, Health, MediaLimits, Modality
+from tiers.edge._batch import BatchedLlamaTier
 from tiers.edge._config import EdgeConfig, EdgeModel
 from tiers.edge._grammar import edge_abilities
 from tiers.edge._llamacpp import LlamaCppTier
@@ -53,7 +54,9 @@ class InstanceSet:
         self.model = model
         self.capabilities = capabilities_of(model)
         engine = config.for_model(model)
-        kind = OnnxTier if model.backend == "onnx" else LlamaCppTier
+        kind: type[SerialEngineTier] = OnnxTier if model.backend == "onnx" else LlamaCppTier
+        if kind is LlamaCppTier and engine.max_sequences > 1:
+            kind = BatchedLlamaTier  # continuous batching (tiers/edge/_batch.py)
         self.instances: list[SerialEngineTier] = [
             kind(engine, instance=f"{model.name}/{i}") for i in range(config.instance_count())
         ]

@@ -52,6 +52,14 @@ def shipped_model_path() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / SHIPPED_MODEL_FILE
 
 
+def model_file(config: EdgeConfig) -> Path:
+    """The GGUF an engine loads: ``model_path``, else the shipped one; FileNotFoundError if not a file."""
+    path = Path(config.model_path).expanduser() if config.model_path else shipped_model_path()
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is not a file")
+    return path
+
+
 class LlamaCppTier(SerialEngineTier):
     thread_name = "llama"
 
@@ -73,9 +81,7 @@ class LlamaCppTier(SerialEngineTier):
     def _load(self) -> None:
         from llama_cpp import Llama, llama_supports_gpu_offload
 
-        path = Path(self._config.model_path).expanduser() if self._config.model_path else shipped_model_path()
-        if not path.is_file():
-            raise FileNotFoundError(f"{path} is not a file")
+        path = model_file(self._config)
         # n_gpu_layers only where this llama.cpp build can offload (built with CMAKE_ARGS=-DGGML_CUDA=on)
         self._gpu = bool(self._config.n_gpu_layers) and bool(llama_supports_gpu_offload())
         llm = Llama(
@@ -88,7 +94,7 @@ class LlamaCppTier(SerialEngineTier):
         )
         token_text = llm._model.token_get_text
         self._tokens = {"bos": token_text(llm.token_bos()), "eos": token_text(llm.token_eos())}
-        self._vocab = _vocabulary(llm)
+        self._vocab = vocabulary(llm._model)
         self._llm = llm
 
     # -- on the worker thread -------------------------------------------------
@@ -172,14 +178,14 @@ class _LlamaEngine:
         self._llm.n_tokens = length
 
 
-def _vocabulary(llm: Any) -> Vocabulary:
+def vocabulary(model: Any) -> Vocabulary:
     """Every token's text and name (special tokens' names only for the latter), the end-of-generation
     tokens, and llguidance's tokenizer (as ``llguidance.llamacpp.lltokenizer_from_vocab`` builds it,
     from the pieces read here) when llguidance is installed."""
     import llama_cpp
 
-    vocab = llm._model.vocab
-    size = int(llm.n_vocab())
+    vocab = model.vocab  # a llama_cpp._internals.LlamaModel (Llama._model)
+    size = int(model.n_vocab())
     buffer = ctypes.create_string_buffer(256)
 
     def piece(token: int) -> bytes:

@@ -78,7 +78,7 @@ class EdgeRegistry:
     @property
     def concurrency(self) -> int:
         """How many requests it works on at once (admission's slots for the edge)."""
-        return len(self._active.instances)
+        return sum(i.slots for i in self._active.instances)
 
     def state(self) -> TierState:
         sets = [self._active, *self._retiring]

@@ -71,6 +71,11 @@ class SerialEngineTier:
         )
 
     @property
+    def slots(self) -> int:
+        """Requests it runs at once (one; a batching engine more)."""
+        return 1
+
+    @property
     def load(self) -> int:
         """Requests running or waiting on this instance."""
         return int(self._lock.locked()) + self._waiting
@@ -119,33 +124,47 @@ class SerialEngineTier:
             await self._lock.acquire()
         finally:
             self._waiting -= 1
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[Event | BaseException] = asyncio.Queue()
+        queue, emit = self._channel()
         cancel = threading.Event()
-
-        def emit(item: Event | BaseException) -> None:
-            loop.call_soon_threadsafe(queue.put_nowait, item)
-
         try:
-            job = loop.run_in_executor(self._executor, self._generate, gen, emit, cancel)
+            job = asyncio.get_running_loop().run_in_executor(
+                self._executor, self._generate, gen, emit, cancel
+            )
         except BaseException:
             self._lock.release()
             raise
         job.add_done_callback(lambda _: self._lock.release())
         try:
-            item = await queue.get()
-            if isinstance(item, BaseException):  # before the answer began: nothing was produced
-                raise item
-            yield Started(self.instance, self._config.model_name)
-            while True:
-                yield item
-                if isinstance(item, Finished):
-                    return
-                item = await queue.get()
-                if isinstance(item, BaseException):
-                    raise item
+            async for event in self._relay(queue):
+                yield event
         finally:
             cancel.set()  # the worker stops at its next token; the lock is freed when it has
+
+    @staticmethod
+    def _channel() -> tuple[asyncio.Queue[Event | BaseException], Emit]:
+        """A queue on the event loop, and the worker thread's function that puts into it."""
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[Event | BaseException] = asyncio.Queue()
+
+        def emit(item: Event | BaseException) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, item)
+
+        return queue, emit
+
+    async def _relay(self, queue: asyncio.Queue[Event | BaseException]) -> AsyncGenerator[Event, None]:
+        """The worker's events: :class:`Started` once the first is there, then each to :class:`Finished`;
+        an error raised (before the first event: nothing was produced)."""
+        item = await queue.get()
+        if isinstance(item, BaseException):
+            raise item
+        yield Started(self.instance, self._config.model_name)
+        while True:
+            yield item
+            if isinstance(item, Finished):
+                return
+            item = await queue.get()
+            if isinstance(item, BaseException):
+                raise item
 
     # -- for backends -----------------------------------------------------------
 

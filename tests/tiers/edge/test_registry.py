@@ -79,7 +79,7 @@ async def _idle(registry: EdgeRegistry) -> None:
 
 
 async def test_requests_spread_over_instances_and_a_conversation_sticks() -> None:
-    registry = EdgeRegistry(EdgeConfig(instances=2, threads=1, prefix_cache_mb=0))
+    registry = EdgeRegistry(EdgeConfig(instances=2, threads=1, prefix_cache_mb=0, max_sequences=1))
     await registry.start()
     try:
         assert registry.concurrency == 2 and registry.state().health is Health.READY
@@ -98,7 +98,7 @@ async def test_requests_spread_over_instances_and_a_conversation_sticks() -> Non
 
 
 async def test_closing_a_stream_stops_its_instance_and_not_the_other() -> None:
-    registry = EdgeRegistry(EdgeConfig(instances=2, threads=1, prefix_cache_mb=0))
+    registry = EdgeRegistry(EdgeConfig(instances=2, threads=1, prefix_cache_mb=0, max_sequences=1))
     await registry.start()
     essay = [{"role": "user", "content": "Write a very long essay about the history of Rome."}]
     try:
