@@ -41,7 +41,7 @@ from tiers.edge._config import EdgeConfig, default_threads
 from tiers.edge._decode import Decoder, Emit, Steps, budget_for
 from tiers.edge._llamacpp import LlamaCppTier, model_file, vocabulary
 from tiers.edge._prefix import MIN_GAIN_TOKENS, shared_prefix
-from tiers.edge._text import render_prompt
+from tiers.edge._text import prompt_text
 
 log = logging.getLogger(__name__)
 
@@ -246,10 +246,10 @@ class BatchedLlamaTier(LlamaCppTier):
         if self._model is None or vocab is None:
             raise TierUnavailable(self.name, "model not loaded")
         try:
-            text = render_prompt(gen.messages, gen.tools, self._tokens["bos"], self._tokens["eos"])
+            text, add_bos = prompt_text(gen, self._tokens["bos"], self._tokens["eos"])
         except ValueError as exc:
             raise TierRejected(self.name, str(exc)) from exc
-        prompt = self._model.tokenize(text.encode("utf-8"), False, True)  # the template has the BOS
+        prompt = self._model.tokenize(text.encode("utf-8"), add_bos, True)  # a chat's template has it
         budget = budget_for(gen, len(prompt), self.sequence_tokens, self.name)
         seq = _Seq(job, seq_id, prompt, budget, Decoder(self.name, None, vocab, gen))
         self._remove(seq_id)

@@ -249,3 +249,16 @@ async def test_closing_the_instance_ends_what_is_inside_at_once() -> None:
         with pytest.raises(TierUnavailable, match="closing"):
             async for _ in stream:
                 pass
+
+
+async def test_a_raw_prompt_is_taken_as_it_is(tier: BatchedLlamaTier) -> None:
+    """Legacy completions: ``Generation.prompt`` goes in untemplated (SmolLM2's tokenizer adds no BOS),
+    as the serial engine takes it (tests/tiers/edge/test_raw_prompt.py)."""
+    prompt = "The capital of France is"
+    gen = Generation(
+        messages=[{"role": "user", "content": prompt}], prompt=prompt, max_tokens=4, temperature=0
+    )
+    raw = await collect(tier.generate(gen))
+    chat = await collect(tier.generate(Generation(messages=gen.messages, max_tokens=4, temperature=0)))
+    assert raw.usage.prompt_tokens == 5  # "The capital of France is": five tokens, nothing around them
+    assert chat.usage.prompt_tokens > raw.usage.prompt_tokens  # the chat template's turns
