@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import msgspec
 
+from gateway.accounts.budgets import REQUEST_TAGS
 from gateway.accounts.ledger import (
     Charge,
     Ledger,
@@ -97,7 +98,9 @@ class Recorder:
         """``tags_header``: the request's X-Tiergate-Tags (a malformed one: 400, naming it)."""
         if caller.tenant is None:
             raise PermissionDenied("admin keys manage tenants; chat with a tenant's key")
-        tags = encode_tags(request_tags(request.metadata, tags_header))
+        parsed = request_tags(request.metadata, tags_header)
+        REQUEST_TAGS.set(parsed)  # for the tag budgets, when the router decides (this task's context)
+        tags = encode_tags(parsed)
         return Call(
             caller,
             caller.tenant,

@@ -3,13 +3,19 @@ that add up exactly to the tenant's total, on SQLite and PostgreSQL; a v3 databa
 
 from __future__ import annotations
 
+import json
 import random
+import time
 from pathlib import Path
 
+import msgspec
 import pytest
 from sqlalchemy import Engine, create_engine, func, select
 
+import router
+from gateway.accounts.budgets import BudgetBook, spent_tag_usd
 from gateway.accounts.ledger import (
+    NANO,
     LedgerRow,
     ReportQuery,
     cost_report,
@@ -183,3 +189,47 @@ def test_a_v3_database_gains_tags(tmp_path: Path) -> None:
     insert_rows(engine, [row(1, cost=5, tags=encode_tags({"team": "search"})), row(1, cost=7)])
     report = cost_report(engine, ReportQuery.parse(None, None, None, "tag:team"), None)
     assert [(r["tag:team"], r["cost_nusd"]) for r in report["rows"]] == [("search", 5), (None, 7)]
+
+
+async def test_a_spent_tag_budget_governs_the_requests_carrying_that_tag(engine: Engine) -> None:
+    with engine.begin() as conn:
+        conn.execute(tenants.insert(), [{"name": "acme", "created_at": 0}])
+    now = 1_781_524_800.0  # 2026-06-15 12:00 UTC: the rows an hour before are in the same day
+    day = time.strftime("%Y-%m-%d", time.gmtime(now))
+    search, ads = encode_tags({"team": "search"}), encode_tags({"team": "ads"})
+    rows = [row(1, cost=2 * NANO, tags=search), row(1, cost=NANO // 2, tags=ads), row(1, cost=NANO)]
+    insert_rows(engine, [msgspec.structs.replace(r, ts=now - 3600, day=day) for r in rows])
+    assert spent_tag_usd(engine, "acme", ("team", "search"), now - 7200) == 2.0
+    policy = router.TenantPolicy(
+        budget=router.Budget(amount_usd=100, on_exhausted="refuse"),
+        tag_budgets=(
+            router.TagBudget(tag="team=search", amount_usd=1.5, period="day"),
+            router.TagBudget(tag="team=ads", amount_usd=1.0),
+        ),
+    )
+    book = BudgetBook(engine, lambda _t: policy, refresh_s=60, clock=lambda: now)
+    for tags in ({"team": "search"}, {"team": "ads"}, None):
+        book.governing("acme", policy, tags)  # noted: read on the next refresh
+    await book.refresh()
+    governed, spend, tag = book.governing("acme", policy, {"team": "search", "feature": "x"})
+    assert tag == "team=search" and spend is not None and spend.spent_usd == 2.0
+    assert governed.budget == router.Budget(amount_usd=1.5, period="day", on_exhausted="refuse")
+    for tags in ({"team": "ads"}, {"team": "other"}, None):  # within its budget, or none: the tenant's
+        governed, spend, tag = book.governing("acme", policy, tags)
+        assert governed is policy and tag is None and spend is not None and spend.spent_usd == 3.5
+
+
+@pytest.mark.parametrize(
+    ("tag_budgets", "field"),
+    [
+        ([{"tag": "team", "amount_usd": 1}], "tag_budgets.0.tag"),
+        ([{"tag": "team=search", "amount_usd": 0}], "tag_budgets.0.amount_usd"),
+        ([{"tag": "team=a,b", "amount_usd": 1}], "tag_budgets.0.tag"),
+        ([{"tag": "team=a", "amount_usd": 1}] * 2, "tag_budgets"),
+    ],
+)
+def test_a_malformed_tag_budget_names_its_field(tag_budgets: list[dict[str, object]], field: str) -> None:
+    with pytest.raises(router.PolicyInvalid) as caught:
+        policy = router.decode_policy(json.dumps({"tag_budgets": tag_budgets}))
+        router.check_policy(policy, ["edge"])
+    assert caught.value.field == field

@@ -1,7 +1,8 @@
 """Cost by tag through a real gateway (in front of a fake cloud): the official openai client sends
 ``metadata`` and ``X-Tiergate-Tags`` (Chat Completions and the Responses API); the ledger rows carry
 the tags; the admin API, its CSV and the CLI group and filter by tag and add up to the tenant's
-total exactly; a malformed header is a 400 that names it, and nothing is recorded for it."""
+total exactly; a malformed header is a 400 that names it; a spent tag budget refuses its tag's
+requests (the policy says refuse) and no others."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ from tests.faults._support import start_cloud_gateway
 @pytest.fixture(scope="module")
 def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     with FakeVLLM(delay_s=0.01) as fake:
-        gw = start_cloud_gateway(tmp_path_factory.mktemp("tags"), fake.url)
+        tables = "[router]\nbudget_refresh_s = 0.2\n"  # tag budgets re-read quickly
+        gw = start_cloud_gateway(tmp_path_factory.mktemp("tags"), fake.url, tables=tables)
         yield gw
         gw.stop()
 
@@ -175,3 +177,51 @@ def test_a_header_sent_twice_counts_both(gw: Gateway) -> None:
     body = {"model": "cloud", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
     response = httpx.post(f"{gw.url}/v1/chat/completions", json=body, headers=headers, timeout=30)
     assert response.status_code == 400 and "twice" in response.json()["error"]["message"]
+
+
+def test_a_spent_tag_budget_refuses_that_tags_requests_only(gw: Gateway) -> None:
+    httpx.post(f"{gw.url}/admin/api/tenants", json={"name": "budgeted"}, headers=gw.admin).raise_for_status()
+    key = httpx.post(f"{gw.url}/admin/api/tenants/budgeted/keys", headers=gw.admin).json()["key"]
+    policy = {
+        "budget": {"on_exhausted": "refuse"},
+        "tag_budgets": [{"tag": "team=search", "amount_usd": 1e-9, "period": "day"}],  # one request spends it
+    }
+    put = httpx.put(f"{gw.url}/admin/api/tenants/budgeted/policy", json=policy, headers=gw.admin)
+    assert put.status_code == 200, put.text
+    client = gw.client(
+        api_key=key, timeout=30
+    )  # tiergate-auto: the router decides (a named tier is not checked)
+
+    def ask(tags: str | None) -> None:
+        client.chat.completions.create(
+            model="tiergate-auto",
+            messages=[{"role": "user", "content": "hello"}],
+            max_tokens=4,
+            extra_headers={"X-Tiergate-Tags": tags} if tags else None,
+        )
+
+    ask("team=search")  # within the budget until the ledger says otherwise
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            ask("team=search")
+        except openai.RateLimitError as exc:
+            assert "tagged team=search" in str(exc) and "budget spent" in str(exc)
+            break
+        assert time.monotonic() < deadline, "the spent tag budget never refused"
+        time.sleep(0.2)
+    ask("team=ads")  # other tags and untagged requests go on
+    ask(None)
+    client.chat.completions.create(  # metadata tags count the same
+        model="tiergate-auto",
+        messages=[{"role": "user", "content": "hi"}],
+        max_tokens=4,
+        metadata={"team": "ads"},
+    )
+    with pytest.raises(openai.RateLimitError):
+        client.chat.completions.create(
+            model="tiergate-auto",
+            messages=[{"role": "user", "content": "hi"}],
+            max_tokens=4,
+            metadata={"team": "search"},
+        )
