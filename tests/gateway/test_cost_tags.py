@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import Engine, create_engine, func, select
 
 import router
-from gateway.accounts.budgets import BudgetBook, spent_tag_usd
+from gateway.accounts.budgets import REQUEST_TAGS, BudgetBook, spent_tag_usd
 from gateway.accounts.ledger import (
     NANO,
     LedgerRow,
@@ -28,8 +28,15 @@ from gateway.accounts.ledger import (
 )
 from gateway.accounts.storage import SCHEMA_VERSION, ledger, ledger_tags, open_database, tenants
 from gateway.accounts.storage._schema import schema_version
+from gateway.api.protocol import parse_chat_request
 from gateway.errors import InvalidRequest
+from gateway.ops.metrics import Metrics
+from gateway.pipeline.chat import RequestContext
+from gateway.pipeline.routing import RoutingService, tier_prices
+from gateway.settings import DEFAULT_PRICES, RouterSettings
 from tests.gateway.test_ledger import row
+from tests.gateway.test_routing import Tier, body
+from tests.pipeline import chat_service, complete
 
 
 @pytest.fixture
@@ -135,6 +142,10 @@ def _reconciles(engine: Engine) -> None:
     assert window["total"]["cost_nusd"] == sum(
         r.cost_nusd for r in mine if r.day == "2026-01-02" and r.tags and '"team":"ads"' in r.tags
     )
+    # What a tag budget sums: the same rows.
+    assert spent_tag_usd(engine, "a", ("team", "search"), 0) * NANO == pytest.approx(
+        sum(r.cost_nusd for r in wanted)
+    )
     # Every tenant, by tenant and tag: adds up to everyone's total.
     everyone = cost_report(engine, ReportQuery.parse(None, None, None, "tenant,tag:team"), None)
     assert sum(r["cost_nusd"] for r in everyone["rows"]) == sum(r.cost_nusd for r in mine + theirs)
@@ -233,3 +244,42 @@ def test_a_malformed_tag_budget_names_its_field(tag_budgets: list[dict[str, obje
         policy = router.decode_policy(json.dumps({"tag_budgets": tag_budgets}))
         router.check_policy(policy, ["edge"])
     assert caught.value.field == field
+
+
+async def test_the_router_sends_a_spent_tags_requests_to_the_cheapest_tier(
+    tmp_path: Path, engine: Engine
+) -> None:
+    with engine.begin() as conn:
+        conn.execute(tenants.insert(), [{"name": "acme", "created_at": 0}])
+    now = time.time()
+    spent = row(1, cost=2 * NANO, tags=encode_tags({"team": "search"}))
+    insert_rows(engine, [msgspec.structs.replace(spent, ts=now - 1)])
+    policy = router.TenantPolicy(
+        quality_floor=0.6,  # only the cloud (0.7) meets it: the dearer tier, unless a budget is spent
+        budget=router.Budget(on_exhausted="cheapest"),
+        tag_budgets=(router.TagBudget(tag="team=search", amount_usd=1.0),),  # a month
+    )
+    edge, cloud = Tier("edge", 0.4), Tier("cloud", 0.7)
+    tiers = {"edge": edge, "cloud": cloud}
+    book = BudgetBook(engine, lambda _t: policy, refresh_s=60)
+    routing = RoutingService(
+        RouterSettings(exploration=0.0),
+        router.AutoRule(),
+        tier_prices(DEFAULT_PRICES, tiers),
+        tmp_path,
+        policy_of=lambda _t: policy,
+        budgets=book,
+    )
+    chat = chat_service(tiers, router.AutoRule(), Metrics(), routing=routing)
+
+    async def route(tags: dict[str, str] | None) -> tuple[str, str]:
+        REQUEST_TAGS.set(tags)
+        routed, _ = await complete(chat, parse_chat_request(body()), "r", RequestContext(tenant="acme"))
+        return routed.tier, routed.reason
+
+    assert (await route({"team": "search"}))[0] == "cloud"  # its spend is read on the next refresh
+    await book.refresh()
+    tier, reason = await route({"team": "search"})
+    assert tier == "edge" and "budget spent ($2.0000 of $1 this month): cheapest" in reason
+    assert (await route({"team": "ads"}))[0] == "cloud"
+    assert (await route(None))[0] == "cloud"
