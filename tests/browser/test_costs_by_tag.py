@@ -4,6 +4,8 @@ filter narrows both. A gateway of its own in front of a fake cloud: it starts in
 
 from __future__ import annotations
 
+import csv
+import io
 import re
 import sqlite3
 from collections.abc import Iterator
@@ -88,6 +90,12 @@ def test_the_cost_page_split_by_a_tag_adds_up_to_the_tenant_total(
     assert per_team[:2] == [tag_cost(gw, "product", "team", "ads"), tag_cost(gw, "product", "team", "search")]
     assert page.locator("[data-total='cost']").get_attribute("data-nusd") == str(cost)
     screenshot(page, "costs-by-tag")
+    with page.expect_download() as download:  # the CSV: per day and team, the same total
+        page.click("text=Download CSV")
+    table = list(csv.DictReader(io.StringIO(download.value.path().read_text())))
+    assert table[-1]["day"] == "total" and int(table[-1]["cost_nusd"]) == cost
+    assert sum(int(r["cost_nusd"]) for r in table[:-1]) == cost
+    assert sorted(r["tag:team"] for r in table[:-1]) == ["", "ads", "search"]
 
     # Only the search team, split by feature.
     page.select_option("#by", "tag:feature")
