@@ -21,7 +21,7 @@ MEDIA = policies.POLICY_MEDIA
 class Field:
     name: str  # dotted path in the policy
     label: str
-    kind: str  # number | select | checkbox
+    kind: str  # number | select | checkbox | json (a list, edited as JSON text)
     help: str = ""
     choices: tuple[tuple[str, str], ...] = ()  # (value, label) for selects
     step: str = "any"
@@ -110,6 +110,19 @@ def fields(tiers: list[str]) -> list[tuple[str, list[Field]]]:
             ],
         ),
         (
+            "Residency rules",
+            [
+                Field(
+                    "residency",
+                    "Rules (JSON)",
+                    "json",
+                    'e.g. [{"detector": "iban", "action": "keep_local"}, {"detector": "email", '
+                    '"action": "redact"}]; detectors: email, phone, iban, card, national_id, secret, '
+                    'pattern (with "pattern"); actions: keep_local, redact, refuse',
+                )
+            ],
+        ),
+        (
             "Cache and degradation",
             [
                 Field("cache", "Answer repeats from the result cache", "checkbox"),
@@ -141,7 +154,9 @@ def flatten(policy: policies.TenantPolicy) -> dict[str, str]:
     }
 
     def walk(prefix: str, value: Any) -> None:
-        if isinstance(value, dict):
+        if isinstance(value, list):
+            out[prefix[:-1]] = json.dumps(value) if value else ""
+        elif isinstance(value, dict):
             for key, inner in value.items():
                 walk(f"{prefix}{key}.", inner)
         else:
@@ -172,6 +187,12 @@ def parse(form: dict[str, str], tiers: list[str]) -> tuple[dict[str, Any], dict[
                 value: Any = _tag_budgets(text, errors)
             elif field.kind == "checkbox":
                 value = bool(text)
+            elif field.kind == "json":
+                try:
+                    value = json.loads(text) if text else []
+                except ValueError as exc:
+                    errors[field.name] = f"not JSON: {exc}"
+                    continue
             elif field.kind == "number":
                 if not text:
                     value = None

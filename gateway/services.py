@@ -228,7 +228,8 @@ async def open_services(
         stack.push_async_callback(routing.aclose)
         store_ = cache.open_store(settings.cache, settings.data_path) if settings.cache.enabled else None
         aliases = {n: (a.model, a.strategy) for n, a in settings.model_aliases().items()}
-        tier_set = TierSet(admitted, breakers, aliases)
+        remote = frozenset(n for n, c in settings.tier_configs().items() if c.location == "remote")
+        tier_set = TierSet(admitted, breakers, aliases, remote)
         chat = ChatService(
             tier_set,
             metrics,

@@ -11,6 +11,7 @@ from litestar.di import NamedDependency
 from litestar.exceptions import MethodNotAllowedException
 from litestar.types import Receive, Scope, Send
 
+from gateway.api import completions as legacy
 from gateway.api.asgi_io import EventStream, JSONAnswer, read_body
 from gateway.api.framing import chat_headers, event_stream, json_body, route_headers
 from gateway.api.protocol import encode
@@ -47,6 +48,41 @@ async def chat_completions(scope: Scope, receive: Receive, send: Send) -> None:
         response = EventStream(event_stream(answer), route_headers(answer.routed))
     else:
         response = JSONAnswer(await json_body(answer), route_headers(answer.routed))
+    await response(scope, receive, send)
+
+
+@asgi("/v1/completions", copy_scope=False)
+async def completions(scope: Scope, receive: Receive, send: Send) -> None:
+    """POST only: OpenAI's legacy completions (gateway/api/completions/), each prompt a run of the
+    chat pipeline in its raw-prompt mode; framed as ``text_completion``."""
+    if scope["method"] != "POST":  # type: ignore[typeddict-item]
+        raise MethodNotAllowedException(headers={"Allow": "POST"})
+    services = services_of(scope["app"].state)
+    headers = chat_headers(scope)
+    limit = services.settings.server.max_body_bytes
+    rid = request_id(scope)
+
+    def noted(tenant: str, model: str) -> None:
+        services.observer.note(scope, tenant, model)
+
+    asked, answers, later = await legacy.start(
+        services.pipeline,
+        services.auth,
+        headers,
+        lambda: read_body(receive, headers.get("content-length"), limit),
+        rid,
+        noted,
+    )
+    first = answers[0]
+    response: JSONAnswer | EventStream
+    if asked.stream:
+        events = legacy.event_stream(
+            first, later, asked.prompts, asked.n, echo=asked.echo, include_usage=asked.include_usage, rid=rid
+        )
+        response = EventStream(events, route_headers(first.routed))
+    else:
+        body = await legacy.json_body(answers, asked.prompts, asked.n, asked.echo, rid)
+        response = JSONAnswer(body, route_headers(first.routed))
     await response(scope, receive, send)
 
 
@@ -115,6 +151,7 @@ async def prometheus_metrics(
 
 ROUTES = [
     chat_completions,
+    completions,
     *RESPONSES_ROUTES,
     list_models,
     retrieve_model,

@@ -17,6 +17,8 @@ from litestar import Response, get
 from litestar.di import NamedDependency
 
 from gateway.api.answers import ChatCompletion, ModelCard, ModelList
+from gateway.api.completions.answer import TextCompletion
+from gateway.api.completions.request import MAX_PROMPTS, CompletionRequest
 from gateway.api.protocol import MAX_CHOICES, ChatCompletionRequest
 from gateway.services import Services
 
@@ -69,9 +71,31 @@ def _errors(*statuses: int) -> dict[str, Any]:
 @functools.cache
 def openapi_document(models: tuple[str, ...]) -> dict[str, Any]:
     """The document for a gateway serving ``models`` (any other model name is a 404)."""
-    (request, completion, model_list, model_card, _), components = msgspec.json.schema_components(
-        [ChatCompletionRequest, ChatCompletion, ModelList, ModelCard, ErrorBody], ref_template=_REF
+    (request, completion, model_list, model_card, _, legacy, text), components = (
+        msgspec.json.schema_components(
+            [
+                ChatCompletionRequest,
+                ChatCompletion,
+                ModelList,
+                ModelCard,
+                ErrorBody,
+                CompletionRequest,
+                TextCompletion,
+            ],
+            ref_template=_REF,
+        )
     )
+    # Legacy completions: text prompts only, and no suffix (no tier's model fills in the middle).
+    legacy_fields = components["CompletionRequest"]["properties"]
+    legacy_fields["model"] = {"type": "string", "enum": list(models)}
+    text_prompt = {"type": "string", "minLength": 1}
+    legacy_fields["prompt"] = {
+        "anyOf": [
+            text_prompt,
+            {"type": "array", "items": text_prompt, "minItems": 1, "maxItems": MAX_PROMPTS},
+        ]
+    }
+    legacy_fields["suffix"] = {"enum": ["", None], "default": None}
     request_schema = components["ChatCompletionRequest"]
     # What the parser checks beyond the types: only an assistant's turn may lack content (when it has
     # tool calls), only a tool's carries a tool_call_id; tool_choice needs tools.
@@ -128,6 +152,24 @@ def openapi_document(models: tuple[str, ...]) -> dict[str, Any]:
                             },
                         },
                         **_errors(400, 401, 403, 404, 413, 415, 422, 429, 502, 503),
+                    },
+                }
+            },
+            "/v1/completions": {
+                "post": {
+                    "operationId": "createCompletion",
+                    "security": secured,
+                    "requestBody": {"required": True, "content": {"application/json": {"schema": legacy}}},
+                    "responses": {
+                        "200": {
+                            "description": "the text completion, or with stream=true its server-sent events",
+                            "content": {
+                                "application/json": {"schema": text},
+                                # each event: a text_completion chunk as JSON, an error, or [DONE]
+                                "text/event-stream": {"schema": _EVENT},
+                            },
+                        },
+                        **_errors(400, 401, 403, 404, 413, 429, 502, 503),
                     },
                 }
             },

@@ -19,6 +19,7 @@ from gateway.ops.metrics import Metrics
 from gateway.ops.tracing import Tracing
 from gateway.pipeline import degrade
 from gateway.pipeline.tierset import AUTO_MODEL, TierSet
+from gateway.residency import NOTHING, Verdict
 from tiers import Ability, Generation, Modality
 
 _PART_MODALITY = {
@@ -126,6 +127,7 @@ class Plan:
     modalities: frozenset[Modality]
     degraded: tuple[str, ...]
     features: router.Features
+    residency: Verdict = NOTHING  # what the tenant's residency rules found (redactions, the note)
 
     @property
     def order(self) -> tuple[str, ...]:
@@ -203,9 +205,11 @@ class Planner:
         fail_instead_of_degrade: bool | None,
         *,
         strategy: str = "",
+        residency: Verdict = NOTHING,
     ) -> Plan:
         views = self._tiers.views()
-        features = features_of(request, media, tenant, strategy)
+        kept_local = residency.first("keep_local")
+        features = dataclasses.replace(features_of(request, media, tenant, strategy), kept_local=kept_local)
         lost = router.to_degrade(views, features)
         degraded: tuple[str, ...] = ()
         if lost:
@@ -219,7 +223,10 @@ class Planner:
                     "and this gateway is set to fail instead of serving the request text-only; retry later"
                 )
             request = degrade.without(request, lost)
-            features = features_of(request, degrade.summary_without(media, lost), tenant, strategy)
+            features = dataclasses.replace(
+                features_of(request, degrade.summary_without(media, lost), tenant, strategy),
+                kept_local=kept_local,
+            )
             degraded = tuple(sorted(m.value for m in lost))
             for m in lost:
                 self._metrics.degraded.labels(m.value).inc()
@@ -231,4 +238,4 @@ class Planner:
         self._metrics.route_decided(decision.strategy, decision.tier, decision.reason.kind.value)
         if lost:
             decision = dataclasses.replace(decision, reason=decision.reason.removing(lost))
-        return Plan(request, decision, features.modalities, degraded, features)
+        return Plan(request, decision, features.modalities, degraded, features, residency)

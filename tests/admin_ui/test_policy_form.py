@@ -22,6 +22,10 @@ def test_a_policy_round_trips_through_the_form() -> None:
         modality_rules={Modality.VIDEO: "cloud"},
         cache=False,
         degrade="fail",
+        residency=[
+            router.ResidencyRule(detector="iban", action="keep_local"),
+            router.ResidencyRule(detector="pattern", action="redact", pattern=r"PRJ-\d+", name="project"),
+        ],
         tag_budgets=(
             router.TagBudget(tag="team=search", amount_usd=10.0),
             router.TagBudget(tag="feature=chat bot", amount_usd=2.5, period="day"),
@@ -97,3 +101,9 @@ def test_a_bad_tag_in_a_tag_budget_is_reported_at_its_box() -> None:
     with pytest.raises(router.PolicyInvalid) as caught:
         form.to_policy(body)
     assert caught.value.field == "tag_budgets"
+
+
+def test_residency_rules_that_are_not_json_are_reported_at_their_field() -> None:
+    values = form.flatten(router.TenantPolicy()) | {"residency": "[{detector: iban"}
+    _, errors = form.parse(values, TIERS)
+    assert errors["residency"].startswith("not JSON")

@@ -23,6 +23,7 @@ from gateway.api.protocol import (
     Name,
     Probability,
     ShortText,
+    decode_body,
     decode_error,
 )
 from gateway.errors import InvalidRequest
@@ -214,18 +215,7 @@ def _kind_of(raw: bytes, where: str, known: set[str], what: str) -> str:
 
 def parse_responses_request(body: bytes) -> tuple[ResponsesRequest, list[Item], list[FunctionTool]]:
     """The request, its input items (a string input is one user message) and its function tools."""
-    if not body:
-        raise InvalidRequest("the request body is empty; send a JSON Responses API request")
-    try:
-        request = _request.decode(body)
-    except msgspec.ValidationError as exc:
-        raise decode_error(exc) from exc
-    except msgspec.DecodeError as exc:
-        raise InvalidRequest(f"the request body is not valid JSON: {exc}") from exc
-    except UnicodeDecodeError as exc:
-        raise InvalidRequest(f"the request body is not valid UTF-8 (byte {exc.start})") from exc
-    except RecursionError as exc:
-        raise InvalidRequest("the request body's JSON is nested too deeply") from exc
+    request = decode_body(_request, body, "Responses API request")
     if isinstance(request.input, str):
         items: list[Item] = [MessageItem(role="user", content=request.input)]
     else:
