@@ -12,7 +12,7 @@ import io
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, Engine, and_, case, func, select
+from sqlalchemy import ColumnElement, Engine, Table, and_, case, func, select
 from sqlalchemy.sql import FromClause
 
 from gateway.accounts.ledger._pricing import NANO
@@ -133,34 +133,32 @@ def cost_report(engine: Engine, query: ReportQuery, tenant_id: int | None) -> di
 
 
 def _tag_keys(query: ReportQuery, tenant_id: int | None) -> Any:
-    keys = select(ledger_tags.c.key).distinct().order_by(ledger_tags.c.key).limit(MAX_TAG_KEYS)
+    keys = select(ledger_tags.c.key).distinct().where(*_bounds(ledger_tags, query, tenant_id))
+    return keys.order_by(ledger_tags.c.key).limit(MAX_TAG_KEYS)
+
+
+def _bounds(table: Table, query: ReportQuery, tenant_id: int | None) -> list[ColumnElement[bool]]:
+    """The tenant and time range, on ``ledger`` or ``ledger_tags`` (both have tenant_id and ts)."""
+    where: list[ColumnElement[bool]] = []
     if tenant_id is not None:
-        keys = keys.where(ledger_tags.c.tenant_id == tenant_id)
+        where.append(table.c.tenant_id == tenant_id)
     if query.since is not None:
-        keys = keys.where(ledger_tags.c.ts >= query.since)
+        where.append(table.c.ts >= query.since)
     if query.until is not None:
-        keys = keys.where(ledger_tags.c.ts < query.until)
-    return keys
+        where.append(table.c.ts < query.until)
+    return where
 
 
 def _where(query: ReportQuery, tenant_id: int | None) -> list[ColumnElement[bool]]:
-    where: list[ColumnElement[bool]] = []
-    if tenant_id is not None:
-        where.append(ledger.c.tenant_id == tenant_id)
-    if query.since is not None:
-        where.append(ledger.c.ts >= query.since)
-    if query.until is not None:
-        where.append(ledger.c.ts < query.until)
+    where = _bounds(ledger, query, tenant_id)
     if query.tag is not None:
         # The rows carrying the tag, from ledger_tags' (tenant, key, value, ts) index.
         key, value = query.tag
-        tagged = [ledger_tags.c.key == key, ledger_tags.c.value == value]
-        if tenant_id is not None:
-            tagged.append(ledger_tags.c.tenant_id == tenant_id)
-        if query.since is not None:
-            tagged.append(ledger_tags.c.ts >= query.since)
-        if query.until is not None:
-            tagged.append(ledger_tags.c.ts < query.until)
+        tagged = [
+            ledger_tags.c.key == key,
+            ledger_tags.c.value == value,
+            *_bounds(ledger_tags, query, tenant_id),
+        ]
         where.append(ledger.c.entry_id.in_(select(ledger_tags.c.entry_id).where(*tagged)))
     return where
 
