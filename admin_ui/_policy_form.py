@@ -87,6 +87,13 @@ def fields(tiers: list[str]) -> list[tuple[str, list[Field]]]:
                     "",
                     (("cheapest", "route to the cheapest tier"), ("refuse", "refuse (429)")),
                 ),
+                Field(
+                    "tag_budgets",
+                    "Budgets per cost tag",
+                    "lines",
+                    "one a line: tag amount-USD [day|week|month], e.g. team=search 10 month; "
+                    "once spent, its requests are treated as above",
+                ),
             ],
         ),
         (
@@ -140,7 +147,11 @@ def flatten(policy: policies.TenantPolicy) -> dict[str, str]:
     ``always:edge`` for a policy stored as ``always-edge``)."""
     plain = msgspec.to_builtins(policy)
     plain["strategy"] = policies.canonical_strategy(policy.strategy)
-    out: dict[str, str] = {}
+    out: dict[str, str] = {
+        "tag_budgets": "\n".join(
+            f"{b['tag']} {_text(b['amount_usd'])} {b['period']}" for b in plain.pop("tag_budgets")
+        )
+    }
 
     def walk(prefix: str, value: Any) -> None:
         if isinstance(value, list):
@@ -172,8 +183,10 @@ def parse(form: dict[str, str], tiers: list[str]) -> tuple[dict[str, Any], dict[
     for _, group in fields(tiers):
         for field in group:
             text = form.get(field.name, "").strip()
-            if field.kind == "checkbox":
-                value: Any = bool(text)
+            if field.kind == "lines":
+                value: Any = _tag_budgets(text, errors)
+            elif field.kind == "checkbox":
+                value = bool(text)
             elif field.kind == "json":
                 try:
                     value = json.loads(text) if text else []
@@ -203,9 +216,35 @@ def parse(form: dict[str, str], tiers: list[str]) -> tuple[dict[str, Any], dict[
     return body, errors
 
 
+def _tag_budgets(text: str, errors: dict[str, str]) -> list[dict[str, Any]]:
+    """``team=search 10 month`` lines as the policy's tag budgets (the policy checks the tags, whose
+    values may hold spaces: the amount and the period are the last words)."""
+    budgets = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        words = line.strip().rsplit(None, 2)
+        period = words[-1] if len(words) == 3 and words[-1] in policies.PERIODS else None
+        parts = words if period else line.strip().rsplit(None, 1)
+        try:
+            if len(parts) < 2:
+                raise ValueError
+            amount = float(parts[1])
+        except ValueError:
+            errors["tag_budgets"] = f"line {number}: write tag amount [period], e.g. team=search 10 month"
+            continue
+        budgets.append({"tag": parts[0], "amount_usd": amount, "period": period or "month"})
+    return budgets
+
+
 def to_policy(body: dict[str, Any]) -> policies.TenantPolicy:
     """Decode with the policy's own validation (raises :class:`~gateway.accounts.policies.PolicyInvalid`)."""
-    return policies.decode_policy(json.dumps(body))
+    try:
+        return policies.decode_policy(json.dumps(body))
+    except policies.PolicyInvalid as exc:
+        if exc.field.startswith("tag_budgets."):  # one line of the tag budgets' box
+            raise policies.PolicyInvalid("tag_budgets", exc.message) from exc
+        raise
 
 
 def changes(before: policies.TenantPolicy | None, after: policies.TenantPolicy) -> list[str]:

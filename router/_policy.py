@@ -7,6 +7,8 @@ A :class:`TenantPolicy` is a plain value (msgspec, JSON on the wire and in the d
                     older names of ``always:edge`` and ``always:cloud``)
     latency         the objective: time to first token and/or total time, in ms, at a percentile
     budget          spend allowed per period (day, week, month; UTC), and what to do once spent
+    tag_budgets     spend allowed per period to the requests carrying one cost tag (``team=search``);
+                    once one is spent, a request with that tag is treated as ``budget.on_exhausted`` says
     preferred_tier  taken whenever it meets the objective and the quality floor, even if dearer
     quality_floor   the least declared quality level (0..1) a tier's model must have
     weigh_difficulty  (learned) whether a tier must also have a quality level of at least the
@@ -95,10 +97,28 @@ class ResidencyRule(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
         return self.name or self.detector
 
 
+# A cost tag, key=value (the ledger's tag rules: gateway/accounts/ledger/_tags.py).
+TagText = Annotated[str, Meta(pattern=r"^[A-Za-z0-9_.:/-]{1,64}=[^,\x00-\x1f\x7f]{1,128}$")]
+
+
+class TagBudget(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Spend allowed per period to the tenant's requests that carry ``tag``."""
+
+    tag: TagText
+    amount_usd: Annotated[float, Meta(gt=0)]
+    period: Literal["day", "week", "month"] = "month"
+
+    @property
+    def pair(self) -> tuple[str, str]:
+        key, _, value = self.tag.partition("=")
+        return key, value
+
+
 class TenantPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     strategy: str = "learned"
     latency: LatencyObjective = msgspec.field(default_factory=LatencyObjective)
     budget: Budget = msgspec.field(default_factory=Budget)
+    tag_budgets: Annotated[tuple[TagBudget, ...], Meta(max_length=16)] = ()
     preferred_tier: str | None = None
     quality_floor: Fraction = 0.0
     weigh_difficulty: bool = True
@@ -168,6 +188,9 @@ def check_policy(policy: TenantPolicy, tiers: Collection[str]) -> TenantPolicy:
         raise PolicyInvalid(
             "preferred_tier", f"no tier named {policy.preferred_tier!r}; tiers: {', '.join(sorted(tiers))}"
         )
+    tags = [b.tag for b in policy.tag_budgets]
+    if len(set(tags)) != len(tags):
+        raise PolicyInvalid("tag_budgets", "tag_budgets names a tag twice")
     for modality, tier in policy.modality_rules.items():
         if tier not in tiers:
             raise PolicyInvalid(

@@ -44,6 +44,7 @@
 
   function draw(report) {
     const by = report.by;
+    const name = by.replace(/^tag:/, "");  // tag:team: the team tag's values
     const rows = report.rows;
     const seen = rows.map((r) => r.day);
     let axis = report.since && report.until ? days(report.since, new Date(Date.parse(report.until) - 1).toISOString()) : null;
@@ -64,7 +65,7 @@
     const bar = Math.max(2, Math.min(40, slot * 0.7));
     const y = (v) => T + h - (v / top) * h;
     const svg = el("svg", { viewBox: `0 0 ${W} ${H}`, role: "img",
-      "aria-label": `Cost per day by ${by}; total ${usd(report.total.cost_nusd)}, all-cloud ${usd(report.total.counterfactual_nusd)}` });
+      "aria-label": `Cost per day by ${name}; total ${usd(report.total.cost_nusd)}, all-cloud ${usd(report.total.counterfactual_nusd)}` });
     for (let i = 0; i <= 4; i++) {
       const v = (top * i) / 4;
       el("line", { class: "grid-line", x1: L, x2: W - R, y1: y(v), y2: y(v) }, svg);
@@ -110,7 +111,7 @@
     cfSpan.append(cfSwatch, "all-cloud counterfactual");
     legend.append(cfSpan);
     figure.dataset.drawnNusd = String(drawn);
-    drawnTotal.textContent = `Drawn: ${usd(drawn)} over ${axis.length} day(s), ${series.length} ${by}(s).`;
+    drawnTotal.textContent = `Drawn: ${usd(drawn)} over ${axis.length} day(s), ${series.length} ${name}(s).`;
   }
 
   fetch(figure.dataset.src, { credentials: "same-origin", headers: { Accept: "application/json" } })

@@ -91,11 +91,13 @@ class AdminService:
         since: str | None,
         until: str | None,
         group_by: str | None,
+        tag: str | None = None,
     ) -> dict[str, Any]:
+        """``tag``: only rows carrying it (``team=search``); ``group_by`` may name ``tag:<key>``."""
         if not caller.is_admin:
             assert caller.tenant is not None
             tenant = tenant or caller.tenant.name
-        query = ReportQuery.parse(tenant, since, until, group_by)
+        query = ReportQuery.parse(tenant, since, until, group_by, tag)
         if not caller.is_admin and "tenant" in query.group_by:
             raise PermissionDenied("only an admin key can group costs by tenant")
         tenant_id = None

@@ -98,14 +98,19 @@ def route_headers(routed: Routed) -> dict[str, str]:
     return headers
 
 
-PIPELINE_HEADERS = frozenset((b"authorization", b"cache-control", b"x-session-id", b"content-length"))
+PIPELINE_HEADERS = frozenset(
+    (b"authorization", b"cache-control", b"x-session-id", b"content-length", b"x-tiergate-tags")
+)
 
 
 def chat_headers(scope: Scope) -> dict[str, str]:
     """The few headers the chat path reads, from one scan of the raw ASGI headers: cheaper than
     building ``request.headers`` (a full case-insensitive mapping) on the hot path."""
-    return {
-        name.decode("latin-1"): value.decode("latin-1")
-        for name, value in scope["headers"]
-        if name in PIPELINE_HEADERS
-    }
+    headers: dict[str, str] = {}
+    for name, value in scope["headers"]:
+        if name in PIPELINE_HEADERS:
+            key, text = name.decode("latin-1"), value.decode("latin-1")
+            if key in headers and name == b"x-tiergate-tags":  # sent twice: both count
+                text = f"{headers[key]},{text}"
+            headers[key] = text
+    return headers

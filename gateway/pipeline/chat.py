@@ -224,7 +224,8 @@ class ChatPipeline:
         ctx = self._context(caller, incoming)
         request = await incoming.parse(await incoming.body(), ctx.tenant)  # 2 parse
         incoming.noted(ctx.tenant, request.model)
-        call = self._recorder.begin(caller, request, incoming.request_id)  # what the ledger will see
+        tags = incoming.headers.get("x-tiergate-tags")  # cost tags; a malformed header: 400
+        call = self._recorder.begin(caller, request, incoming.request_id, tags)  # what the ledger will see
         try:
             request, ctx = self._resolve(request, ctx)  # an unknown model: 404
             with self._tracing.span("rate_limit"):

@@ -16,7 +16,16 @@ from dataclasses import dataclass
 
 import msgspec
 
-from gateway.accounts.ledger import Charge, Ledger, LedgerRow, PriceBook, new_entry_id
+from gateway.accounts.budgets import REQUEST_TAGS
+from gateway.accounts.ledger import (
+    Charge,
+    Ledger,
+    LedgerRow,
+    PriceBook,
+    encode_tags,
+    new_entry_id,
+    request_tags,
+)
 from gateway.accounts.tenants import Caller, Demand, RateLimiter, Tenant
 from gateway.api.protocol import AudioPart, ChatCompletionRequest, ImagePart, VideoPart
 from gateway.errors import PermissionDenied, error_body, to_gateway_error
@@ -63,6 +72,7 @@ class Call:
     demand: Demand
     ts: float
     started: float
+    tags: str | None = None  # the cost tags (JSON), from the request's metadata and X-Tiergate-Tags
 
 
 class Recorder:
@@ -82,11 +92,24 @@ class Recorder:
         self._tracing = tracing
         self._activity = activity
 
-    def begin(self, caller: Caller, request: ChatCompletionRequest, request_id: str) -> Call:
+    def begin(
+        self, caller: Caller, request: ChatCompletionRequest, request_id: str, tags_header: str | None = None
+    ) -> Call:
+        """``tags_header``: the request's X-Tiergate-Tags (a malformed one: 400, naming it)."""
         if caller.tenant is None:
             raise PermissionDenied("admin keys manage tenants; chat with a tenant's key")
+        parsed = request_tags(request.metadata, tags_header)
+        REQUEST_TAGS.set(parsed)  # for the tag budgets, when the router decides (this task's context)
+        tags = encode_tags(parsed)
         return Call(
-            caller, caller.tenant, request, request_id, demand_of(request), time.time(), time.perf_counter()
+            caller,
+            caller.tenant,
+            request,
+            request_id,
+            demand_of(request),
+            time.time(),
+            time.perf_counter(),
+            tags,
         )
 
     async def recorded(self, call: Call, answer: Answer) -> Answer:
@@ -215,6 +238,7 @@ class Recorder:
             cost_nusd=charge.cost_nusd,
             counterfactual_nusd=counterfactual,
             metadata=_metadata_of(call.request),
+            tags=call.tags,
         )
 
 

@@ -26,7 +26,7 @@ from typing import Any
 import msgspec
 
 import router
-from gateway.accounts.budgets import BudgetBook
+from gateway.accounts.budgets import REQUEST_TAGS, BudgetBook
 from gateway.ops.background import lower_priority
 from gateway.settings import RouterSettings
 from tiers import Tier
@@ -130,11 +130,18 @@ class RoutingService:
         policy = self._policy_of(features.tenant)
         if features.strategy:  # the model alias the client named routes its own way
             policy = msgspec.structs.replace(policy, strategy=features.strategy)
-        spend = None
-        if self._budgets is not None and policy.budget.amount_usd > 0:
-            spend = self._budgets.spend(features.tenant, policy)
+        spend, tag = None, None
+        if self._budgets is not None and (policy.budget.amount_usd > 0 or policy.tag_budgets):
+            policy, spend, tag = self._budgets.governing(features.tenant, policy, REQUEST_TAGS.get())
         snapshot = self.learner.snapshot(features, views, policy, spend)
-        decision = self.router.decide(features, views, policy, snapshot)
+        try:
+            decision = self.router.decide(features, views, policy, snapshot)
+        except router.BudgetExhausted as exc:
+            if tag is None:
+                raise
+            raise router.BudgetExhausted(
+                f"{exc}: the budget of requests tagged {tag}", exc.retry_after_s
+            ) from exc
         self.learner.routed(decision)
         return decision
 

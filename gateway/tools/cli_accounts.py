@@ -130,7 +130,10 @@ def report(
     tenant: Annotated[str | None, typer.Option(help="Only this tenant (default: all).")] = None,
     since: Annotated[str | None, typer.Option(help="From this ISO date or date-time (UTC).")] = None,
     until: Annotated[str | None, typer.Option(help="Until this ISO date (inclusive) or date-time.")] = None,
-    group_by: Annotated[str, typer.Option(help="Comma list of day, tier, model, tenant.")] = "",
+    group_by: Annotated[
+        str, typer.Option(help="Comma list of day, tier, model, tenant, tag:<key> (a cost tag's key).")
+    ] = "",
+    tag: Annotated[str | None, typer.Option(help="Only requests with this cost tag (team=search).")] = None,
     format: Annotated[str, typer.Option(help="json or csv.")] = "json",
     config: ConfigOption = None,
 ) -> None:
@@ -142,7 +145,7 @@ def report(
         raise typer.Exit(2)
     store = _store(config)
     try:
-        query = ReportQuery.parse(tenant, since, until, group_by)
+        query = ReportQuery.parse(tenant, since, until, group_by, tag)
         tenant_id = store.tenant(query.tenant).id if query.tenant else None
     except GatewayError as exc:
         raise _fail(exc) from exc

@@ -26,8 +26,13 @@ def test_a_policy_round_trips_through_the_form() -> None:
             router.ResidencyRule(detector="iban", action="keep_local"),
             router.ResidencyRule(detector="pattern", action="redact", pattern=r"PRJ-\d+", name="project"),
         ],
+        tag_budgets=(
+            router.TagBudget(tag="team=search", amount_usd=10.0),
+            router.TagBudget(tag="feature=chat bot", amount_usd=2.5, period="day"),
+        ),
     )
     values = form.flatten(policy)
+    assert values["tag_budgets"] == "team=search 10 month\nfeature=chat bot 2.5 day"
     assert values["latency.ttft_ms"] == "300" and values["latency.total_ms"] == "" and values["cache"] == ""
     body, errors = form.parse(values, TIERS)
     assert errors == {}
@@ -72,6 +77,30 @@ def test_changes_list_each_field_that_moved() -> None:
     after = router.TenantPolicy(cache=False, modality_rules={Modality.IMAGE: "cloud"})
     assert form.changes(before, after) == ["cache: on → off", "modality_rules.image: – → cloud"]
     assert form.changes(after, after) == ["no change"]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("team=search", "line 1"),
+        ("team=search ten", "line 1"),
+        ("ok=1 1\nteam=search 1 month extra", "line 2"),
+    ],
+)
+def test_a_tag_budget_line_that_is_not_tag_amount_period_is_reported_at_its_box(
+    text: str, message: str
+) -> None:
+    values = form.flatten(router.TenantPolicy()) | {"tag_budgets": text}
+    _, errors = form.parse(values, TIERS)
+    assert message in errors["tag_budgets"]
+
+
+def test_a_bad_tag_in_a_tag_budget_is_reported_at_its_box() -> None:
+    body, errors = form.parse(form.flatten(router.TenantPolicy()) | {"tag_budgets": "team 5"}, TIERS)
+    assert errors == {}
+    with pytest.raises(router.PolicyInvalid) as caught:
+        form.to_policy(body)
+    assert caught.value.field == "tag_budgets"
 
 
 def test_residency_rules_that_are_not_json_are_reported_at_their_field() -> None:

@@ -27,13 +27,16 @@ from sqlalchemy import Engine
 from gateway.accounts.ledger._procwriter import ProcessWriter, Waiters
 from gateway.accounts.ledger._quarantine import QuarantineLog, fit_row, load_rows
 from gateway.accounts.ledger._row import LedgerRow, encode_row
+from gateway.accounts.ledger._tags import decode_tags
 from gateway.accounts.ledger._wal import WriteAheadLog, read_segment, segment_number
 from gateway.accounts.storage import ledger as ledger_table
+from gateway.accounts.storage import ledger_tags
 from gateway.ops.background import background_thread
 
 log = logging.getLogger(__name__)
 
 _COLUMNS = LedgerRow.__struct_fields__
+_TAG_COLUMNS = ("entry_id", "key", "value", "tenant_id", "ts")
 _MARKS = {"qmark": "?", "format": "%s", "pyformat": "%s"}
 
 
@@ -51,8 +54,19 @@ def insert_rows(engine: Engine, rows: list[LedgerRow]) -> None:
         f"INSERT INTO {ledger_table.name} ({', '.join(_COLUMNS)}) "
         f"VALUES ({', '.join([mark] * len(_COLUMNS))}) ON CONFLICT (entry_id) DO NOTHING"
     )
+    # A tagged row's tags go in the same transaction (a tags value that is not JSON is refused
+    # like any bad value: the row is set aside, the rest go in).
+    tags = [
+        (r.entry_id, k, v, r.tenant_id, r.ts) for r in rows if r.tags for k, v in decode_tags(r.tags).items()
+    ]
     with engine.begin() as conn:
         conn.exec_driver_sql(statement, [msgspec.structs.astuple(row) for row in rows])
+        if tags:
+            conn.exec_driver_sql(
+                f"INSERT INTO {ledger_tags.name} ({', '.join(_TAG_COLUMNS)}) "
+                f"VALUES ({', '.join([mark] * len(_TAG_COLUMNS))}) ON CONFLICT (entry_id, key) DO NOTHING",
+                tags,
+            )
 
 
 class Ledger:

@@ -10,6 +10,7 @@ from gateway.accounts.storage._lock import DataFolderInUse, DataFolderLock
 from gateway.accounts.storage._schema import (
     api_keys,
     ledger,
+    ledger_tags,
     metadata,
     policy_versions,
     prices,
@@ -24,6 +25,7 @@ __all__ = [
     "DataFolderLock",
     "api_keys",
     "ledger",
+    "ledger_tags",
     "metadata",
     "open_database",
     "policy_versions",

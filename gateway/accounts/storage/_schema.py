@@ -97,8 +97,24 @@ ledger = Table(
     Column("price_id", Integer),
     Column("cost_nusd", BigInteger, nullable=False),  # cost in nano-USD: sums are exact
     Column("counterfactual_nusd", BigInteger, nullable=False),  # the same on the counterfactual tier
-    Column("metadata", Text),  # schema v3: the request's metadata (JSON), for cost by tag
+    Column("metadata", Text),  # schema v3: the request's metadata (JSON)
+    Column("tags", Text),  # schema v4: the row's cost tags (JSON, keys sorted); also in ledger_tags
     Index("ix_ledger_tenant_ts", "tenant_id", "ts"),
+)
+
+# Schema v4: one row per (ledger row, tag), for reports and budgets by tag. A key appears at most
+# once per ledger row, so grouping the ledger by one key's value (an outer join) counts each row
+# once: the groups add up to the tenant's total exactly. tenant_id and ts are the ledger row's,
+# so a filter by tag is one index range.
+ledger_tags = Table(
+    "ledger_tags",
+    metadata,
+    Column("entry_id", String(32), primary_key=True),
+    Column("key", String(64), primary_key=True),
+    Column("value", String(128), nullable=False),
+    Column("tenant_id", Integer, nullable=False),
+    Column("ts", Float, nullable=False),
+    Index("ix_ledger_tags_key_value", "tenant_id", "key", "value", "ts"),
 )
 
 # Tenant routing policies (router.TenantPolicy as JSON): the current one per tenant ("*": the

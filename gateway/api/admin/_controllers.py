@@ -109,12 +109,13 @@ async def cost_report(
     since: FromQuery[str | None] = None,
     until: FromQuery[str | None] = None,
     group_by: FromQuery[str | None] = None,
+    tag: FromQuery[str | None] = None,
     format: FromQuery[str] = "json",
 ) -> Response[bytes]:
     admin, caller = await _admin(request, services)
     if format not in FORMATS:
         raise InvalidRequest(f"format must be one of {', '.join(FORMATS)}", param="format")
-    report = await admin.cost_report(caller, tenant, since, until, group_by)
+    report = await admin.cost_report(caller, tenant, since, until, group_by, tag)
     if format == "csv":
         return Response(report_csv(report).encode(), media_type="text/csv; charset=utf-8")
     return _json(report)
