@@ -1,5 +1,5 @@
 """A database written by an older schema gains the media-seconds limit columns and the ledger's
-metadata column on open."""
+metadata (v3) and endpoint (v4) columns on open."""
 
 from __future__ import annotations
 
@@ -32,18 +32,19 @@ def test_a_v1_database_is_migrated_and_a_fresh_one_is_created_current(tmp_path: 
         assert {"video_seconds_per_min", "audio_seconds_per_min"} <= columns
         with engine.connect() as conn:
             versions = conn.execute(select(schema_version.c.version)).scalars().all()
-        assert max(versions) == SCHEMA_VERSION == 3
+        assert max(versions) == SCHEMA_VERSION == 4
         assert "metadata" in {c["name"] for c in inspect(engine).get_columns("ledger")}
         engine.dispose()
 
 
-def test_a_v2_ledger_gains_the_metadata_column_and_keeps_its_rows(tmp_path: Path) -> None:
+def test_a_v2_ledger_gains_the_metadata_and_endpoint_columns_and_keeps_its_rows(tmp_path: Path) -> None:
     path = tmp_path / "v2.db"
     engine = open_database(f"sqlite:///{path}")
     engine.dispose()
     with sqlite3.connect(path) as conn:  # back to v2: the ledger without its metadata column
         conn.execute("ALTER TABLE ledger DROP COLUMN metadata")
-        conn.execute("DELETE FROM schema_version WHERE version = 3")
+        conn.execute("ALTER TABLE ledger DROP COLUMN endpoint")
+        conn.execute("DELETE FROM schema_version WHERE version >= 3")
         conn.execute(
             "INSERT INTO ledger (entry_id, request_id, tenant_id, key_id, ts, day, model_asked, tier,"
             " model_used, route_reason, prompt_tokens, completion_tokens, images, audio, video,"
@@ -53,6 +54,6 @@ def test_a_v2_ledger_gains_the_metadata_column_and_keeps_its_rows(tmp_path: Path
         )
     engine = open_database(f"sqlite:///{path}")
     with engine.connect() as conn:
-        rows = conn.exec_driver_sql("SELECT entry_id, metadata FROM ledger").all()
-    assert rows == [("e1", None)]
+        rows = conn.exec_driver_sql("SELECT entry_id, metadata, endpoint FROM ledger").all()
+    assert rows == [("e1", None, "chat")]
     engine.dispose()

@@ -16,7 +16,13 @@ from gateway.accounts.ledger._pricing import NANO
 from gateway.accounts.storage import ledger, tenants
 from gateway.errors import InvalidRequest
 
-GROUPS = {"day": ledger.c.day, "tier": ledger.c.tier, "model": ledger.c.model_used, "tenant": tenants.c.name}
+GROUPS = {
+    "day": ledger.c.day,
+    "tier": ledger.c.tier,
+    "model": ledger.c.model_used,
+    "endpoint": ledger.c.endpoint,
+    "tenant": tenants.c.name,
+}
 FORMATS = ("json", "csv")
 
 

@@ -36,6 +36,8 @@ class LedgerRow(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
     # The request's metadata (OpenAI's, up to 16 short pairs) as JSON, for cost by tag; None: none.
     # Last and defaulted, so write-ahead segments of rows from before it still load.
     metadata: str | None = None
+    # Which API answered: "chat" or "embeddings" (schema v4); defaulted for older segments.
+    endpoint: str = "chat"
 
 
 encode_row = msgspec.json.Encoder().encode

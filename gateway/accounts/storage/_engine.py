@@ -23,7 +23,7 @@ from gateway.accounts.storage._schema import metadata, schema_version
 log = logging.getLogger(__name__)
 
 # Bump with a migration step in _MIGRATIONS when a table changes.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 # version -> statements that bring a database from version-1 to version.
 _MIGRATIONS: dict[int, list[str]] = {
     2: [
@@ -31,6 +31,7 @@ _MIGRATIONS: dict[int, list[str]] = {
         "ALTER TABLE tenants ADD COLUMN audio_seconds_per_min INTEGER",
     ],
     3: ["ALTER TABLE ledger ADD COLUMN metadata TEXT"],
+    4: ["ALTER TABLE ledger ADD COLUMN endpoint VARCHAR(32) NOT NULL DEFAULT 'chat'"],
 }
 
 

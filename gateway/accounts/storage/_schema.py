@@ -97,6 +97,7 @@ ledger = Table(
     Column("cost_nusd", BigInteger, nullable=False),  # cost in nano-USD: sums are exact
     Column("counterfactual_nusd", BigInteger, nullable=False),  # the same on the counterfactual tier
     Column("metadata", Text),  # schema v3: the request's metadata (JSON), for cost by tag
+    Column("endpoint", String(32), nullable=False, server_default="chat"),  # schema v4: chat, embeddings
     Index("ix_ledger_tenant_ts", "tenant_id", "ts"),
 )
 
