@@ -91,6 +91,7 @@ class EmbeddingPipeline:
         self._tracing = tracing
         self._store = store
         self._ttl_s = ttl_s
+        self._writes: set[asyncio.Task[None]] = set()  # cache writes under way (held: not collected)
         self._counted = {r: metrics.embedding_inputs.labels(r) for r in ("hit", "miss")}
 
     @property
@@ -166,8 +167,8 @@ class EmbeddingPipeline:
         cache_s, hits = 0.0, [False] * len(rows)
         if store is not None and "no-cache" not in directives:
             started = time.perf_counter()
-            stored = await asyncio.gather(*(self._get(store, k) for k in dict.fromkeys(keys)))
-            found = dict(zip(dict.fromkeys(keys), stored, strict=True))
+            distinct_keys = list(dict.fromkeys(keys))
+            found = dict(zip(distinct_keys, await self._get_many(store, distinct_keys), strict=True))
             for i, key in enumerate(keys):
                 value = found[key]
                 if value is not None:
@@ -183,9 +184,9 @@ class EmbeddingPipeline:
             for vector, where in zip(computed, distinct.values(), strict=True):
                 out[where] = vector
             if store is not None:
-                ttl = self._ttl_s
-                pairs = zip(computed, distinct.values(), strict=True)
-                await asyncio.gather(*(self._set(store, keys[w[0]], v, ttl) for v, w in pairs))
+                self._store_later(
+                    store, [(keys[w[0]], v) for v, w in zip(computed, distinct.values(), strict=True)]
+                )
         n_hits = len(rows) - len(misses)
         self._counted["hit"].inc(n_hits)
         self._counted["miss"].inc(len(misses))
@@ -195,22 +196,31 @@ class EmbeddingPipeline:
             status = CacheStatus.HIT if not misses else CacheStatus.MISS
         return _Lookup(out, n_hits, status, cache_s)
 
-    async def _get(self, store: cache.ResultStore, key: str) -> Vectors | None:
+    async def _get_many(self, store: cache.ResultStore, keys: list[str]) -> list[Vectors | None]:
         try:
-            value = await store.get(key)
+            values = await store.get_many(keys)
         except cache.CacheError as exc:
-            log.warning("embedding cache read failed (treated as a miss): %s", exc)
-            return None
-        if value is None or len(value) != 4 * self.embedder.dimensions:
-            return None
-        return np.frombuffer(value, dtype="<f4")
+            log.warning("embedding cache read failed (treated as misses): %s", exc)
+            return [None] * len(keys)
+        size = 4 * self.embedder.dimensions
+        return [np.frombuffer(v, dtype="<f4") if v is not None and len(v) == size else None for v in values]
 
-    @staticmethod
-    async def _set(store: cache.ResultStore, key: str, vector: Vectors, ttl_s: float) -> None:
-        try:
-            await store.set(key, np.asarray(vector, dtype="<f4").tobytes(), ttl_s)
-        except cache.CacheError as exc:
-            log.warning("embedding cache write failed: %s", exc)
+    def _store_later(self, store: cache.ResultStore, entries: list[tuple[str, Vectors]]) -> None:
+        """Store fresh vectors beside the answer, not before it: a disk write is not on the answer's path.
+        One write for all (one transaction on disk; the disk store's one thread runs it before a later
+        request's lookup)."""
+
+        async def write() -> None:
+            try:
+                await store.set_many(
+                    [(k, np.asarray(v, dtype="<f4").tobytes()) for k, v in entries], self._ttl_s
+                )
+            except cache.CacheError as exc:
+                log.warning("embedding cache write failed: %s", exc)
+
+        task = asyncio.get_running_loop().create_task(write())
+        self._writes.add(task)
+        task.add_done_callback(self._writes.discard)
 
 
 def headers_of(routed: Routed) -> Mapping[str, str]:

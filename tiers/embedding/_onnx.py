@@ -71,11 +71,12 @@ class OnnxEmbedder:
                 "embedding model not found in %s (run scripts/setup.sh); /v1/embeddings is off", self._dir
             )
             return
-        await asyncio.to_thread(self._load)
+        await asyncio.to_thread(self.load)
         self._batcher.start()
         log.info("embedding tier ready: %s (%d dimensions) from %s", self.model, self.dimensions, self._dir)
 
-    def _load(self) -> None:
+    def load(self) -> None:
+        """Read the tokenizer and make the ONNX Runtime session (blocking; :meth:`start` runs it aside)."""
         import onnxruntime as ort
         from tokenizers import Tokenizer
 
@@ -85,13 +86,16 @@ class OnnxEmbedder:
         options = ort.SessionOptions()
         options.intra_op_num_threads = self.config.threads
         options.inter_op_num_threads = 1
+        # Idle pool threads sleep instead of spinning: they would take the cores the event loop needs
+        # to answer (and, in the benchmark, the client's) between two calls.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self._session = ort.InferenceSession(
             str(self._dir / "model.onnx"), options, providers=["CPUExecutionProvider"]
         )
         self._tokenizer = tokenizer
 
     def session(self) -> Any:
-        """The ONNX Runtime session itself (the benchmark's baseline)."""
+        """The ONNX Runtime session itself, as :meth:`load` made it (the benchmark's baseline)."""
         return self._session
 
     def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
