@@ -219,3 +219,21 @@ def test_the_cache_is_per_input_and_per_tenant_and_the_ledger_bills_each_its_own
     assert [(r["endpoint"], r["requests"]) for r in theirs["rows"]] == [("embeddings", 1)]
     assert theirs["total"]["prompt_tokens"] == tokens["other"]
     assert theirs["total"]["cost_nusd"] == rows[rid["other"]].cost_nusd > 0
+
+
+def test_a_tenant_over_its_request_limit_gets_429_and_a_refused_input_has_its_ledger_row(gw: Gateway) -> None:
+    from tests.integration.test_tenants_api import fresh_minute
+
+    admin(gw, "POST", "/tenants", json={"name": "limited-embed", "limits": {"requests_per_min": 2}})
+    key = admin(gw, "POST", "/tenants/limited-embed/keys").json()["key"]
+    fresh_minute()
+    too_long = f"too-long-{uuid.uuid4().hex[:8]}"
+    assert post(gw, key=key, input="word " * 300, headers={"X-Request-ID": too_long}).status_code == 400
+    assert post(gw, key=key, input=unique("fine")).status_code == 200
+    refused = post(gw, key=key, input="one more")
+    assert refused.status_code == 429 and 1 <= int(refused.headers["retry-after"]) <= 60
+    assert error_of(refused)["type"] == "rate_limit_exceeded"
+    assert post(gw, input=unique("another tenant")).status_code == 200  # not the default tenant's limit
+    row = ledger_rows(gw, want={too_long})[too_long]
+    assert (row.endpoint, row.status, row.cost_nusd) == ("embeddings", 400, 0)
+    assert "maximum context length" in row.error
