@@ -96,8 +96,8 @@ class EmbeddingPipeline:
 
     @property
     def model_names(self) -> list[str]:
-        """What ``model`` may name (none while the model is not loaded)."""
-        return sorted(self._names) if self.embedder.ready else []
+        """What ``model`` may name (none when the model is not built)."""
+        return sorted(self._names) if self.embedder.available else []
 
     async def run(self, incoming: Incoming) -> EmbeddingAnswer:
         started = time.perf_counter()
@@ -111,6 +111,7 @@ class EmbeddingPipeline:
             self._check(request, len(items))  # the model: 404; dimensions and the input count: 400
             with self._tracing.span("rate_limit"):
                 await self._limiter.admit(call.tenant, Demand())  # 3 limit
+            await self.embedder.loaded()  # the first request loads the model (embedding.preload = false)
             rows = await self._tokens(items)
             headers = incoming.headers
             use_cache = self._policies.policy(call.tenant.name).cache

@@ -13,6 +13,9 @@ class EmbeddingConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     Runtime, in the gateway's process, behind ``POST /v1/embeddings``."""
 
     enabled: bool = True
+    # Load the model when the gateway starts (about 2 s and 150 MB); false: on the first request for it
+    # (that request waits for the load), so a gateway that never embeds never pays for it.
+    preload: bool = False
     # The ONNX export folder (model.onnx, tokenizer.json, embedding.json); empty: <build_cache_dir>/
     # models/all-minilm-l6-v2-onnx. A folder without model.onnx leaves /v1/embeddings answering 404.
     model_dir: str = ""

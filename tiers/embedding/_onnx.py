@@ -38,6 +38,8 @@ class OnnxEmbedder:
         self.max_tokens = config.max_input_tokens or int(meta.get("max_tokens", 256))
         self._tokenizer: Any = None
         self._session: Any = None
+        self._available = (self._dir / "model.onnx").is_file() and (self._dir / "tokenizer.json").is_file()
+        self._loading = asyncio.Lock()
         self._batcher = Batcher(
             self._run,
             self.dimensions,
@@ -54,8 +56,8 @@ class OnnxEmbedder:
 
     @property
     def available(self) -> bool:
-        """Whether the export is there (``scripts/setup.sh`` builds it)."""
-        return (self._dir / "model.onnx").is_file() and (self._dir / "tokenizer.json").is_file()
+        """Whether the export was there at start (``scripts/setup.sh`` builds it)."""
+        return self._available
 
     @property
     def ready(self) -> bool:
@@ -70,9 +72,21 @@ class OnnxEmbedder:
             log.warning(
                 "embedding model not found in %s (run scripts/setup.sh); /v1/embeddings is off", self._dir
             )
+        elif self.config.preload:
+            await self.loaded()
+
+    async def loaded(self) -> None:
+        """Load the model unless it is loaded (once, beside the event loop; callers meanwhile wait)."""
+        if self._session is not None:
             return
-        await asyncio.to_thread(self.load)
-        self._batcher.start()
+        async with self._loading:
+            if self._session is not None:
+                return
+            try:
+                await asyncio.to_thread(self.load)
+            except Exception as exc:  # a corrupt or unreadable export
+                raise TierUnavailable(self.name, f"cannot load the model from {self._dir}: {exc}") from exc
+            self._batcher.start()
         log.info("embedding tier ready: %s (%d dimensions) from %s", self.model, self.dimensions, self._dir)
 
     def load(self) -> None:
@@ -126,8 +140,7 @@ class OnnxEmbedder:
                 )
 
     async def embed(self, rows: Rows) -> Vectors:
-        if self._session is None:
-            raise TierUnavailable(self.name, "the embedding model is not loaded")
+        await self.loaded()
         return await self._batcher.embed(rows)
 
     def _run(self, rows: Rows) -> Vectors:
