@@ -237,3 +237,18 @@ def test_a_tenant_over_its_request_limit_gets_429_and_a_refused_input_has_its_le
     row = ledger_rows(gw, want={too_long})[too_long]
     assert (row.endpoint, row.status, row.cost_nusd) == ("embeddings", 400, 0)
     assert "maximum context length" in row.error
+
+
+def test_metrics_count_inputs_by_cache_result_and_rows_per_call(gw: Gateway) -> None:
+    text = unique("counted")
+    for _ in range(2):
+        assert post(gw, input=[text]).status_code == 200
+    metrics = httpx.get(f"{gw.url}/metrics", timeout=10).text  # loopback: an operator
+    counted = {
+        line.split("{")[1].split("}")[0]: float(line.rsplit(" ", 1)[1])
+        for line in metrics.splitlines()
+        if line.startswith("tiergate_embedding_inputs_total{")
+    }
+    assert counted['result="hit"'] >= 1 and counted['result="miss"'] >= 1
+    assert "tiergate_embedding_batch_rows_count" in metrics
+    assert f'model="{MODEL_NAME}"' in metrics  # the request metrics name the model

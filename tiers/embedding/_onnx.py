@@ -60,10 +60,6 @@ class OnnxEmbedder:
         return self._available
 
     @property
-    def ready(self) -> bool:
-        return self._session is not None
-
-    @property
     def queued(self) -> int:
         return self._batcher.queued
 
