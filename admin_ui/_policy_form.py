@@ -21,7 +21,7 @@ MEDIA = policies.POLICY_MEDIA
 class Field:
     name: str  # dotted path in the policy
     label: str
-    kind: str  # number | select | checkbox
+    kind: str  # number | select | checkbox | json (a list, edited as JSON text)
     help: str = ""
     choices: tuple[tuple[str, str], ...] = ()  # (value, label) for selects
     step: str = "any"
@@ -103,6 +103,19 @@ def fields(tiers: list[str]) -> list[tuple[str, list[Field]]]:
             ],
         ),
         (
+            "Residency rules",
+            [
+                Field(
+                    "residency",
+                    "Rules (JSON)",
+                    "json",
+                    'e.g. [{"detector": "iban", "action": "keep_local"}, {"detector": "email", '
+                    '"action": "redact"}]; detectors: email, phone, iban, card, national_id, secret, '
+                    'pattern (with "pattern"); actions: keep_local, redact, refuse',
+                )
+            ],
+        ),
+        (
             "Cache and degradation",
             [
                 Field("cache", "Answer repeats from the result cache", "checkbox"),
@@ -130,7 +143,9 @@ def flatten(policy: policies.TenantPolicy) -> dict[str, str]:
     out: dict[str, str] = {}
 
     def walk(prefix: str, value: Any) -> None:
-        if isinstance(value, dict):
+        if isinstance(value, list):
+            out[prefix[:-1]] = json.dumps(value) if value else ""
+        elif isinstance(value, dict):
             for key, inner in value.items():
                 walk(f"{prefix}{key}.", inner)
         else:
@@ -159,6 +174,12 @@ def parse(form: dict[str, str], tiers: list[str]) -> tuple[dict[str, Any], dict[
             text = form.get(field.name, "").strip()
             if field.kind == "checkbox":
                 value: Any = bool(text)
+            elif field.kind == "json":
+                try:
+                    value = json.loads(text) if text else []
+                except ValueError as exc:
+                    errors[field.name] = f"not JSON: {exc}"
+                    continue
             elif field.kind == "number":
                 if not text:
                     value = None

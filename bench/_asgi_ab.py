@@ -53,7 +53,7 @@ class InstantTier:
         yield Finished("stop", Usage(3, 2))
 
 
-async def _lifespan(app: Any) -> tuple[asyncio.Queue[dict[str, str]], asyncio.Task[None]]:
+async def lifespan(app: Any) -> tuple[asyncio.Queue[dict[str, str]], asyncio.Task[None]]:
     inbox: asyncio.Queue[dict[str, str]] = asyncio.Queue()
     ready = asyncio.Event()
 
@@ -67,7 +67,7 @@ async def _lifespan(app: Any) -> tuple[asyncio.Queue[dict[str, str]], asyncio.Ta
     return inbox, task
 
 
-async def _request(app: Any) -> int:
+async def request_once(app: Any, path: str = "/v1/chat/completions", body: bytes = BODY) -> int:
     status = 0
     scope = {
         "type": "http",
@@ -75,17 +75,17 @@ async def _request(app: Any) -> int:
         "http_version": "1.1",
         "method": "POST",
         "scheme": "http",
-        "path": "/v1/chat/completions",
-        "raw_path": b"/v1/chat/completions",
+        "path": path,
+        "raw_path": path.encode(),
         "query_string": b"",
         "root_path": "",
-        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(BODY)).encode())],
+        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
         "client": ("127.0.0.1", 50000),
         "server": ("127.0.0.1", 8080),
     }
 
     async def receive() -> dict[str, Any]:
-        return {"type": "http.request", "body": BODY, "more_body": False}
+        return {"type": "http.request", "body": body, "more_body": False}
 
     async def send(message: dict[str, Any]) -> None:
         nonlocal status
@@ -115,17 +115,17 @@ def measure(variants: dict[str, str], rounds: int = 5, requests: int = 2000) -> 
                 overrides[f"observability.{key.strip()}"] = msgspec.json.decode(value.strip())
             settings = load_settings(environ={}, data_dir=data, **overrides)
             apps[name] = create_app(settings, tiers={"cloud": InstantTier()})
-            lifespans.append(await _lifespan(apps[name]))
+            lifespans.append(await lifespan(apps[name]))
         for _ in range(rounds):
             for name, app in apps.items():
                 fmt = variants[name]
                 root.handlers[:] = [logs.handler("text" if '"text"' in fmt else "json", devnull)]
                 root.setLevel(logging.INFO)
                 for _ in range(200):
-                    await _request(app)
+                    await request_once(app)
                 started = time.process_time()
                 for _ in range(requests):
-                    assert await _request(app) == 200
+                    assert await request_once(app) == 200
                 samples[name].append((time.process_time() - started) / requests * 1e6)
         for inbox, task in lifespans:
             await inbox.put({"type": "lifespan.shutdown"})

@@ -207,6 +207,12 @@ _ABILITY_PARAM = {
 def _does_not_fit(exc: router.RequestDoesNotFit) -> GatewayError:
     message = f"no tier can take this request: {exc}"
     why = exc.exclusions
+    if kept := next((e for e in why if isinstance(e, router.KeptLocal)), None):
+        return InvalidRequest(
+            f"{message}; no tier marked local can serve it (residency rule {kept.rule!r})",
+            param="messages",
+            code="residency_keep_local",
+        )
     if why and all(isinstance(e, router.ContextTooSmall) for e in why):
         return InvalidRequest(message, param="messages", code="context_length_exceeded")
     lacking = sorted(a for e in why if isinstance(e, router.Lacks) for a in e.abilities)

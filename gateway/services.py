@@ -34,6 +34,7 @@ from gateway.accounts.admin import AdminService
 from gateway.accounts.budgets import BudgetBook
 from gateway.accounts.ledger import Ledger, PriceBook
 from gateway.accounts.policies import PolicyBook, PolicyStore
+from gateway.accounts.responses import ResponseStore
 from gateway.accounts.storage import open_database
 from gateway.accounts.tenants import Authenticator, FailureThrottle, RateLimiter, TenantStore, make_limiter
 from gateway.media import MediaMetrics, MediaPipeline, MediaTargets
@@ -46,7 +47,7 @@ from gateway.ops.tracing import Tracing
 from gateway.pipeline.admission import admit
 from gateway.pipeline.caching import AnswerCache
 from gateway.pipeline.chat import ChatPipeline, ChatService
-from gateway.pipeline.embeddings import EmbeddingPipeline, embedding_config
+from gateway.pipeline.embeddings.stages import EmbeddingPipeline, embedding_config
 from gateway.pipeline.record import Recorder
 from gateway.pipeline.routing import RoutingService, tier_prices
 from gateway.pipeline.tierset import TierSet
@@ -67,6 +68,7 @@ class Services:
     observer: Observer  # metrics and tracing of requests
     tiers: TierSet  # the tiers by name, with their breakers
     pipeline: ChatPipeline  # a chat request's stages
+    responses: ResponseStore  # stored responses (the Responses API)
     routing: RoutingService
     auth: Authenticator
     tenants: TenantStore
@@ -229,7 +231,8 @@ async def open_services(
         stack.push_async_callback(routing.aclose)
         store_ = cache.open_store(settings.cache, settings.data_path) if settings.cache.enabled else None
         aliases = {n: (a.model, a.strategy) for n, a in settings.model_aliases().items()}
-        tier_set = TierSet(admitted, breakers, aliases)
+        remote = frozenset(n for n, c in settings.tier_configs().items() if c.location == "remote")
+        tier_set = TierSet(admitted, breakers, aliases, remote)
         chat = ChatService(
             tier_set,
             metrics,
@@ -247,6 +250,9 @@ async def open_services(
         activity = Activity(settings.admin_ui.recent_decisions)
         recorder = Recorder(limiter, ledger, prices, metrics, tracing, activity)
         pipeline = ChatPipeline(chat, auth, policies, limiter, recorder, tracing, media)
+        responses = ResponseStore(engine, settings.responses)
+        responses.start()
+        stack.push_async_callback(responses.aclose)
         embeddings = None
         if settings.embedding.enabled:
             embedder = OnnxEmbedder(
@@ -285,6 +291,7 @@ async def open_services(
             observer=observer,
             tiers=tier_set,
             pipeline=pipeline,
+            responses=responses,
             routing=routing,
             auth=auth,
             tenants=store,

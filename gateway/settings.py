@@ -21,6 +21,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from cache import CacheConfig
+from gateway.accounts.responses import ResponseSettings
 from gateway.api.httpguard import HttpSettings
 from gateway.media import MediaSettings
 from gateway.ops.clients import proxy_networks
@@ -263,6 +264,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     scaling: ScalingSettings = msgspec.field(default_factory=ScalingSettings)
     admin_ui: AdminUISettings = msgspec.field(default_factory=AdminUISettings)
     policies: PolicySettings = msgspec.field(default_factory=PolicySettings)
+    responses: ResponseSettings = msgspec.field(default_factory=ResponseSettings)
     router: RouterSettings = msgspec.field(default_factory=RouterSettings)
 
     @property

@@ -41,12 +41,14 @@ from router._learning.predictor import (
     fit_tier,
 )
 from router._policy import (
+    ACTION_ORDER,
     DEFAULT_POLICY,
     PERIODS,
     STRATEGY_ALIASES,
     Budget,
     LatencyObjective,
     PolicyInvalid,
+    ResidencyRule,
     TenantPolicy,
     always_tier,
     canonical_strategy,
@@ -54,13 +56,14 @@ from router._policy import (
     decode_policy,
     strategy_names,
 )
-from router._reason import ContextTooSmall, Exclusion, Failover, Lacks, Reason
+from router._reason import ContextTooSmall, Exclusion, Failover, KeptLocal, Lacks, Reason
 from router._reason import Kind as ReasonKind
 from router._router import Router
 from router._snapshot import NOTHING_LEARNED, Snapshot, Spend
 from router._strategies import BudgetExhausted, Choice, RouteRequest, Strategy
 
 __all__ = [
+    "ACTION_ORDER",
     "DEFAULT_POLICY",
     "FEATURE_NAMES",
     "NOTHING_LEARNED",
@@ -82,6 +85,7 @@ __all__ = [
     "Exclusion",
     "Failover",
     "Features",
+    "KeptLocal",
     "LabelledExample",
     "Lacks",
     "LatencyObjective",
@@ -94,6 +98,7 @@ __all__ = [
     "Reason",
     "ReasonKind",
     "RequestDoesNotFit",
+    "ResidencyRule",
     "RouteRequest",
     "Router",
     "Snapshot",

@@ -13,6 +13,7 @@ from router._reason import (
     BreakerOpen,
     ContextTooSmall,
     Exclusion,
+    KeptLocal,
     Lacks,
     NotAccepted,
     NotReady,
@@ -48,6 +49,7 @@ class TierView:
     state: TierState
     # Modalities whose circuit breaker on this tier is open: not a candidate for requests carrying them.
     open_breakers: frozenset[Modality] = frozenset()
+    local: bool = True  # configured location "local": residency rules may keep requests here
 
     @property
     def ready(self) -> bool:
@@ -83,6 +85,8 @@ def cannot_take(view: TierView, features: Features) -> Exclusion | None:
         return NotAccepted(view.name, missing)
     if lacking := features.needs - view.capabilities.abilities:
         return Lacks(view.name, lacking)
+    if features.kept_local is not None and not view.local:
+        return KeptLocal(view.name, features.kept_local)
     if over := _over_media_limits(view, features):
         return over
     needed = features.prompt_tokens + (features.max_tokens or 1)

@@ -42,6 +42,8 @@ class Features:
     pinned: str | None = None  # the tier the client named; None: the router chooses
     needs: frozenset[Ability] = frozenset()  # what the request asks beyond text (tools, a JSON schema, ...)
     strategy: str | None = None  # a model alias's routing strategy, over the tenant policy's
+    # The residency rule that keeps the request on tiers marked local (None: any tier may serve it).
+    kept_local: str | None = None
 
     @classmethod
     def estimate(

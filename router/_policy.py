@@ -16,6 +16,11 @@ A :class:`TenantPolicy` is a plain value (msgspec, JSON on the wire and in the d
     cache           whether the result cache may answer this tenant
     degrade         when a medium's path is broken everywhere: ``serve`` it text-only, ``fail``
                     (503), or ``default`` (the gateway's setting)
+    residency       rules for sensitive data in a request's text: a detector (email, phone, iban,
+                    card, national_id, secret, or the tenant's own RE2 ``pattern``) and what its
+                    match does: ``keep_local`` (only tiers with location "local" may serve it),
+                    ``redact`` (placeholders before a remote tier sees it, put back in the answer),
+                    or ``refuse`` (400)
 
 Validation happens twice: msgspec checks types and ranges while decoding (the error names
 the field), :func:`check_policy` checks what depends on the gateway (tier and strategy names).
@@ -27,6 +32,7 @@ from collections.abc import Collection, Iterable
 from typing import Annotated, Literal
 
 import msgspec
+import re2
 from msgspec import Meta
 
 from tiers import Modality
@@ -69,6 +75,26 @@ class Budget(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     on_exhausted: Literal["cheapest", "refuse"] = "cheapest"
 
 
+Detector = Literal["email", "phone", "iban", "card", "national_id", "secret", "pattern"]
+ResidencyAction = Literal["keep_local", "redact", "refuse"]
+# When several rules match, the strictest action decides.
+ACTION_ORDER: dict[str, int] = {"redact": 0, "keep_local": 1, "refuse": 2}
+
+
+class ResidencyRule(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    detector: Detector
+    action: ResidencyAction
+    pattern: Annotated[str, Meta(min_length=1, max_length=512)] | None = (
+        None  # RE2 syntax, detector "pattern"
+    )
+    # Named in route reasons, the ledger, metrics and errors; default: the detector's name.
+    name: Annotated[str, Meta(pattern=r"^[A-Za-z0-9_.-]{1,64}$")] | None = None
+
+    @property
+    def label(self) -> str:
+        return self.name or self.detector
+
+
 class TenantPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     strategy: str = "learned"
     latency: LatencyObjective = msgspec.field(default_factory=LatencyObjective)
@@ -79,6 +105,7 @@ class TenantPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     modality_rules: dict[Modality, str] = msgspec.field(default_factory=dict)
     cache: bool = True
     degrade: Literal["default", "serve", "fail"] = "default"
+    residency: Annotated[list[ResidencyRule], Meta(max_length=32)] = msgspec.field(default_factory=list)
 
     @property
     def fail_instead_of_degrade(self) -> bool | None:
@@ -147,4 +174,16 @@ def check_policy(policy: TenantPolicy, tiers: Collection[str]) -> TenantPolicy:
                 f"modality_rules.{modality.value}",
                 f"no tier named {tier!r}; tiers: {', '.join(sorted(tiers))}",
             )
+    for i, rule in enumerate(policy.residency):
+        _check_rule(rule, f"residency.{i}")
     return policy
+
+
+def _check_rule(rule: ResidencyRule, where: str) -> None:
+    if (rule.detector == "pattern") != (rule.pattern is not None):
+        raise PolicyInvalid(f"{where}.pattern", "a pattern goes with detector 'pattern', and only with it")
+    if rule.pattern is not None:
+        try:
+            re2.compile(rule.pattern)
+        except re2.error as exc:
+            raise PolicyInvalid(f"{where}.pattern", f"not an RE2 pattern: {exc}") from exc

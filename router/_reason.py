@@ -137,7 +137,18 @@ class NotConfigured:
         return f"{self.tier} is not configured"
 
 
-Exclusion = NotAccepted | Lacks | OverMediaLimit | ContextTooSmall | NotReady | BreakerOpen | NotConfigured
+@dataclass(frozen=True, slots=True)
+class KeptLocal:  # a residency rule keeps the request on tiers marked local; this one is remote
+    tier: str
+    rule: str  # the rule that decided, e.g. "iban"
+    kind: ClassVar[Kind] = Kind.CAPABILITY
+
+    def __str__(self) -> str:
+        return f"{self.tier} is remote and residency rule {self.rule!r} keeps this request local"
+
+
+CapabilityExclusion = NotAccepted | Lacks | OverMediaLimit | ContextTooSmall | KeptLocal
+Exclusion = CapabilityExclusion | NotReady | BreakerOpen | NotConfigured
 
 
 # -- the causes ------------------------------------------------------------------------------------

@@ -75,6 +75,9 @@ class FakeVLLM:
         app.router.add_get("/health", self._health)
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/v1/chat/completions", self._chat)
+        # Legacy completions get the chat shape too: the cloud wire reads a message's content as it
+        # reads a completion's text.
+        app.router.add_post("/v1/completions", self._chat)
         runner = web.AppRunner(app)
         self._loop.run_until_complete(runner.setup())
         self._loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", self.port).start())
@@ -105,6 +108,8 @@ class FakeVLLM:
             return web.json_response({"error": {"message": "engine crashed"}}, status=500)
         if self.mode == "fail_images" and _has_image(body):
             return web.json_response({"error": {"message": "vision encoder crashed"}}, status=500)
+        if self.mode == "echo":
+            return await self._echo(request, body)
         if not body.get("stream"):
             return web.json_response(
                 {
@@ -132,6 +137,23 @@ class FakeVLLM:
                 "usage": usage,
             }
             await resp.write(b"data: " + json.dumps(payload).encode() + b"\n\n")
+        await resp.write(b"data: [DONE]\n\n")
+        return resp
+
+    async def _echo(self, request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
+        """Answers with the last message's text, streamed three characters a chunk (so that a
+        placeholder the gateway put in is split across chunks)."""
+        content = body["messages"][-1]["content"]
+        text = content if isinstance(content, str) else "".join(p.get("text", "") for p in content)
+        usage = {"prompt_tokens": 3, "completion_tokens": len(text) // 3 + 1}
+        if not body.get("stream"):
+            choice = {"message": {"content": text}, "finish_reason": "stop"}
+            return web.json_response({"model": "fake", "choices": [choice], "usage": usage})
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for i in range(0, len(text), 3):
+            await resp.write(_chunk(text[i : i + 3]))
+        await resp.write(_chunk(None, "stop"))
         await resp.write(b"data: [DONE]\n\n")
         return resp
 

@@ -101,6 +101,9 @@ class Generation:
     """
 
     messages: list[dict[str, Any]]
+    # Legacy completions: the text the model continues, as it is (no chat template); ``messages``
+    # then hold it as one user turn. None: a chat generation.
+    prompt: str | None = None
     max_tokens: int | None = None
     temperature: float | None = None
     top_p: float | None = None

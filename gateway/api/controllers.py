@@ -12,48 +12,18 @@ from litestar.di import NamedDependency
 from litestar.exceptions import MethodNotAllowedException
 from litestar.types import Receive, Scope, Send
 
+from gateway.api import completions as legacy
 from gateway.api.asgi_io import EventStream, JSONAnswer, read_body
-from gateway.api.framing import event_stream, json_body
+from gateway.api.framing import chat_headers, event_stream, json_body, route_headers
 from gateway.api.protocol import encode
 from gateway.api.request_id import request_id
+from gateway.api.responses import ROUTES as RESPONSES_ROUTES
 from gateway.errors import GatewayError, NotFound, PermissionDenied
-from gateway.pipeline.answer import Routed
 from gateway.pipeline.chat import Incoming
-from gateway.pipeline.embeddings import ENDPOINT as EMBEDDINGS
-from gateway.pipeline.embeddings import headers_of
+from gateway.pipeline.embeddings.stages import ENDPOINT as EMBEDDINGS
 from gateway.services import Services, services_of
 
 JSON = "application/json"
-
-
-def _route_headers(routed: Routed) -> dict[str, str]:
-    headers = {
-        "X-Tiergate-Tier": routed.tier,
-        "X-Tiergate-Route-Reason": routed.reason,
-        "X-Tiergate-Cache": routed.cache.value,
-        # Time in the gateway until the answer (or its first byte) was ready, and in the cache.
-        "Server-Timing": f"gateway;dur={routed.server_s * 1000:.3f}, cache;dur={routed.cache_s * 1000:.3f}",
-    }
-    if routed.instance:
-        headers["X-Tiergate-Instance"] = routed.instance
-    if routed.predicted:
-        headers["X-Tiergate-Predicted"] = routed.predicted
-    if routed.degraded:
-        headers["X-Tiergate-Degraded"] = ",".join(routed.degraded)
-    return headers
-
-
-_CHAT_HEADERS = frozenset((b"authorization", b"cache-control", b"x-session-id", b"content-length"))
-
-
-def _chat_headers(scope: Scope) -> dict[str, str]:
-    """The few headers the chat path reads, from one scan of the raw ASGI headers: cheaper than
-    building ``request.headers`` (a full case-insensitive mapping) on the hot path."""
-    return {
-        name.decode("latin-1"): value.decode("latin-1")
-        for name, value in scope["headers"]
-        if name in _CHAT_HEADERS
-    }
 
 
 @asgi("/v1/chat/completions", copy_scope=False)
@@ -65,7 +35,7 @@ async def chat_completions(scope: Scope, receive: Receive, send: Send) -> None:
     if scope["method"] != "POST":  # type: ignore[typeddict-item]
         raise MethodNotAllowedException(headers={"Allow": "POST"})
     services = services_of(scope["app"].state)  # a raw ASGI handler: no dependency injection
-    headers = _chat_headers(scope)
+    headers = chat_headers(scope)
     limit = services.settings.server.max_body_bytes
 
     def noted(tenant: str, model: str) -> None:
@@ -77,21 +47,56 @@ async def chat_completions(scope: Scope, receive: Receive, send: Send) -> None:
     answer = await services.pipeline.run(incoming)
     response: JSONAnswer | EventStream
     if answer.stream:
-        response = EventStream(event_stream(answer), _route_headers(answer.routed))
+        response = EventStream(event_stream(answer), route_headers(answer.routed))
     else:
-        response = JSONAnswer(await json_body(answer), _route_headers(answer.routed))
+        response = JSONAnswer(await json_body(answer), route_headers(answer.routed))
+    await response(scope, receive, send)
+
+
+@asgi("/v1/completions", copy_scope=False)
+async def completions(scope: Scope, receive: Receive, send: Send) -> None:
+    """POST only: OpenAI's legacy completions (gateway/api/completions/), each prompt a run of the
+    chat pipeline in its raw-prompt mode; framed as ``text_completion``."""
+    if scope["method"] != "POST":  # type: ignore[typeddict-item]
+        raise MethodNotAllowedException(headers={"Allow": "POST"})
+    services = services_of(scope["app"].state)
+    headers = chat_headers(scope)
+    limit = services.settings.server.max_body_bytes
+    rid = request_id(scope)
+
+    def noted(tenant: str, model: str) -> None:
+        services.observer.note(scope, tenant, model)
+
+    asked, answers, later = await legacy.start(
+        services.pipeline,
+        services.auth,
+        headers,
+        lambda: read_body(receive, headers.get("content-length"), limit),
+        rid,
+        noted,
+    )
+    first = answers[0]
+    response: JSONAnswer | EventStream
+    if asked.stream:
+        events = legacy.event_stream(
+            first, later, asked.prompts, asked.n, echo=asked.echo, include_usage=asked.include_usage, rid=rid
+        )
+        response = EventStream(events, route_headers(first.routed))
+    else:
+        body = await legacy.json_body(answers, asked.prompts, asked.n, asked.echo, rid)
+        response = JSONAnswer(body, route_headers(first.routed))
     await response(scope, receive, send)
 
 
 @asgi(EMBEDDINGS, copy_scope=False)
 async def embeddings(scope: Scope, receive: Receive, send: Send) -> None:
-    """POST only; raw ASGI like chat. The stages are gateway/pipeline/embeddings.py's."""
+    """POST only; raw ASGI like chat. The stages are gateway/pipeline/embeddings/stages.py's."""
     if scope["method"] != "POST":  # type: ignore[typeddict-item]
         raise MethodNotAllowedException(headers={"Allow": "POST"})
     services = services_of(scope["app"].state)
     if services.embeddings is None:
         raise NotFound(f"{EMBEDDINGS} is off here (embedding.enabled = false)")
-    headers = _chat_headers(scope)
+    headers = chat_headers(scope)
     limit = services.settings.server.max_body_bytes
 
     def noted(tenant: str, model: str) -> None:
@@ -99,7 +104,7 @@ async def embeddings(scope: Scope, receive: Receive, send: Send) -> None:
 
     body = lambda: read_body(receive, headers.get("content-length"), limit)  # noqa: E731
     answer = await services.embeddings.run(Incoming(headers, body, request_id(scope), noted))
-    await JSONAnswer(answer.body, headers_of(answer.routed))(scope, receive, send)
+    await JSONAnswer(answer.body, route_headers(answer.routed))(scope, receive, send)
 
 
 def _embedding_cards(services: Services) -> list[dict[str, object]]:
@@ -179,4 +184,14 @@ async def prometheus_metrics(
     return Response(services.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
-ROUTES = [chat_completions, embeddings, list_models, retrieve_model, healthz, readyz, prometheus_metrics]
+ROUTES = [
+    chat_completions,
+    completions,
+    embeddings,
+    *RESPONSES_ROUTES,
+    list_models,
+    retrieve_model,
+    healthz,
+    readyz,
+    prometheus_metrics,
+]

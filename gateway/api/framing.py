@@ -6,6 +6,7 @@ import time
 from collections.abc import AsyncGenerator
 
 import msgspec
+from litestar.types import Scope
 
 from gateway.api.answers import (
     ChatCompletion,
@@ -19,13 +20,13 @@ from gateway.api.answers import (
 )
 from gateway.api.protocol import encode
 from gateway.api.sse import ChunkWriter
-from gateway.pipeline.answer import Answer
+from gateway.pipeline.answer import Answer, Routed
 from tiers import collect
 
 VERSION = "0.1.0"  # keep in step with pyproject.toml (the fingerprint names it)
 
 
-def _info(answer: Answer) -> TiergateInfo | msgspec.UnsetType:
+def tiergate_info(answer: Answer) -> TiergateInfo | msgspec.UnsetType:
     degraded = answer.routed.degraded
     return TiergateInfo(degraded=list(degraded)) if degraded else msgspec.UNSET
 
@@ -51,7 +52,7 @@ async def completion(answer: Answer) -> ChatCompletion:
         choices=choices,
         usage=usage_body(result.usage),
         system_fingerprint=fingerprint(answer),
-        tiergate=_info(answer),
+        tiergate=tiergate_info(answer),
     )
 
 
@@ -67,7 +68,7 @@ async def event_stream(answer: Answer) -> AsyncGenerator[bytes, None]:
         int(time.time()),
         answer.model,
         include_usage=answer.include_usage,
-        info=_info(answer),
+        info=tiergate_info(answer),
         fingerprint=fingerprint(answer),
         choices=answer.choices,
     )
@@ -78,3 +79,33 @@ async def event_stream(answer: Answer) -> AsyncGenerator[bytes, None]:
             yield chunk
     finally:
         await events.aclose()
+
+
+def route_headers(routed: Routed) -> dict[str, str]:
+    headers = {
+        "X-Tiergate-Tier": routed.tier,
+        "X-Tiergate-Route-Reason": routed.reason,
+        "X-Tiergate-Cache": routed.cache.value,
+        # Time in the gateway until the answer (or its first byte) was ready, and in the cache.
+        "Server-Timing": f"gateway;dur={routed.server_s * 1000:.3f}, cache;dur={routed.cache_s * 1000:.3f}",
+    }
+    if routed.instance:
+        headers["X-Tiergate-Instance"] = routed.instance
+    if routed.predicted:
+        headers["X-Tiergate-Predicted"] = routed.predicted
+    if routed.degraded:
+        headers["X-Tiergate-Degraded"] = ",".join(routed.degraded)
+    return headers
+
+
+PIPELINE_HEADERS = frozenset((b"authorization", b"cache-control", b"x-session-id", b"content-length"))
+
+
+def chat_headers(scope: Scope) -> dict[str, str]:
+    """The few headers the chat path reads, from one scan of the raw ASGI headers: cheaper than
+    building ``request.headers`` (a full case-insensitive mapping) on the hot path."""
+    return {
+        name.decode("latin-1"): value.decode("latin-1")
+        for name, value in scope["headers"]
+        if name in PIPELINE_HEADERS
+    }

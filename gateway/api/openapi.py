@@ -17,8 +17,10 @@ from litestar import Response, get
 from litestar.di import NamedDependency
 
 from gateway.api.answers import ChatCompletion, ModelCard, ModelList
-from gateway.api.embeddings import EmbeddingList, EmbeddingRequest
+from gateway.api.completions.answer import TextCompletion
+from gateway.api.completions.request import MAX_PROMPTS, CompletionRequest
 from gateway.api.protocol import MAX_CHOICES, ChatCompletionRequest
+from gateway.pipeline.embeddings.protocol import EmbeddingList, EmbeddingRequest
 from gateway.services import Services
 
 
@@ -70,7 +72,7 @@ def _errors(*statuses: int) -> dict[str, Any]:
 @functools.cache
 def openapi_document(models: tuple[str, ...], embedding_models: tuple[str, ...] = ()) -> dict[str, Any]:
     """The document for a gateway serving ``models`` and ``embedding_models`` (any other name is a 404)."""
-    (request, completion, model_list, model_card, _, embed, vectors), components = (
+    (request, completion, model_list, model_card, _, legacy, text, embed, vectors), components = (
         msgspec.json.schema_components(
             [
                 ChatCompletionRequest,
@@ -78,12 +80,25 @@ def openapi_document(models: tuple[str, ...], embedding_models: tuple[str, ...] 
                 ModelList,
                 ModelCard,
                 ErrorBody,
+                CompletionRequest,
+                TextCompletion,
                 EmbeddingRequest,
                 EmbeddingList,
             ],
             ref_template=_REF,
         )
     )
+    # Legacy completions: text prompts only, and no suffix (no tier's model fills in the middle).
+    legacy_fields = components["CompletionRequest"]["properties"]
+    legacy_fields["model"] = {"type": "string", "enum": list(models)}
+    text_prompt = {"type": "string", "minLength": 1}
+    legacy_fields["prompt"] = {
+        "anyOf": [
+            text_prompt,
+            {"type": "array", "items": text_prompt, "minItems": 1, "maxItems": MAX_PROMPTS},
+        ]
+    }
+    legacy_fields["suffix"] = {"enum": ["", None], "default": None}
     if embedding_models:
         components["EmbeddingRequest"]["properties"]["model"] = {
             "type": "string",
@@ -145,6 +160,24 @@ def openapi_document(models: tuple[str, ...], embedding_models: tuple[str, ...] 
                             },
                         },
                         **_errors(400, 401, 403, 404, 413, 415, 422, 429, 502, 503),
+                    },
+                }
+            },
+            "/v1/completions": {
+                "post": {
+                    "operationId": "createCompletion",
+                    "security": secured,
+                    "requestBody": {"required": True, "content": {"application/json": {"schema": legacy}}},
+                    "responses": {
+                        "200": {
+                            "description": "the text completion, or with stream=true its server-sent events",
+                            "content": {
+                                "application/json": {"schema": text},
+                                # each event: a text_completion chunk as JSON, an error, or [DONE]
+                                "text/event-stream": {"schema": _EVENT},
+                            },
+                        },
+                        **_errors(400, 401, 403, 404, 413, 429, 502, 503),
                     },
                 }
             },

@@ -10,7 +10,7 @@ logprobs, a schema that is no schema) is checked after decoding; JSON schemas ar
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
 
@@ -229,6 +229,7 @@ class ChatCompletionRequest(_Strict, kw_only=True):
         return {int(k): v for k, v in (self.logit_bias or {}).items()}
 
 
+T = TypeVar("T")
 _PATH = re.compile(r"`\$\.?([^`]*)`")  # where msgspec says the error is: "... - at `$.messages[0]`"
 _FORMAT_TYPES = {TextFormat: "text", JsonObjectFormat: "json_object", JsonSchemaFormat: "json_schema"}
 _request_decoder = msgspec.json.Decoder(ChatCompletionRequest)
@@ -247,12 +248,13 @@ def decode_error(exc: msgspec.ValidationError) -> InvalidRequest:
     return InvalidRequest(f"invalid request: {text}", param=param)
 
 
-def parse_chat_request(body: bytes) -> ChatCompletionRequest:
-    """Decode and validate a chat completion request body."""
+def decode_body(decoder: msgspec.json.Decoder[T], body: bytes, what: str) -> T:
+    """Decode a request body strictly with ``decoder``; whatever is wrong is a 400 (``what``: the
+    request's kind, for the message on an empty body)."""
     if not body:
-        raise InvalidRequest("the request body is empty; send a JSON chat completion request")
+        raise InvalidRequest(f"the request body is empty; send a JSON {what}")
     try:
-        request = _request_decoder.decode(body)
+        return decoder.decode(body)
     except msgspec.ValidationError as exc:
         raise decode_error(exc) from exc
     except msgspec.DecodeError as exc:
@@ -261,9 +263,19 @@ def parse_chat_request(body: bytes) -> ChatCompletionRequest:
         raise InvalidRequest(f"the request body is not valid UTF-8 (byte {exc.start})") from exc
     except RecursionError as exc:  # msgspec stops at the interpreter's recursion limit
         raise InvalidRequest("the request body's JSON is nested too deeply") from exc
+
+
+def parse_chat_request(body: bytes) -> ChatCompletionRequest:
+    """Decode and validate a chat completion request body."""
+    request = decode_body(_request_decoder, body, "chat completion request")
+    check_chat_request(request)
+    return request
+
+
+def check_chat_request(request: ChatCompletionRequest) -> None:
+    """What the types cannot say about a request (also for one translated from another endpoint)."""
     _check_messages(request)
     _check_choices(request)
-    return request
 
 
 def _check_messages(request: ChatCompletionRequest) -> None:

@@ -228,6 +228,12 @@ class MetricFamilies:
             "Requests served without a modality because no tier could take it (breaker open).",
             ["modality"],
         )
+        self.residency = self._family(
+            Counter,
+            "tiergate_residency_matches",
+            "Requests a tenant's residency rule matched, by the rule's label and its action.",
+            ["rule", "action"],
+        )
         # -- ledger ----------------------------------------------------------------------------------
         self.ledger_write = self._family(
             Histogram,

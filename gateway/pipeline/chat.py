@@ -5,6 +5,8 @@
      2 parse          OpenAI's request shape, strictly               gateway/api/protocol.py
        model          an unknown model is a 404                       gateway/pipeline/tierset.py
      3 limit          the tenant's limits: requests, media parts      gateway/accounts/tenants/
+       residency      the tenant's rules on sensitive text: refuse,   gateway/residency/
+                      keep on local tiers, or redact for remote ones
      4 media          fetch and decode, off the event loop, cached;   gateway/media/
                       then the seconds they measured are charged
      5 cache          an exact repeat is answered from the cache      gateway/pipeline/caching.py
@@ -32,6 +34,7 @@ import router
 from gateway.accounts.policies import PolicyBook
 from gateway.accounts.tenants import DEFAULT_TENANT, Authenticator, Caller, RateLimiter
 from gateway.api.protocol import ChatCompletionRequest, parse_chat_request
+from gateway.errors import InvalidRequest, PermissionDenied
 from gateway.media import MediaPipeline, has_media
 from gateway.ops.metrics import Metrics
 from gateway.ops.tracing import Tracing
@@ -42,6 +45,7 @@ from gateway.pipeline.plan import Planner
 from gateway.pipeline.record import Call, Recorder, demand_of
 from gateway.pipeline.routing import RoutingService
 from gateway.pipeline.tierset import TierSet
+from gateway.residency import NOTHING, Rule, Verdict, compiled, scan
 from tiers import Event, ToolCallDelta
 
 
@@ -57,17 +61,34 @@ class RequestContext:
     session_id: str | None = None  # the client's X-Session-ID: its conversation, for replica affinity
     media: router.MediaSummary = router.NO_MEDIA  # what media preprocessing measured
     strategy: str = ""  # the routing strategy of the model alias the client named, if any
+    # Legacy completions: the one user turn is the prompt, sent to the model as it is (no chat
+    # template); part of the cache key.
+    raw_prompt: bool = False
+    residency: Verdict = NOTHING  # what the tenant's residency rules found in the request
+
+
+# Stage 2 for one endpoint: its request body, for a known tenant, as the chat request the stages
+# take. Chat Completions' is a plain decode; the Responses API reads the tenant's stored conversation
+# (previous_response_id), so it needs the tenant.
+Parse = Callable[[bytes, str], Awaitable[ChatCompletionRequest]]
+
+
+async def parse_chat(body: bytes, tenant: str) -> ChatCompletionRequest:
+    return parse_chat_request(body)
 
 
 @dataclass(frozen=True, slots=True)
 class Incoming:
-    """A chat request as the HTTP face hands it over."""
+    """A request as the HTTP face hands it over: Chat Completions', or another endpoint's with the
+    translation to it (``parse``)."""
 
     headers: Mapping[str, str]  # the few the chat path reads, lower-case names
     body: Callable[[], Awaitable[bytes]]  # reads the body (bounded); called once the caller is known
     request_id: str
     # Told the tenant and the model as soon as they are known (metric labels, the log context).
     noted: Callable[[str, str], None] = lambda tenant, model: None
+    parse: Parse = parse_chat
+    raw_prompt: bool = False  # see RequestContext.raw_prompt
 
 
 class ChatService:
@@ -101,9 +122,14 @@ class ChatService:
             answer = self._replayed(lookup, request_id, started)
         else:
             plan = self._planner.plan(  # 6 plan
-                request, ctx.tenant, ctx.media, ctx.fail_instead_of_degrade, strategy=ctx.strategy
+                request,
+                ctx.tenant,
+                ctx.media,
+                ctx.fail_instead_of_degrade,
+                strategy=ctx.strategy,
+                residency=ctx.residency,
             )
-            generation = plan.generation(request_id, ctx.session_id, ctx.tenant)
+            generation = plan.generation(request_id, ctx.session_id, ctx.tenant, raw_prompt=ctx.raw_prompt)
             answer = await self._dispatcher.dispatch(plan, generation, lookup, started)  # 7 admit, 8 dispatch
         return dataclasses.replace(
             answer, stream=request.stream, include_usage=request.include_usage, choices=request.n
@@ -114,7 +140,10 @@ class ChatService:
             return Lookup(CacheStatus.BYPASS)
         with self._tracing.span("cache.lookup") as span:
             lookup = await self._answers.lookup(
-                request, ctx.tenant, ctx.cache_control, f"{self.tiers.served_models()}|{ctx.strategy}"
+                request,
+                ctx.tenant,
+                ctx.cache_control,
+                f"{self.tiers.served_models()}|{ctx.strategy}|{'raw' if ctx.raw_prompt else 'chat'}",
             )
             if span is not None:
                 span.set_attribute("tiergate.cache", lookup.status.value)
@@ -146,6 +175,26 @@ def fresh_call_ids(events: list[Event]) -> list[Event]:
     ]
 
 
+class RuleBook:
+    """Each policy's residency rules, compiled once (policies change rarely; at most LIMIT kept)."""
+
+    LIMIT = 1024
+
+    def __init__(self) -> None:
+        self._compiled: dict[bytes, tuple[Rule, ...]] = {}
+
+    def of(self, rules: list[router.ResidencyRule]) -> tuple[Rule, ...]:
+        if not rules:
+            return ()
+        key = msgspec.json.encode(rules)
+        found = self._compiled.get(key)
+        if found is None:
+            if len(self._compiled) >= self.LIMIT:
+                self._compiled.clear()
+            found = self._compiled[key] = compiled(rules)
+        return found
+
+
 class ChatPipeline:
     """Every stage of a chat request, in order; the caller frames the answer (stage 9)."""
 
@@ -166,18 +215,21 @@ class ChatPipeline:
         self._recorder = recorder
         self._tracing = tracing
         self._media = media
+        self._metrics = chat.metrics
+        self._rules = RuleBook()
 
     async def run(self, incoming: Incoming) -> Answer:
         with self._tracing.span("auth"):
             caller = await self._auth.caller(incoming.headers)  # 1 authenticate
-        request = parse_chat_request(await incoming.body())  # 2 parse
-        ctx = self._context(caller, incoming.headers)
+        ctx = self._context(caller, incoming)
+        request = await incoming.parse(await incoming.body(), ctx.tenant)  # 2 parse
         incoming.noted(ctx.tenant, request.model)
         call = self._recorder.begin(caller, request, incoming.request_id)  # what the ledger will see
         try:
             request, ctx = self._resolve(request, ctx)  # an unknown model: 404
             with self._tracing.span("rate_limit"):
                 await self._limiter.admit(call.tenant, call.demand)  # 3 limit: requests, media parts
+            ctx = self._residency(request, ctx)  # 3 limit: residency rules
             with self._tracing.span("media"):
                 request, ctx = await self._prepare_media(call, request, ctx)  # 4 media (+ their seconds)
             answer = await self._chat.answer(request, incoming.request_id, ctx)  # 5–8
@@ -186,16 +238,37 @@ class ChatPipeline:
             raise
         return await self._recorder.recorded(call, answer)  # 10 record, as the answer ends
 
-    def _context(self, caller: Caller, headers: Mapping[str, str]) -> RequestContext:
-        tenant = caller.tenant.name if caller.tenant else DEFAULT_TENANT
+    def _context(self, caller: Caller, incoming: Incoming) -> RequestContext:
+        if caller.tenant is None:  # before the parse stage reads any of a tenant's data
+            raise PermissionDenied("admin keys manage tenants; chat with a tenant's key")
+        tenant = caller.tenant.name
         policy = self._policies.policy(tenant)  # in memory; edits take effect on the next request
+        headers = incoming.headers
         return RequestContext(
             tenant=tenant,
             cache_control=headers.get("cache-control", ""),
             session_id=headers.get("x-session-id") or None,
             use_cache=policy.cache,
             fail_instead_of_degrade=policy.fail_instead_of_degrade,
+            raw_prompt=incoming.raw_prompt,
         )
+
+    def _residency(self, request: ChatCompletionRequest, ctx: RequestContext) -> RequestContext:
+        """What the tenant's residency rules find in the request's text; a ``refuse`` is a 400."""
+        rules = self._rules.of(self._policies.policy(ctx.tenant).residency)
+        if not rules:
+            return ctx
+        with self._tracing.span("residency"):
+            verdict = scan(msgspec.to_builtins(request.messages), rules)
+        for label, action in verdict.fired:
+            self._metrics.residency.labels(label, action).inc()
+        if refused := verdict.first("refuse"):
+            raise InvalidRequest(
+                f"this request contains data that residency rule {refused!r} does not allow to be sent",
+                param="messages",
+                code="residency_refused",
+            )
+        return dataclasses.replace(ctx, residency=verdict)
 
     def _resolve(
         self, request: ChatCompletionRequest, ctx: RequestContext

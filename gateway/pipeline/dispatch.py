@@ -12,6 +12,7 @@ cache stores it (before its last event goes out, so a repeat right after finds i
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from collections.abc import AsyncGenerator
 
@@ -23,6 +24,7 @@ from gateway.pipeline.caching import AnswerCache, Lookup, answer_of
 from gateway.pipeline.plan import Plan
 from gateway.pipeline.routing import RoutingService
 from gateway.pipeline.tierset import TierSet
+from gateway.residency import Redaction, restored
 from tiers import (
     Event,
     EventStream,
@@ -67,7 +69,7 @@ class Dispatcher:
                 last = TierUnavailable(name, "its circuit breaker is open")
                 continue
             dispatched = time.perf_counter()
-            events = self._observed(plan, name, self._tiers[name].generate(gen), key, dispatched, gen.stream)
+            events = self._observed(plan, name, self._generate(plan, name, gen), key, dispatched, gen.stream)
             try:
                 with self._tracing.span(f"tier.{name}"):
                     begun, head = await (_opening(events) if gen.stream else _whole(events))
@@ -87,7 +89,8 @@ class Dispatcher:
                 self._metrics.tier(name).ttft.observe(time.perf_counter() - dispatched)
             routed = Routed(
                 name,
-                str(plan.reason(name, last)),  # the header's text, rendered from the typed reason
+                # The header's text, rendered from the typed reason, and the residency rules that fired.
+                str(plan.reason(name, last)) + plan.residency.note,
                 lookup.status,
                 plan.degraded,
                 time.perf_counter() - started,
@@ -103,6 +106,15 @@ class Dispatcher:
             return whole(routed, model, head, completion_id)
         assert last is not None
         raise to_gateway_error(last) from last
+
+    def _generate(self, plan: Plan, name: str, gen: Generation) -> EventStream:
+        """The tier's events; a remote tier gets the text redact rules matched as placeholders,
+        and the answer has the originals put back."""
+        if not plan.residency.redact or name not in self._tiers.remote:
+            return self._tiers[name].generate(gen)
+        redaction = Redaction()
+        redacted = dataclasses.replace(gen, messages=redaction.messages(gen.messages, plan.residency.redact))
+        return restored(self._tiers[name].generate(redacted), redaction)
 
     def _learn(self, plan: Plan, name: str, ttft_s: float | None, total_s: float, usage: Usage) -> None:
         """The router learns what ``name`` took, and the tokens it counted; its prediction's error

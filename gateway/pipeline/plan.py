@@ -19,6 +19,7 @@ from gateway.ops.metrics import Metrics
 from gateway.ops.tracing import Tracing
 from gateway.pipeline import degrade
 from gateway.pipeline.tierset import AUTO_MODEL, TierSet
+from gateway.residency import NOTHING, Verdict
 from tiers import Ability, Generation, Modality
 
 _PART_MODALITY = {
@@ -126,16 +127,21 @@ class Plan:
     modalities: frozenset[Modality]
     degraded: tuple[str, ...]
     features: router.Features
+    residency: Verdict = NOTHING  # what the tenant's residency rules found (redactions, the note)
 
     @property
     def order(self) -> tuple[str, ...]:
         """The tiers to try, in order: the choice, then its fallbacks."""
         return (self.decision.tier, *self.decision.fallbacks)
 
-    def generation(self, request_id: str, session_id: str | None, tenant: str) -> Generation:
-        """The request as every tier takes it."""
+    def generation(
+        self, request_id: str, session_id: str | None, tenant: str, *, raw_prompt: bool = False
+    ) -> Generation:
+        """The request as every tier takes it; ``raw_prompt``: its one user turn is the prompt."""
         request, features = self.request, self.features
+        prompt = request.messages[0].content if raw_prompt else None
         return Generation(
+            prompt=prompt if isinstance(prompt, str) else None,
             messages=engine_messages(msgspec.to_builtins(request.messages)),
             max_tokens=request.output_limit,
             temperature=request.temperature,
@@ -199,9 +205,11 @@ class Planner:
         fail_instead_of_degrade: bool | None,
         *,
         strategy: str = "",
+        residency: Verdict = NOTHING,
     ) -> Plan:
         views = self._tiers.views()
-        features = features_of(request, media, tenant, strategy)
+        kept_local = residency.first("keep_local")
+        features = dataclasses.replace(features_of(request, media, tenant, strategy), kept_local=kept_local)
         lost = router.to_degrade(views, features)
         degraded: tuple[str, ...] = ()
         if lost:
@@ -215,7 +223,10 @@ class Planner:
                     "and this gateway is set to fail instead of serving the request text-only; retry later"
                 )
             request = degrade.without(request, lost)
-            features = features_of(request, degrade.summary_without(media, lost), tenant, strategy)
+            features = dataclasses.replace(
+                features_of(request, degrade.summary_without(media, lost), tenant, strategy),
+                kept_local=kept_local,
+            )
             degraded = tuple(sorted(m.value for m in lost))
             for m in lost:
                 self._metrics.degraded.labels(m.value).inc()
@@ -227,4 +238,4 @@ class Planner:
         self._metrics.route_decided(decision.strategy, decision.tier, decision.reason.kind.value)
         if lost:
             decision = dataclasses.replace(decision, reason=decision.reason.removing(lost))
-        return Plan(request, decision, features.modalities, degraded, features)
+        return Plan(request, decision, features.modalities, degraded, features, residency)

@@ -21,10 +21,13 @@ class TierSet:
         tiers: Mapping[str, Tier],
         breakers: router.BreakerBoard | None = None,
         aliases: Mapping[str, tuple[str, str]] | None = None,
+        remote: frozenset[str] = frozenset(),
     ) -> None:
-        """``aliases``: a model name clients may use → (the model it stands for, a routing strategy or "")."""
+        """``aliases``: a model name clients may use → (the model it stands for, a routing strategy or "");
+        ``remote``: the tiers configured with ``location = "remote"`` (residency rules)."""
         self.tiers = dict(tiers)
         self.aliases = dict(aliases or {})
+        self.remote = remote
         self.breakers = breakers or router.BreakerBoard(router.BreakerConfig(enabled=False))
         self._created = int(time.time())
 
@@ -68,7 +71,9 @@ class TierSet:
     def views(self) -> list[router.TierView]:
         """What the router sees of each tier now: capabilities, state, and its open breakers."""
         return [
-            router.TierView(n, t.capabilities, t.state(), self.breakers.open_modalities(n))
+            router.TierView(
+                n, t.capabilities, t.state(), self.breakers.open_modalities(n), local=n not in self.remote
+            )
             for n, t in self.tiers.items()
         ]
 

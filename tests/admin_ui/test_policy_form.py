@@ -22,6 +22,10 @@ def test_a_policy_round_trips_through_the_form() -> None:
         modality_rules={Modality.VIDEO: "cloud"},
         cache=False,
         degrade="fail",
+        residency=[
+            router.ResidencyRule(detector="iban", action="keep_local"),
+            router.ResidencyRule(detector="pattern", action="redact", pattern=r"PRJ-\d+", name="project"),
+        ],
     )
     values = form.flatten(policy)
     assert values["latency.ttft_ms"] == "300" and values["latency.total_ms"] == "" and values["cache"] == ""
@@ -68,3 +72,9 @@ def test_changes_list_each_field_that_moved() -> None:
     after = router.TenantPolicy(cache=False, modality_rules={Modality.IMAGE: "cloud"})
     assert form.changes(before, after) == ["cache: on → off", "modality_rules.image: – → cloud"]
     assert form.changes(after, after) == ["no change"]
+
+
+def test_residency_rules_that_are_not_json_are_reported_at_their_field() -> None:
+    values = form.flatten(router.TenantPolicy()) | {"residency": "[{detector: iban"}
+    _, errors = form.parse(values, TIERS)
+    assert errors["residency"].startswith("not JSON")

@@ -15,12 +15,14 @@ from schemathesis import checks
 
 from tests.conftest import Gateway
 
-# Requests generated for the chat endpoint (half as many for embeddings, 10 for each of the others).
+# Requests generated for each completions endpoint (half as many for embeddings, 10 for each of the
+# others).
 EXAMPLES = int(os.environ.get("TG_SCHEMA_EXAMPLES", "100"))
 
 
 OPERATIONS = [
     ("/v1/chat/completions", "POST"),
+    ("/v1/completions", "POST"),
     ("/v1/embeddings", "POST"),
     ("/v1/models", "GET"),
     ("/healthz", "GET"),
@@ -66,7 +68,9 @@ def test_the_api_keeps_its_schema(target: Gateway, path: str, method: str) -> No
     schema = schemathesis.openapi.from_url(f"{target.url}/schema/openapi.json")
     operation = schema[path][method]
     modes = [schemathesis.GenerationMode.POSITIVE, schemathesis.GenerationMode.NEGATIVE]
-    examples = {"/v1/chat/completions": EXAMPLES, "/v1/embeddings": EXAMPLES // 2}.get(path, 10)
+    examples = (
+        EXAMPLES if path.endswith("/completions") else EXAMPLES // 2 if path == "/v1/embeddings" else 10
+    )
 
     @given(case=st.one_of(*(operation.as_strategy(generation_mode=mode) for mode in modes)))
     @settings(max_examples=examples, deadline=None, suppress_health_check=list(HealthCheck), database=None)

@@ -77,6 +77,9 @@ class CloudMediaLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
 
 class CloudConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     enabled: bool = True
+    # Where its servers run: "local" for a pool on this box or site (residency rules may then send
+    # keep_local requests to it and show it unredacted text), "remote" otherwise.
+    location: Literal["local", "remote"] = "remote"
     # OpenAI-compatible vLLM servers, e.g. ["http://10.0.0.5:8000"]. Empty: start a local one.
     urls: list[str] = msgspec.field(default_factory=list)
     # The model name to ask the servers for; empty: the first one their /v1/models lists.

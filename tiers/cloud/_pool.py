@@ -38,7 +38,6 @@ from tiers.cloud._replica import Replica
 
 log = logging.getLogger(__name__)
 
-_CHAT_PATH = "/v1/chat/completions"
 _JSON_HEADERS = {"Content-Type": "application/json"}
 
 
@@ -217,7 +216,7 @@ class VLLMPool:
             started = time.perf_counter()
             resp: Response | None = None
             try:
-                resp = await self._post(replica, body, gen.request_id, deadline, whole=not gen.stream)
+                resp = await self._post(replica, body, gen, deadline, whole=not gen.stream)
                 if resp.status != 200:
                     raise self._status_error(replica, resp.status, await resp.read())
                 if gen.stream:
@@ -331,17 +330,18 @@ class VLLMPool:
             log.info("cloud replica %s drained and removed", replica.url)
 
     async def _post(
-        self, replica: Replica, body: bytes, request_id: str, deadline: float, *, whole: bool
+        self, replica: Replica, body: bytes, gen: Generation, deadline: float, *, whole: bool
     ) -> Response:
         """``whole``: the answer comes as one body, its headers only when it is done, so the wait for
         them is the request's deadline, not ``first_byte_s``."""
         if self._http is None:
             raise TierUnavailable(self.name, "not started")
         # The gateway's request id goes upstream, so vLLM's logs and ours can be joined.
+        request_id = gen.request_id
         headers = {**_JSON_HEADERS, "X-Request-ID": request_id} if request_id else _JSON_HEADERS
         first_byte_s = self._config.timeouts.total_s if whole else None
         return await self._http.post(
-            replica.url + _CHAT_PATH, body, headers, deadline=deadline, first_byte_s=first_byte_s
+            replica.url + _wire.path_of(gen), body, headers, deadline=deadline, first_byte_s=first_byte_s
         )
 
     def _status_error(self, replica: Replica, status: int, body: bytes) -> Exception:

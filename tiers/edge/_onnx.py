@@ -34,7 +34,7 @@ from tiers.edge._decode import Decoder, Emit, Vocabulary, budget_for, special_fr
 from tiers.edge._prefix import MIN_GAIN_TOKENS, shared_prefix
 from tiers.edge._sampling import Row
 from tiers.edge._serial import SerialEngineTier
-from tiers.edge._text import render_prompt
+from tiers.edge._text import prompt_text, render_prompt
 
 FP32_FILE = "model.onnx"
 INT8_FILE = "model.int8.onnx"
@@ -81,6 +81,12 @@ class ChatPrompt:
     def ids(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> list[int]:
         text = render_prompt(messages, tools, self._shape.bos_token, self._shape.eos_token)
         return list(self.tokenizer.encode(text, add_special_tokens=False).ids)
+
+    def ids_of(self, gen: Generation) -> list[int]:
+        """``gen``'s prompt token ids: its chat rendered, or a legacy completion's prompt as it is (with
+        what the tokenizer adds to a plain text: a BOS, if the model wants one)."""
+        text, special = prompt_text(gen, self._shape.bos_token, self._shape.eos_token)
+        return list(self.tokenizer.encode(text, add_special_tokens=special).ids)
 
 
 def _byte_decoder() -> dict[str, int]:
@@ -200,7 +206,7 @@ class OnnxTier(SerialEngineTier):
         if session is None or chat is None or shape is None or vocab is None:
             raise TierUnavailable(self.name, "model not loaded")
         try:
-            prompt = chat.ids(gen.messages, gen.tools)
+            prompt = chat.ids_of(gen)
         except ValueError as exc:
             raise TierRejected(self.name, str(exc)) from exc
         budget = budget_for(gen, len(prompt), self._config.context_tokens, self.name)

@@ -1,5 +1,9 @@
 """Text helpers for in-process engines: chat messages to a prompt, stop sequences.
 
+A legacy completion's prompt (``Generation.prompt``) is not rendered: the engine tokenizes it as it
+is, adding what the model's tokenizer adds to a plain text (a BOS token, for a model that wants one;
+SmolLM2 adds none), as vLLM's ``/v1/completions`` does (:func:`prompt_text`).
+
 Both engines render prompts with one template, the shared ChatML + Hermes tools template
 (``tiers/chat_templates/chatml-tools.jinja``; without tools it renders byte for byte what SmolLM2's own
 template does, so prompt prefixes and their caches are unchanged), the way transformers'
@@ -13,6 +17,8 @@ import json
 from functools import cache
 from importlib.resources import files
 from typing import Any
+
+from tiers._types import Generation
 
 TOOLS_TEMPLATE = "chatml-tools.jinja"
 
@@ -78,6 +84,16 @@ def render_prompt(
         )
     except TemplateError as exc:
         raise ValueError(f"chat template: {exc}") from exc
+
+
+def prompt_text(gen: Generation, bos: str = "", eos: str = "") -> tuple[str, bool]:
+    """The text an engine tokenizes for ``gen``, and whether the tokenizer adds the model's own
+    special tokens: a legacy completion's prompt as it is (they are added: a BOS, if the model wants
+    one), else the rendered chat (the template writes them itself). Raises what :func:`render_prompt`
+    raises."""
+    if gen.prompt is not None:
+        return gen.prompt, True
+    return render_prompt(gen.messages, gen.tools, bos, eos), False
 
 
 class StopScanner:

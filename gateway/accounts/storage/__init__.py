@@ -13,6 +13,7 @@ from gateway.accounts.storage._schema import (
     metadata,
     policy_versions,
     prices,
+    responses,
     tenant_policies,
     tenants,
 )
@@ -27,6 +28,7 @@ __all__ = [
     "open_database",
     "policy_versions",
     "prices",
+    "responses",
     "tenant_policies",
     "tenants",
 ]

@@ -10,6 +10,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Table,
@@ -125,4 +126,20 @@ policy_versions = Table(
     Column("changed_by", String(128), nullable=False),
     Column("changed_at", Float, nullable=False),
     UniqueConstraint("tenant", "version"),
+)
+
+# Stored responses (the Responses API's store): the response as answered, the response it continues,
+# and the messages it added to the conversation (gateway/accounts/responses.py).
+responses = Table(
+    "responses",
+    metadata,
+    Column("id", String(40), primary_key=True),  # resp_ + 32 hex digits
+    Column("tenant", String(64), nullable=False),
+    Column("parent", String(40)),  # the previous_response_id it continues, if any
+    Column("created_at", Float, nullable=False),
+    Column("expires_at", Float, nullable=False, index=True),
+    Column("size", Integer, nullable=False),  # bytes of body + added
+    Column("body", LargeBinary, nullable=False),
+    Column("added", LargeBinary, nullable=False),  # JSON chat messages: this turn's input and answer
+    Index("ix_responses_tenant_expires", "tenant", "expires_at"),
 )

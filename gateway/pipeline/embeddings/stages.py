@@ -3,7 +3,7 @@
 result store, the recorder.
 
      1 authenticate   the API key → the caller and its tenant        Authenticator
-     2 parse          OpenAI's request, strictly                      gateway/api/embeddings.py
+     2 parse          OpenAI's request, strictly                      gateway/pipeline/embeddings/protocol.py
        model          the embedding model's name or an alias, else 404; dimensions, input count: 400
      3 limit          the tenant's request limit (its tokens are charged at 10, as for chat)
        tokenize       texts → the model's token ids; an empty or too long input: 400
@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,13 +31,18 @@ import numpy as np
 import cache
 from gateway.accounts.policies import PolicyBook
 from gateway.accounts.tenants import Authenticator, Demand, RateLimiter
-from gateway.api.embeddings import EmbeddingRequest, encode_embeddings, inputs_of, parse_embedding_request
 from gateway.errors import InvalidRequest, ModelNotFound
 from gateway.ops.metrics import Metrics
 from gateway.ops.tracing import Tracing
 from gateway.pipeline.answer import Routed
-from gateway.pipeline.caching import CacheStatus, _directives
+from gateway.pipeline.caching import CacheStatus, cache_directives
 from gateway.pipeline.chat import Incoming
+from gateway.pipeline.embeddings.protocol import (
+    EmbeddingRequest,
+    encode_embeddings,
+    inputs_of,
+    parse_embedding_request,
+)
 from gateway.pipeline.record import Recorder
 from tiers import Usage
 from tiers.embedding import DEFAULT_EMBEDDING_MODEL_DIR, EmbeddingConfig, OnnxEmbedder, Vectors
@@ -161,7 +165,7 @@ class EmbeddingPipeline:
 
     async def _vectors(self, rows: list[list[int]], tenant: str, cache_control: str, use: bool) -> _Lookup:
         """5 cache, 8 dispatch: stored vectors; the others computed (each distinct row once), then stored."""
-        directives = _directives(cache_control)
+        directives = cache_directives(cache_control)
         store = self._store if use and "no-store" not in directives else None
         out = np.empty((len(rows), self.embedder.dimensions), dtype=np.float32)
         keys = [cache.embedding_key(tenant, self.embedder.model, r) for r in rows] if store else []
@@ -222,11 +226,3 @@ class EmbeddingPipeline:
         task = asyncio.get_running_loop().create_task(write())
         self._writes.add(task)
         task.add_done_callback(self._writes.discard)
-
-
-def headers_of(routed: Routed) -> Mapping[str, str]:
-    return {
-        "X-Tiergate-Tier": routed.tier,
-        "X-Tiergate-Cache": routed.cache.value,
-        "Server-Timing": f"gateway;dur={routed.server_s * 1000:.3f}, cache;dur={routed.cache_s * 1000:.3f}",
-    }

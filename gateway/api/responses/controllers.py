@@ -1,0 +1,180 @@
+"""``/v1/responses``: create (JSON or streamed), retrieve and delete, per tenant.
+
+A create is one run of the chat pipeline (gateway/pipeline/chat.py): its parse stage is
+:meth:`Turn.parse`, which decodes the Responses request, reads the stored conversation it continues
+and translates both into the chat request every other stage takes.  The answer's events are framed
+here as a ``response`` object or its event stream; a stored response is written before the client
+sees it finish (``response.completed``, or the JSON body), so it can be continued at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+
+from litestar import Request, Response, asgi, delete, get
+from litestar.datastructures import State
+from litestar.di import NamedDependency
+from litestar.exceptions import MethodNotAllowedException
+from litestar.types import Receive, Scope, Send
+
+from gateway.accounts.responses import ResponseStore, Stored
+from gateway.accounts.tenants import DEFAULT_TENANT
+from gateway.api.asgi_io import EventStream, JSONAnswer, read_body
+from gateway.api.framing import chat_headers, route_headers, tiergate_info
+from gateway.api.protocol import ChatCompletionRequest, Message
+from gateway.api.request_id import request_id
+from gateway.api.responses import objects as ro
+from gateway.api.responses.protocol import FunctionTool, ResponsesRequest, parse_responses_request
+from gateway.api.responses.stream import ResponseEvents
+from gateway.api.responses.translate import (
+    chat_request,
+    continued,
+    decode_thread,
+    encode_thread,
+    messages_of,
+)
+from gateway.errors import PermissionDenied, to_gateway_error
+from gateway.pipeline.answer import Answer
+from gateway.pipeline.chat import Incoming
+from gateway.services import Services, services_of
+from tiers import Event, Finished, assemble
+
+JSON = "application/json"
+
+
+class Turn:
+    """One ``POST /v1/responses``: the request as sent, what it continues, where it is kept."""
+
+    def __init__(self, store: ResponseStore) -> None:
+        self._store = store
+        self.tenant = DEFAULT_TENANT
+        self.request: ResponsesRequest | None = None
+        self.tools: list[FunctionTool] = []
+        self.added: list[Message] = []  # what its input adds to the conversation
+        self.id = ro.new_id("resp")
+
+    async def parse(self, body: bytes, tenant: str) -> ChatCompletionRequest:
+        """Stage 2 for this endpoint (the pipeline calls it once the caller is known)."""
+        request, items, self.tools = parse_responses_request(body)
+        self.request, self.tenant = request, tenant
+        history: list[Message] = []
+        if request.previous_response_id is not None:
+            for added in await self._store.conversation(tenant, request.previous_response_id):
+                history += decode_thread(added)
+        self.added = messages_of(items)
+        chat = chat_request(request, self.tools, [*history, *self.added], continued=bool(history))
+        if request.stored:
+            await self._store.check_room(tenant)
+        return chat
+
+    def opening(self, model: str) -> ro.Response:
+        assert self.request is not None
+        return ro.opening(self.id, self.request, self.tools, model)
+
+    async def keep(self, response: ro.Response, answer_events: list[Event]) -> bytes:
+        """The response's body; stored first when the request said so."""
+        body = ro.encode(response)
+        assert self.request is not None
+        if self.request.stored:
+            added = encode_thread(continued(self.added, assemble(answer_events)))
+            parent = self.request.previous_response_id
+            await self._store.put(self.tenant, self.id, Stored(body, added, parent))
+        return body
+
+
+def _response(turn: Turn, answer: Answer, events: list[Event]) -> ro.Response:
+    whole = assemble(events)
+    response = turn.opening(answer.model)
+    output = ro.output_of(
+        whole.choices[0], ro.new_id("msg"), [ro.new_id("fc") for _ in whole.choices[0].tool_calls]
+    )
+    final = ro.finished(response, whole, output)
+    final.tiergate = tiergate_info(answer)
+    return final
+
+
+async def _json(turn: Turn, answer: Answer) -> bytes:
+    events = [e async for e in answer.events]
+    return await turn.keep(_response(turn, answer, events), events)
+
+
+async def _stream(turn: Turn, answer: Answer) -> AsyncGenerator[bytes, None]:
+    writer = ResponseEvents(turn.opening(answer.model))
+    seen: list[Event] = []
+    events = answer.events
+    try:
+        yield writer.opening()
+        async for event in events:
+            seen.append(event)
+            if isinstance(event, Finished):
+                final = writer.final(assemble(seen))
+                final.tiergate = tiergate_info(answer)
+                await turn.keep(final, seen)
+                yield writer.finish(final)
+                return
+            if out := writer.piece(event):
+                yield out
+        yield writer.failed("server_error", "the answer ended before it finished")
+    except Exception as exc:  # the tier failed mid-stream: the status is sent already
+        error = to_gateway_error(exc)
+        code = "rate_limit_exceeded" if error.status == 429 else "server_error"
+        yield writer.failed(code, error.message)
+    finally:
+        await events.aclose()
+
+
+@asgi("/v1/responses", copy_scope=False)
+async def create_response(scope: Scope, receive: Receive, send: Send) -> None:
+    """POST only; a raw ASGI handler as the chat endpoint is (gateway/api/controllers.py)."""
+    if scope["method"] != "POST":  # type: ignore[typeddict-item]
+        raise MethodNotAllowedException(headers={"Allow": "POST"})
+    services = services_of(scope["app"].state)
+    headers = chat_headers(scope)
+    limit = services.settings.server.max_body_bytes
+    turn = Turn(services.responses)
+
+    def noted(tenant: str, model: str) -> None:
+        services.observer.note(scope, tenant, model)
+
+    incoming = Incoming(
+        headers,
+        lambda: read_body(receive, headers.get("content-length"), limit),
+        request_id(scope),
+        noted,
+        parse=turn.parse,
+    )
+    answer = await services.pipeline.run(incoming)
+    response: JSONAnswer | EventStream
+    if answer.stream:
+        response = EventStream(_stream(turn, answer), route_headers(answer.routed))
+    else:
+        response = JSONAnswer(await _json(turn, answer), route_headers(answer.routed))
+    await response(scope, receive, send)
+
+
+async def _tenant(request: Request[object, object, State], services: Services) -> str:
+    """The tenant whose stored responses the caller's key reads (an admin key has none, as for chat)."""
+    caller = await services.auth.caller(request.headers)
+    if caller.tenant is None:
+        raise PermissionDenied("admin keys manage tenants; read stored responses with a tenant's key")
+    return caller.tenant.name
+
+
+@get("/v1/responses/{response_id:str}")
+async def retrieve_response(
+    request: Request[object, object, State], services: NamedDependency[Services], response_id: str
+) -> Response[bytes]:
+    body = await services.responses.get(await _tenant(request, services), response_id)
+    return Response(body, media_type=JSON)
+
+
+@delete("/v1/responses/{response_id:str}", status_code=200)
+async def delete_response(
+    request: Request[object, object, State], services: NamedDependency[Services], response_id: str
+) -> Response[bytes]:
+    await services.responses.delete(await _tenant(request, services), response_id)
+    body = {"id": response_id, "object": "response.deleted", "deleted": True}
+    return Response(ro.encode(body), media_type=JSON)
+
+
+ROUTES = [create_response, retrieve_response, delete_response]
