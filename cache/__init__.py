@@ -11,7 +11,7 @@ from pathlib import Path
 from cache._config import CacheConfig
 from cache._disk import DiskStore
 from cache._entry import CachedAnswer, decode_answer, encode_answer
-from cache._keys import canonical_request, content_hash, result_key
+from cache._keys import canonical_request, content_hash, embedding_key, result_key
 from cache._protocol import CacheError, ResultStore
 from cache._redis import RedisStore
 
@@ -34,6 +34,7 @@ __all__ = [
     "canonical_request",
     "content_hash",
     "decode_answer",
+    "embedding_key",
     "encode_answer",
     "open_store",
     "result_key",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -46,6 +46,15 @@ class DiskStore:
     def _set(self, key: str, value: bytes, ttl_s: float) -> None:
         self._open().set(key, value, expire=ttl_s, retry=True)
 
+    def _get_many(self, keys: Sequence[str]) -> list[bytes | None]:
+        return [self._get(key) for key in keys]
+
+    def _set_many(self, items: Sequence[tuple[str, bytes]], ttl_s: float) -> None:
+        cache = self._open()
+        with cache.transact(retry=True):  # one SQLite transaction, not one per value
+            for key, value in items:
+                cache.set(key, value, expire=ttl_s, retry=True)
+
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         try:
             return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
@@ -58,6 +67,12 @@ class DiskStore:
 
     async def set(self, key: str, value: bytes, ttl_s: float) -> None:
         await self._run(self._set, key, value, ttl_s)
+
+    async def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
+        return await self._run(self._get_many, keys)
+
+    async def set_many(self, items: Sequence[tuple[str, bytes]], ttl_s: float) -> None:
+        await self._run(self._set_many, items, ttl_s)
 
     async def aclose(self) -> None:
         if self._cache is not None:

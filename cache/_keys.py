@@ -72,3 +72,11 @@ def result_key(
     for piece in (tenant.encode(), b"\0", rule.encode(), b"\0", canonical_request(messages, params)):
         digest.update(piece)
     return f"{KEY_VERSION}/{quote(tenant, safe='')}/{digest.hexdigest()}"
+
+
+def embedding_key(tenant: str, model: str, token_ids: Sequence[int]) -> str:
+    """The key of one input's embedding for ``tenant``: the model and the input's token ids (a text and
+    the same text sent as its tokens share one entry)."""
+    digest = hashlib.sha256(model.encode() + b"\0")
+    digest.update(",".join(map(str, token_ids)).encode())
+    return f"emb-{KEY_VERSION}/{quote(tenant, safe='')}/{digest.hexdigest()}"

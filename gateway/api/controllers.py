@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 
+import msgspec
 from litestar import Request, Response, asgi, get
 from litestar.datastructures import State
 from litestar.di import NamedDependency
@@ -17,8 +18,9 @@ from gateway.api.framing import chat_headers, event_stream, json_body, route_hea
 from gateway.api.protocol import encode
 from gateway.api.request_id import request_id
 from gateway.api.responses import ROUTES as RESPONSES_ROUTES
-from gateway.errors import GatewayError, PermissionDenied
+from gateway.errors import GatewayError, NotFound, PermissionDenied
 from gateway.pipeline.chat import Incoming
+from gateway.pipeline.embeddings.stages import ENDPOINT as EMBEDDINGS
 from gateway.services import Services, services_of
 
 JSON = "application/json"
@@ -86,12 +88,43 @@ async def completions(scope: Scope, receive: Receive, send: Send) -> None:
     await response(scope, receive, send)
 
 
+@asgi(EMBEDDINGS, copy_scope=False)
+async def embeddings(scope: Scope, receive: Receive, send: Send) -> None:
+    """POST only; raw ASGI like chat. The stages are gateway/pipeline/embeddings/stages.py's."""
+    if scope["method"] != "POST":  # type: ignore[typeddict-item]
+        raise MethodNotAllowedException(headers={"Allow": "POST"})
+    services = services_of(scope["app"].state)
+    if services.embeddings is None:
+        raise NotFound(f"{EMBEDDINGS} is off here (embedding.enabled = false)")
+    headers = chat_headers(scope)
+    limit = services.settings.server.max_body_bytes
+
+    def noted(tenant: str, model: str) -> None:
+        services.observer.note(scope, tenant, model)
+
+    body = lambda: read_body(receive, headers.get("content-length"), limit)  # noqa: E731
+    answer = await services.embeddings.run(Incoming(headers, body, request_id(scope), noted))
+    await JSONAnswer(answer.body, route_headers(answer.routed))(scope, receive, send)
+
+
+def _embedding_cards(services: Services) -> list[dict[str, object]]:
+    """The embedding model (and its aliases), saying which endpoint serves it."""
+    names = services.embeddings.model_names if services.embeddings is not None else []
+    created = services.tiers.card("tiergate-auto").created
+    return [
+        {"id": n, "object": "model", "created": created, "owned_by": "tiergate", "endpoints": [EMBEDDINGS]}
+        for n in names
+    ]
+
+
 @get("/v1/models")
 async def list_models(
     request: Request[object, object, State], services: NamedDependency[Services]
 ) -> Response[bytes]:
     await services.auth.caller(request.headers)
-    return Response(encode(services.tiers.models()), media_type=JSON)
+    listed = msgspec.to_builtins(services.tiers.models())
+    listed["data"] += _embedding_cards(services)
+    return Response(encode(listed), media_type=JSON)
 
 
 @get("/v1/models/{model:path}")
@@ -100,7 +133,9 @@ async def retrieve_model(
 ) -> Response[bytes]:
     """One model card (``client.models.retrieve``); an unknown name is a 404 as for chat."""
     await services.auth.caller(request.headers)
-    return Response(encode(services.tiers.card(model.lstrip("/"))), media_type=JSON)
+    name = model.lstrip("/")
+    card = next((c for c in _embedding_cards(services) if c["id"] == name), None)
+    return Response(encode(card or services.tiers.card(name)), media_type=JSON)
 
 
 @get("/healthz")
@@ -152,6 +187,7 @@ async def prometheus_metrics(
 ROUTES = [
     chat_completions,
     completions,
+    embeddings,
     *RESPONSES_ROUTES,
     list_models,
     retrieve_model,

@@ -20,6 +20,7 @@ from gateway.api.answers import ChatCompletion, ModelCard, ModelList
 from gateway.api.completions.answer import TextCompletion
 from gateway.api.completions.request import MAX_PROMPTS, CompletionRequest
 from gateway.api.protocol import MAX_CHOICES, ChatCompletionRequest
+from gateway.pipeline.embeddings.protocol import EmbeddingList, EmbeddingRequest
 from gateway.services import Services
 
 
@@ -69,9 +70,9 @@ def _errors(*statuses: int) -> dict[str, Any]:
 
 
 @functools.cache
-def openapi_document(models: tuple[str, ...]) -> dict[str, Any]:
-    """The document for a gateway serving ``models`` (any other model name is a 404)."""
-    (request, completion, model_list, model_card, _, legacy, text), components = (
+def openapi_document(models: tuple[str, ...], embedding_models: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The document for a gateway serving ``models`` and ``embedding_models`` (any other name is a 404)."""
+    (request, completion, model_list, model_card, _, legacy, text, embed, vectors), components = (
         msgspec.json.schema_components(
             [
                 ChatCompletionRequest,
@@ -81,6 +82,8 @@ def openapi_document(models: tuple[str, ...]) -> dict[str, Any]:
                 ErrorBody,
                 CompletionRequest,
                 TextCompletion,
+                EmbeddingRequest,
+                EmbeddingList,
             ],
             ref_template=_REF,
         )
@@ -96,6 +99,11 @@ def openapi_document(models: tuple[str, ...]) -> dict[str, Any]:
         ]
     }
     legacy_fields["suffix"] = {"enum": ["", None], "default": None}
+    if embedding_models:
+        components["EmbeddingRequest"]["properties"]["model"] = {
+            "type": "string",
+            "enum": list(embedding_models),
+        }
     request_schema = components["ChatCompletionRequest"]
     # What the parser checks beyond the types: only an assistant's turn may lack content (when it has
     # tool calls), only a tool's carries a tool_call_id; tool_choice needs tools.
@@ -173,6 +181,26 @@ def openapi_document(models: tuple[str, ...]) -> dict[str, Any]:
                     },
                 }
             },
+            **(
+                {
+                    "/v1/embeddings": {
+                        "post": {
+                            "operationId": "createEmbedding",
+                            "security": secured,
+                            "requestBody": {
+                                "required": True,
+                                "content": {"application/json": {"schema": embed}},
+                            },
+                            "responses": {
+                                "200": _json(vectors, "one vector per input, in order"),
+                                **_errors(400, 401, 403, 404, 413, 429, 503),
+                            },
+                        }
+                    }
+                }
+                if embedding_models
+                else {}
+            ),
             "/v1/models": {
                 "get": {
                     "operationId": "listModels",
@@ -207,7 +235,8 @@ def openapi_document(models: tuple[str, ...]) -> dict[str, Any]:
 
 @get("/schema/openapi.json", include_in_schema=False)
 async def openapi_json(services: NamedDependency[Services]) -> Response[bytes]:
-    document = openapi_document(tuple(services.tiers.model_names))
+    embedding = services.embeddings.model_names if services.embeddings is not None else []
+    document = openapi_document(tuple(services.tiers.model_names), tuple(embedding))
     return Response(msgspec.json.encode(document), media_type="application/json")
 
 

@@ -170,6 +170,19 @@ class MetricFamilies:
             "Result cache lookups by result (hit, miss, bypass).",
             ["result"],
         )
+        # -- the embedding tier ---------------------------------------------------------
+        self.embedding_inputs = self._family(
+            Counter,
+            "tiergate_embedding_inputs",
+            "Inputs of /v1/embeddings, by where their vector came from (hit: the cache, miss: the model).",
+            ["result"],
+        )
+        self.embedding_batch_rows = self._family(
+            Histogram,
+            "tiergate_embedding_batch_rows",
+            "Rows (inputs, from one or more requests) in one call of the embedding model.",
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+        )
         self.cache_lookup = self._family(
             Histogram,
             "tiergate_cache_lookup_seconds",

@@ -43,7 +43,8 @@ class Lookup:
 BYPASS = Lookup(CacheStatus.BYPASS)
 
 
-def _directives(cache_control: str) -> set[str]:
+def cache_directives(cache_control: str) -> set[str]:
+    """The directives of a Cache-Control header, lower case (no-cache, no-store, ...)."""
     return {d.strip().lower() for d in cache_control.split(",") if d.strip()}
 
 
@@ -86,7 +87,7 @@ class AnswerCache:
     ) -> Lookup:
         if self._store is None or not self.cacheable(request):
             return self._count(BYPASS)
-        directives = _directives(cache_control)
+        directives = cache_directives(cache_control)
         if "no-store" in directives:
             return self._count(BYPASS)
         key = self.key(request, tenant, tier_models)

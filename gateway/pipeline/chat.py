@@ -89,6 +89,7 @@ class Incoming:
     noted: Callable[[str, str], None] = lambda tenant, model: None
     parse: Parse = parse_chat
     raw_prompt: bool = False  # see RequestContext.raw_prompt
+    endpoint: str = "chat"  # the API it came by, for the ledger: chat, responses, completions
 
 
 class ChatService:
@@ -225,7 +226,9 @@ class ChatPipeline:
         request = await incoming.parse(await incoming.body(), ctx.tenant)  # 2 parse
         incoming.noted(ctx.tenant, request.model)
         tags = incoming.headers.get("x-tiergate-tags")  # cost tags; a malformed header: 400
-        call = self._recorder.begin(caller, request, incoming.request_id, tags)  # what the ledger will see
+        call = self._recorder.begin(
+            caller, request, incoming.request_id, tags, incoming.endpoint
+        )  # the ledger's
         try:
             request, ctx = self._resolve(request, ctx)  # an unknown model: 404
             with self._tracing.span("rate_limit"):

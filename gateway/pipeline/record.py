@@ -67,12 +67,33 @@ class Call:
 
     caller: Caller
     tenant: Tenant
-    request: ChatCompletionRequest
+    request: ChatCompletionRequest | None  # None: another endpoint's request (embeddings)
     request_id: str
     demand: Demand
     ts: float
     started: float
     tags: str | None = None  # the cost tags (JSON), from the request's metadata and X-Tiergate-Tags
+    model_asked: str = ""
+    endpoint: str = "chat"  # the ledger's endpoint column: chat, responses, completions, embeddings
+
+
+def _begun(
+    caller: Caller,
+    request_id: str,
+    model: str,
+    endpoint: str,
+    request: ChatCompletionRequest | None,
+    tags_header: str | None,
+) -> Call:
+    if caller.tenant is None:
+        raise PermissionDenied(f"admin keys manage tenants; call {endpoint} with a tenant's key")
+    parsed = request_tags(request.metadata if request is not None else None, tags_header)
+    REQUEST_TAGS.set(parsed)  # for the tag budgets, when the router decides (this task's context)
+    demand = demand_of(request) if request is not None else Demand()
+    ts, started = time.time(), time.perf_counter()
+    return Call(
+        caller, caller.tenant, request, request_id, demand, ts, started, encode_tags(parsed), model, endpoint
+    )
 
 
 class Recorder:
@@ -93,30 +114,33 @@ class Recorder:
         self._activity = activity
 
     def begin(
-        self, caller: Caller, request: ChatCompletionRequest, request_id: str, tags_header: str | None = None
+        self,
+        caller: Caller,
+        request: ChatCompletionRequest,
+        request_id: str,
+        tags_header: str | None = None,
+        endpoint: str = "chat",
     ) -> Call:
-        """``tags_header``: the request's X-Tiergate-Tags (a malformed one: 400, naming it)."""
-        if caller.tenant is None:
-            raise PermissionDenied("admin keys manage tenants; chat with a tenant's key")
-        parsed = request_tags(request.metadata, tags_header)
-        REQUEST_TAGS.set(parsed)  # for the tag budgets, when the router decides (this task's context)
-        tags = encode_tags(parsed)
-        return Call(
-            caller,
-            caller.tenant,
-            request,
-            request_id,
-            demand_of(request),
-            time.time(),
-            time.perf_counter(),
-            tags,
-        )
+        """``tags_header``: the request's X-Tiergate-Tags (a malformed one: 400, naming it);
+        ``endpoint``: the API it came by (a Responses or completions request runs as a chat)."""
+        return _begun(caller, request_id, request.model, endpoint, request, tags_header)
+
+    def begin_other(
+        self, caller: Caller, model: str, request_id: str, endpoint: str, tags_header: str | None = None
+    ) -> Call:
+        """A request of another endpoint than chat (embeddings): counted as one request, no media."""
+        return _begun(caller, request_id, model, endpoint, None, tags_header)
+
+    async def finished(self, call: Call, routed: Routed, model: str, usage: Usage) -> None:
+        """Another endpoint's answer, read whole: tokens charged, its row durable before it is sent."""
+        await self._finished(call, routed, model, usage, None)
 
     async def recorded(self, call: Call, answer: Answer) -> Answer:
         """``answer`` with its end recorded: at once when it was read whole, else as its stream ends
         (a stream's first byte is ready now: its ttft)."""
-        ttft_ms = (time.perf_counter() - call.started) * 1000 if call.request.stream else None
-        if answer.finished is not None and not call.request.stream:
+        stream = call.request is not None and call.request.stream
+        ttft_ms = (time.perf_counter() - call.started) * 1000 if stream else None
+        if answer.finished is not None and not stream:
             await self._finished(call, answer.routed, answer.model, answer.finished.usage, ttft_ms)
             return answer
         return dataclasses.replace(answer, events=self._recording(call, answer, ttft_ms))
@@ -177,7 +201,7 @@ class Recorder:
             Decision(
                 ts=call.ts,
                 tenant=call.tenant.name,
-                model_asked=call.request.model,
+                model_asked=call.model_asked,
                 tier=routed.tier if routed is not None else "",
                 reason=routed.reason if routed is not None else reason,
                 cache=routed.cache.value if routed is not None else "bypass",
@@ -206,7 +230,7 @@ class Recorder:
         # A cached answer ran no model: it costs nothing, and saves what the tier would have charged.
         busy_s = 0.0 if hit else total_s
         charge = self._prices.charge(tier, model, prompt, completion, images, media_s, busy_s)
-        if tier and tier != self._prices.counterfactual_tier:
+        if tier and tier != self._prices.counterfactual_tier and call.endpoint == "chat":
             counterfactual = self._prices.counterfactual(prompt, completion, images, media_s, total_s)
         else:
             counterfactual = charge.cost_nusd
@@ -219,7 +243,7 @@ class Recorder:
             key_id=call.caller.key_id,
             ts=call.ts,
             day=time.strftime("%Y-%m-%d", time.gmtime(call.ts)),
-            model_asked=call.request.model,
+            model_asked=call.model_asked,
             tier=tier,
             model_used=model,
             route_reason=routed.reason if routed is not None else "",
@@ -237,8 +261,9 @@ class Recorder:
             price_id=charge.price_id,
             cost_nusd=charge.cost_nusd,
             counterfactual_nusd=counterfactual,
-            metadata=_metadata_of(call.request),
+            metadata=_metadata_of(call.request) if call.request is not None else None,
             tags=call.tags,
+            endpoint=call.endpoint,
         )
 
 

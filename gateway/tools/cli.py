@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -11,7 +10,7 @@ import msgspec
 import typer
 
 from gateway.settings import SettingsError, load_settings
-from gateway.tools.cli_options import ConfigOption, settings_or_exit
+from gateway.tools.cli_options import ConfigOption, ExportPythonOption, ForceOption, settings_or_exit
 
 cli = typer.Typer(
     help="tiergate: an OpenAI-compatible gateway that sends each chat request to an edge model "
@@ -73,39 +72,30 @@ def export_onnx(
         typer.Option(help="A transformers model folder [default: <build_cache_dir>/models/smollm2-135m]."),
     ] = None,
     name: Annotated[str | None, typer.Option(help="Output name [default: the source folder's name].")] = None,
-    python: Annotated[
-        Path | None,
-        typer.Option(help="Python with torch, transformers, onnx [default: <build_cache_dir>/onnx-export-1]"),
-    ] = None,
-    force: Annotated[bool, typer.Option(help="Export even when a build of these inputs exists.")] = False,
+    python: ExportPythonOption = None,
+    force: ForceOption = False,
 ) -> None:
     """Export a decoder-only model to ONNX (fp32 and INT8) with its KV cache, for edge.backend = "onnx".
 
     Output: <build_cache_dir>/models/<name>-onnx-<hash>/, linked as <name>-onnx (edge.onnx_model_dir's
     default). Cached by a hash of the source files: a second run returns at once.
     """
-    from gateway.tools.modelbuild.onnx_export import EXPORT_ENV, STEPS, ExportError
+    from gateway.tools.cli_embed import exported
+    from gateway.tools.modelbuild.onnx_export import EXPORT_ENV, STEPS
     from gateway.tools.modelbuild.onnx_export import export_onnx as run_export
     from tiers.cloud import DEFAULT_MODEL_DIR
 
     settings = settings_or_exit(config)
     cache = Path(settings.build_cache_dir).expanduser()
     source = src or cache / DEFAULT_MODEL_DIR
-    try:
-        with typer.progressbar(length=len(STEPS), label="export-onnx", file=sys.stderr) as bar:
-            result = run_export(
-                source,
-                cache / "models",
-                python or cache / EXPORT_ENV / "bin" / "python",
-                name=name,
-                force=force,
-                progress=lambda _: bar.update(1),
-            )
-    except ExportError as exc:
-        typer.echo(f"tiergate: {exc}", err=True)
-        raise typer.Exit(1) from exc
-    state = "up to date" if result.cached else f"built in {result.info['seconds']}s"
-    typer.echo(f"{result.link} -> {result.folder.name}: {state}")
+    python = python or cache / EXPORT_ENV / "bin" / "python"
+    result = exported(
+        "export-onnx",
+        len(STEPS),
+        lambda progress: run_export(
+            source, cache / "models", python, name=name, force=force, progress=progress
+        ),
+    )
     for file, agreement in result.info.get("agreement", {}).items():
         typer.echo(f"  {file}: {agreement}")
 
@@ -120,11 +110,13 @@ def show_config(config: ConfigOption = None) -> None:
 def _add_account_commands() -> None:
     from gateway.tools.cli_accounts import keys_cli, report, tenants_cli
     from gateway.tools.cli_edge import edge_cli
+    from gateway.tools.cli_embed import export_embedding
 
     cli.add_typer(tenants_cli, name="tenants")
     cli.add_typer(keys_cli, name="keys")
     cli.command("report")(report)
     cli.add_typer(edge_cli, name="edge")
+    models_cli.command("export-embedding")(export_embedding)
 
 
 _add_account_commands()

@@ -22,6 +22,13 @@ ConfigOption = Annotated[
     ),
 ]
 
+# The model export commands (tiergate models ...).
+ExportPythonOption = Annotated[
+    Path | None,
+    typer.Option(help="Python with torch, transformers, onnx [default: <build_cache_dir>/onnx-export-1]"),
+]
+ForceOption = Annotated[bool, typer.Option(help="Export even when a build of these inputs exists.")]
+
 
 def settings_or_exit(config: Path | None, **overrides: Any) -> Settings:
     """The settings from ``config`` (and the environment) with ``overrides``; exit 2 if they do not load."""

@@ -31,6 +31,15 @@ async def test_set_get_and_ttl(store: ResultStore) -> None:
     assert await store.get("short") is None
 
 
+async def test_many_at_once(store: ResultStore) -> None:
+    assert await store.get_many([]) == []
+    await store.set_many([("a", b"1"), ("b", b"2")], ttl_s=60)
+    assert await store.get_many(["a", "missing", "b"]) == [b"1", None, b"2"]
+    await store.set_many([("short", b"v")], ttl_s=0.2)
+    await asyncio.sleep(0.4)
+    assert await store.get_many(["short", "a"]) == [None, b"1"]
+
+
 async def test_unreachable_redis_is_a_cache_error_not_a_hang(tmp_path: Path) -> None:
     from tests.conftest import free_port
 

@@ -1,5 +1,5 @@
 """A database written by an older schema gains the media-seconds limit columns and the ledger's
-metadata and tags columns (and the ledger_tags table) on open."""
+metadata (v3), tags (v4, and the ledger_tags table) and endpoint (v5) columns on open."""
 
 from __future__ import annotations
 
@@ -32,13 +32,14 @@ def test_a_v1_database_is_migrated_and_a_fresh_one_is_created_current(tmp_path: 
         assert {"video_seconds_per_min", "audio_seconds_per_min"} <= columns
         with engine.connect() as conn:
             versions = conn.execute(select(schema_version.c.version)).scalars().all()
-        assert max(versions) == SCHEMA_VERSION == 4
-        assert {"metadata", "tags"} <= {c["name"] for c in inspect(engine).get_columns("ledger")}
+        assert max(versions) == SCHEMA_VERSION == 5
+        ledger = {c["name"] for c in inspect(engine).get_columns("ledger")}
+        assert {"metadata", "tags", "endpoint"} <= ledger
         assert "ledger_tags" in inspect(engine).get_table_names()
         engine.dispose()
 
 
-def test_a_v2_ledger_gains_the_metadata_column_and_keeps_its_rows(tmp_path: Path) -> None:
+def test_a_v2_ledger_gains_the_metadata_and_endpoint_columns_and_keeps_its_rows(tmp_path: Path) -> None:
     path = tmp_path / "v2.db"
     engine = open_database(f"sqlite:///{path}")
     engine.dispose()
@@ -46,6 +47,7 @@ def test_a_v2_ledger_gains_the_metadata_column_and_keeps_its_rows(tmp_path: Path
         conn.execute("ALTER TABLE ledger DROP COLUMN metadata")
         conn.execute("ALTER TABLE ledger DROP COLUMN tags")
         conn.execute("DROP TABLE ledger_tags")
+        conn.execute("ALTER TABLE ledger DROP COLUMN endpoint")
         conn.execute("DELETE FROM schema_version WHERE version >= 3")
         conn.execute(
             "INSERT INTO ledger (entry_id, request_id, tenant_id, key_id, ts, day, model_asked, tier,"
@@ -56,6 +58,6 @@ def test_a_v2_ledger_gains_the_metadata_column_and_keeps_its_rows(tmp_path: Path
         )
     engine = open_database(f"sqlite:///{path}")
     with engine.connect() as conn:
-        rows = conn.exec_driver_sql("SELECT entry_id, metadata, tags FROM ledger").all()
-    assert rows == [("e1", None, None)]
+        rows = conn.exec_driver_sql("SELECT entry_id, metadata, tags, endpoint FROM ledger").all()
+    assert rows == [("e1", None, None, "chat")]
     engine.dispose()

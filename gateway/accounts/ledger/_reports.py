@@ -20,7 +20,13 @@ from gateway.accounts.ledger._tags import parse_filter, valid_key
 from gateway.accounts.storage import ledger, ledger_tags, tenants
 from gateway.errors import InvalidRequest
 
-GROUPS = {"day": ledger.c.day, "tier": ledger.c.tier, "model": ledger.c.model_used, "tenant": tenants.c.name}
+GROUPS = {
+    "day": ledger.c.day,
+    "tier": ledger.c.tier,
+    "model": ledger.c.model_used,
+    "endpoint": ledger.c.endpoint,
+    "tenant": tenants.c.name,
+}
 FORMATS = ("json", "csv")
 TAG = "tag:"  # group_by=tag:<key>: by the value of one cost tag
 MAX_TAG_GROUPS = 4

@@ -38,6 +38,8 @@ class LedgerRow(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
     metadata: str | None = None
     # The row's cost tags (JSON object, keys sorted; see _tags.py); None: none. Defaulted, like metadata.
     tags: str | None = None
+    # Which API answered: "chat" or "embeddings" (schema v4); defaulted for older segments.
+    endpoint: str = "chat"
 
 
 encode_row = msgspec.json.Encoder().encode

@@ -23,7 +23,7 @@ from gateway.accounts.storage._schema import metadata, schema_version
 log = logging.getLogger(__name__)
 
 # Bump with a migration step in _MIGRATIONS when a table changes.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 # version -> statements that bring a database from version-1 to version.
 _MIGRATIONS: dict[int, list[str]] = {
     2: [
@@ -33,6 +33,7 @@ _MIGRATIONS: dict[int, list[str]] = {
     3: ["ALTER TABLE ledger ADD COLUMN metadata TEXT"],
     # Cost tags: the row's own copy; the ledger_tags table is new, so create_all makes it.
     4: ["ALTER TABLE ledger ADD COLUMN tags TEXT"],
+    5: ["ALTER TABLE ledger ADD COLUMN endpoint VARCHAR(32) NOT NULL DEFAULT 'chat'"],
 }
 
 

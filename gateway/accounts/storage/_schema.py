@@ -99,6 +99,7 @@ ledger = Table(
     Column("counterfactual_nusd", BigInteger, nullable=False),  # the same on the counterfactual tier
     Column("metadata", Text),  # schema v3: the request's metadata (JSON)
     Column("tags", Text),  # schema v4: the row's cost tags (JSON, keys sorted); also in ledger_tags
+    Column("endpoint", String(32), nullable=False, server_default="chat"),  # schema v5: chat, embeddings
     Index("ix_ledger_tenant_ts", "tenant_id", "ts"),
 )
 

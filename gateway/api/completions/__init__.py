@@ -58,7 +58,13 @@ async def start(
 
     def run(i: int, request: ChatCompletionRequest) -> Run:
         incoming = Incoming(
-            headers, given, f"{rid}-{i}" if i else rid, noted, parse=_given(request), raw_prompt=True
+            headers,
+            given,
+            f"{rid}-{i}" if i else rid,
+            noted,
+            parse=_given(request),
+            raw_prompt=True,
+            endpoint="completions",
         )
         return lambda: pipeline.run(incoming)
 

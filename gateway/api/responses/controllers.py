@@ -142,6 +142,7 @@ async def create_response(scope: Scope, receive: Receive, send: Send) -> None:
         request_id(scope),
         noted,
         parse=turn.parse,
+        endpoint="responses",
     )
     answer = await services.pipeline.run(incoming)
     response: JSONAnswer | EventStream

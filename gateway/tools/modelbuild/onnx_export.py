@@ -88,11 +88,36 @@ def export_onnx(
     if not (src / "config.json").exists():
         raise ExportError(f"{src} is not a transformers model folder (no config.json); run scripts/setup.sh")
     name = name or src.name
-    key = source_hash(src)
+
+    def make(staged: Path) -> dict[str, Any]:
+        run_torch_side(python, src, staged, progress)
+        for file in COPIED_FILES:
+            if (src / file).exists():
+                shutil.copyfile(src / file, staged / file)
+        quantize(staged / "model.onnx", staged / "model.int8.onnx")
+        progress("quantized")
+        agreement = verify(staged)
+        progress("verified")
+        return {
+            "export_version": EXPORT_VERSION,
+            "source": str(src),
+            "files": {f: (staged / f).stat().st_size for f in ("model.onnx", "model.int8.onnx")},
+            "int8": INT8_METHOD,
+            "agreement": agreement,
+        }
+
+    return build(models_dir, name, source_hash(src), python, make, force)
+
+
+def build(
+    models_dir: Path, name: str, key: str, python: Path, make: Callable[[Path], dict[str, Any]], force: bool
+) -> ExportResult:
+    """``<models>/<name>-onnx-<key12>/`` made by ``make`` (into a staging folder, renamed when done) unless
+    a build of that key is there; ``<name>-onnx`` then points at it and older builds are removed."""
     folder = models_dir / f"{name}-onnx-{key[:12]}"
     link = models_dir / f"{name}-onnx"
     if not force and (folder / BUILD_FILE).exists():
-        _point(link, folder)
+        point(link, folder)
         return ExportResult(folder, link, True, json.loads((folder / BUILD_FILE).read_text()))
     if not python.exists():
         raise ExportError(f"the export Python {python} does not exist; run scripts/setup.sh or pass --python")
@@ -101,21 +126,9 @@ def export_onnx(
     models_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=models_dir, prefix=f".{folder.name}.") as tmp:
         staged = Path(tmp) / "model"
-        _run_torch_side(python, src, staged, progress)
-        for file in COPIED_FILES:
-            if (src / file).exists():
-                shutil.copyfile(src / file, staged / file)
-        quantize(staged / "model.onnx", staged / "model.int8.onnx")
-        progress("quantized")
-        agreement = verify(staged)
-        progress("verified")
         info = {
-            "export_version": EXPORT_VERSION,
-            "source": str(src),
+            **make(staged),
             "source_sha256": key,
-            "files": {f: (staged / f).stat().st_size for f in ("model.onnx", "model.int8.onnx")},
-            "int8": INT8_METHOD,
-            "agreement": agreement,
             "seconds": round(time.monotonic() - started, 1),
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
@@ -123,16 +136,17 @@ def export_onnx(
         if folder.exists():
             shutil.rmtree(folder)
         staged.rename(folder)
-    _point(link, folder)
+    point(link, folder)
     for old in models_dir.glob(f"{name}-onnx-*"):
         if old != folder and (old / BUILD_FILE).exists():
             shutil.rmtree(old, ignore_errors=True)
     return ExportResult(folder, link, False, info)
 
 
-def _run_torch_side(python: Path, src: Path, out: Path, progress: Progress) -> None:
+def run_torch_side(python: Path, src: Path, out: Path, progress: Progress, script: Path = TORCH_SIDE) -> None:
+    """Run an exporter ``script`` under the export Python, offline; its JSON step lines are progress."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TQDM_DISABLE": "1"}
-    command = [str(python), str(TORCH_SIDE), "--src", str(src), "--out", str(out)]
+    command = [str(python), str(script), "--src", str(src), "--out", str(out)]
     with subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
     ) as child:
@@ -213,7 +227,7 @@ def verify(folder: Path) -> dict[str, str]:
     return agreement
 
 
-def _point(link: Path, folder: Path) -> None:
+def point(link: Path, folder: Path) -> None:
     if link.exists() and not link.is_symlink():
         raise ExportError(f"{link} exists and is not a symlink made by this exporter; move it away")
     tmp = link.with_name(f".{link.name}.{os.getpid()}")

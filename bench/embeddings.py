@@ -1,0 +1,235 @@
+"""Embeddings per second: ``POST /v1/embeddings`` through the gateway vs the raw ONNX Runtime session.
+
+Method
+------
+* The model: all-MiniLM-L6-v2 as ``tiergate models export-embedding`` built it
+  (``<build_cache_dir>/models/all-minilm-l6-v2-onnx``), fp32, CPU, ONNX Runtime's default threads (one per
+  core) on both sides.
+* Inputs: short English sentences (10–14 tokens with [CLS]/[SEP]), each made unique by a counter, so no
+  input is ever answered from the gateway's cache (every one is computed, and stored: the cache's write
+  is part of the gateway's cost).  Batch sizes 1, 16 and 64 texts per request / per call.
+* ``raw``: in this process, the tier's own ``tokenizers`` tokenizer and ``InferenceSession`` (made by
+  ``OnnxEmbedder.load``, so with the same session options as in the gateway) called directly:
+  ``encode_batch``, padding to the longest row, one ``run`` per batch — the least any caller of the
+  model does, with none of the tier's batcher or the gateway around it.  One caller, calls back to back.
+* ``gateway``: a real ``tiergate serve`` child process (no chat tier, open-mode auth, the default disk
+  cache and ledger: a ledger row per request, durable before the answer), called over loopback HTTP with
+  keep-alive ``http.client`` connections (the standard library's, less CPU than httpx on the shared
+  cores), JSON floats (``encoding_format`` float; the answer is decoded with msgspec).
+  ``c1``: one client, requests back to back (each waits for the last: the gateway's whole overhead is
+  on the path); ``c4``: 4 clients at once (the gateway overlaps its work with the model's, and its
+  batcher may merge requests into one call: that is what it is for).
+* Rounds: each (path, batch) cell runs ``--seconds`` of calls per round, cells interleaved, ``--repeats``
+  rounds; the table shows the median over rounds of embeddings/s, and ``vs raw`` is the median over
+  rounds of (gateway / raw in the same round).  The machine is shared (2 cores with other work, the HTTP
+  client on the same cores as the gateway): read ratios, not absolute numbers.
+
+    .venv/bin/python -m bench.embeddings [--repeats 5] [--seconds 2] [--batches 1,16,64]
+
+Prints a table and writes bench/results/embeddings.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import itertools
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import msgspec
+import numpy as np
+
+from bench.edge import free_port, machine
+from gateway.settings import load_settings
+from tiers.embedding import DEFAULT_EMBEDDING_MODEL_DIR, EmbeddingConfig, OnnxEmbedder
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results" / "embeddings.json"
+MODEL = "all-MiniLM-L6-v2"
+SENTENCES = [
+    "The quick brown fox jumps over the lazy dog",
+    "A man is eating a piece of bread at the station",
+    "Rain is expected in Lisbon on Thursday afternoon",
+    "The invoice was paid two weeks after the deadline",
+]
+_counter = itertools.count()
+
+
+def texts(n: int) -> list[str]:
+    """n short sentences never sent before (a counter makes each unique)."""
+    return [f"{SENTENCES[i % len(SENTENCES)]} number {next(_counter)}" for i in range(n)]
+
+
+class Raw:
+    """The embedding tier's own tokenizer and ONNX Runtime session (same options), called directly."""
+
+    def __init__(self, folder: Path) -> None:
+        embedder = OnnxEmbedder(EmbeddingConfig(model_dir=str(folder)))
+        embedder.load()
+        self.tokenize = embedder.tokenize
+        self.session = embedder.session()
+
+    def embed(self, batch: list[str]) -> np.ndarray:
+        rows = self.tokenize(batch)
+        width = max(map(len, rows))
+        ids = np.zeros((len(rows), width), dtype=np.int64)
+        for i, row in enumerate(rows):
+            ids[i, : len(row)] = row
+        (out,) = self.session.run(None, {"input_ids": ids, "attention_mask": (ids != 0).astype(np.int64)})
+        return np.asarray(out)
+
+
+class Gateway:
+    def __init__(self, tmp: Path, extra_toml: str = "") -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = tmp / "embeddings.toml"
+        config.write_text(
+            f'data_dir = "{tmp / "data"}"\n[edge]\nenabled = false\n[cloud]\nenabled = false\n'
+            '[auth]\nopen_mode = true\n[observability]\nlog_format = "text"\n'
+            + extra_toml.replace("\\n", "\n")
+        )
+        tiergate = str(Path(sys.executable).with_name("tiergate"))
+        self.process = subprocess.Popen(
+            [tiergate, "serve", "--config", str(config), "--port", str(self.port)],
+            stdout=(tmp / "gateway.log").open("wb"),
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"the gateway exited; see {tmp / 'gateway.log'}")
+            try:
+                if httpx.post(f"{self.url}/v1/embeddings", json={"model": MODEL, "input": "hi"}).is_success:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.25)
+        raise RuntimeError("the gateway did not answer embeddings")
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(30)
+
+
+def timed(seconds: float, call: Callable[[], int]) -> float:
+    """Embeddings per second of ``call`` (returns how many it made) repeated for about ``seconds``."""
+    started = time.perf_counter()
+    done = timed_count(seconds, call)
+    return done / (time.perf_counter() - started)
+
+
+class Client:
+    """One keep-alive HTTP/1.1 connection (the standard library's: less CPU per request than httpx, and
+    this client shares the cores with the gateway); answers decoded with msgspec."""
+
+    def __init__(self, port: int) -> None:
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+
+    def embed(self, batch: int) -> int:
+        body = msgspec.json.encode({"model": MODEL, "input": texts(batch)})
+        self.conn.request("POST", "/v1/embeddings", body, {"Content-Type": "application/json"})
+        resp = self.conn.getresponse()
+        answer = resp.read()
+        if resp.status != 200:
+            raise RuntimeError(f"{resp.status}: {answer[:200]!r}")
+        return len(msgspec.json.decode(answer)["data"])
+
+
+def concurrent(port: int, batch: int, clients: int, seconds: float) -> float:
+    """Embeddings per second of ``clients`` threads, each with its own connection, for ``seconds``."""
+    conns = [Client(port) for _ in range(clients)]
+    with ThreadPoolExecutor(clients) as pool:
+        started = time.perf_counter()
+        made = sum(pool.map(lambda c: timed_count(seconds, lambda: c.embed(batch)), conns))
+        return made / (time.perf_counter() - started)
+
+
+def timed_count(seconds: float, call: Callable[[], int]) -> int:
+    done, end = 0, time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        done += call()
+    return done
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--seconds", type=float, default=2.0)
+    parser.add_argument("--batches", default="1,16,64")
+    parser.add_argument(
+        "--gateway-toml", default="", help="more settings for the gateway (\\n between lines)"
+    )
+    args = parser.parse_args(argv)
+    batches = [int(b) for b in args.batches.split(",")]
+    folder = Path(load_settings().build_cache_dir).expanduser() / DEFAULT_EMBEDDING_MODEL_DIR
+    raw = Raw(folder)
+    paths = ("raw", "gateway c1", "gateway c4")
+    rates: dict[tuple[str, int], list[float]] = {(p, b): [] for p in paths for b in batches}
+    with tempfile.TemporaryDirectory(prefix="bench-embeddings-") as tmp:
+        gateway = Gateway(Path(tmp), args.gateway_toml)
+        try:
+            client = Client(gateway.port)
+            for batch in batches:  # warm both sides up
+                raw.embed(texts(batch))
+                client.embed(batch)
+            for round_ in range(args.repeats):
+                for batch in batches:
+                    order = paths if round_ % 2 == 0 else tuple(reversed(paths))
+                    for path in order:
+                        if path == "raw":
+                            rate = timed(args.seconds, lambda b=batch: len(raw.embed(texts(b))))
+                        elif path == "gateway c1":
+                            rate = timed(args.seconds, lambda b=batch: client.embed(b))
+                        else:
+                            rate = concurrent(gateway.port, batch, 4, args.seconds)
+                        rates[(path, batch)].append(rate)
+        finally:
+            gateway.stop()
+    rows = []
+    print(f"{'batch':>5} {'path':<11} {'embeddings/s':>12} {'vs raw':>7}")
+    for batch in batches:
+        base = rates[("raw", batch)]
+        for path in paths:
+            got = rates[(path, batch)]
+            paired = statistics.median(g / r for g, r in zip(got, base, strict=True))
+            row: dict[str, Any] = {
+                "batch": batch,
+                "path": path,
+                "embeddings_per_s": round(statistics.median(got), 1),
+                "vs_raw": round(paired, 3),
+                "rounds": [round(r, 1) for r in got],
+            }
+            rows.append(row)
+            print(f"{batch:>5} {path:<11} {row['embeddings_per_s']:>12} {row['vs_raw']:>7.1%}")
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(
+        json.dumps(
+            {
+                "machine": machine(),
+                "model": MODEL,
+                "repeats": args.repeats,
+                "seconds_per_cell": args.seconds,
+                "command": "python -m bench.embeddings " + " ".join(sys.argv[1:] if argv is None else argv),
+                "rows": rows,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+    print(f"\nwrote {RESULTS.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

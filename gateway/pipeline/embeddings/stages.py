@@ -1,0 +1,229 @@
+"""The path of one embeddings request (``POST /v1/embeddings``): the chat pipeline's stages, in its order
+(gateway/pipeline/chat.py), with the same objects: the authenticator, the tenant's policy and limits, the
+result store, the recorder.
+
+     1 authenticate   the API key → the caller and its tenant        Authenticator
+     2 parse          OpenAI's request, strictly                      gateway/pipeline/embeddings/protocol.py
+       model          the embedding model's name or an alias, else 404; dimensions, input count: 400
+     3 limit          the tenant's request limit (its tokens are charged at 10, as for chat)
+       tokenize       texts → the model's token ids; an empty or too long input: 400
+     5 cache          per input, by tenant + model + token ids: a batch computes only its misses
+                      (and a text repeated inside one request once); Cache-Control as for chat
+     8 dispatch       the misses to the embedding tier, batched with every other request's
+     9 frame          floats or base64 (the caller writes the response)
+    10 record         tokens charged, one ledger row (endpoint "embeddings") on disk before the answer
+
+A ledger row is priced like a chat row: tokens × the ``embedding`` tier's prompt price; an answer whose
+every input came from the cache costs nothing (as a chat cache hit does); a partly cached one is priced
+in full.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+import cache
+from gateway.accounts.policies import PolicyBook
+from gateway.accounts.tenants import Authenticator, Demand, RateLimiter
+from gateway.errors import InvalidRequest, ModelNotFound
+from gateway.ops.metrics import Metrics
+from gateway.ops.tracing import Tracing
+from gateway.pipeline.answer import Routed
+from gateway.pipeline.caching import CacheStatus, cache_directives
+from gateway.pipeline.chat import Incoming
+from gateway.pipeline.embeddings.protocol import (
+    EmbeddingRequest,
+    encode_embeddings,
+    inputs_of,
+    parse_embedding_request,
+)
+from gateway.pipeline.record import Recorder
+from tiers import Usage
+from tiers.embedding import DEFAULT_EMBEDDING_MODEL_DIR, EmbeddingConfig, OnnxEmbedder, Vectors
+
+log = logging.getLogger(__name__)
+ENDPOINT = "/v1/embeddings"
+
+
+def embedding_config(config: EmbeddingConfig, build_cache_dir: str) -> EmbeddingConfig:
+    """``config`` with an empty model folder filled from the build cache."""
+    import msgspec
+
+    folder = config.model_dir or str(Path(build_cache_dir).expanduser() / DEFAULT_EMBEDDING_MODEL_DIR)
+    return msgspec.structs.replace(config, model_dir=folder)
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddingAnswer:
+    body: bytes  # the JSON answer
+    routed: Routed  # what its X-Tiergate-* headers say
+
+
+@dataclass(frozen=True, slots=True)
+class _Lookup:
+    vectors: Vectors
+    hits: int
+    status: CacheStatus
+    seconds: float
+
+
+class EmbeddingPipeline:
+    def __init__(
+        self,
+        embedder: OnnxEmbedder,
+        auth: Authenticator,
+        policies: PolicyBook,
+        limiter: RateLimiter,
+        recorder: Recorder,
+        tracing: Tracing,
+        metrics: Metrics,
+        store: cache.ResultStore | None = None,
+        ttl_s: float = cache.CacheConfig().ttl_s,
+    ) -> None:
+        self.embedder = embedder
+        self._names = frozenset({embedder.model, *embedder.config.aliases})
+        self._auth = auth
+        self._policies = policies
+        self._limiter = limiter
+        self._recorder = recorder
+        self._tracing = tracing
+        self._store = store
+        self._ttl_s = ttl_s
+        self._writes: set[asyncio.Task[None]] = set()  # cache writes under way (held: not collected)
+        self._counted = {r: metrics.embedding_inputs.labels(r) for r in ("hit", "miss")}
+
+    @property
+    def model_names(self) -> list[str]:
+        """What ``model`` may name (none when the model is not built)."""
+        return sorted(self._names) if self.embedder.available else []
+
+    async def run(self, incoming: Incoming) -> EmbeddingAnswer:
+        started = time.perf_counter()
+        with self._tracing.span("auth"):
+            caller = await self._auth.caller(incoming.headers)  # 1 authenticate
+        request = parse_embedding_request(await incoming.body())  # 2 parse
+        items = inputs_of(request)
+        tags = incoming.headers.get("x-tiergate-tags")  # cost tags; a malformed header: 400
+        call = self._recorder.begin_other(caller, request.model, incoming.request_id, "embeddings", tags)
+        incoming.noted(call.tenant.name, request.model)
+        try:
+            self._check(request, len(items))  # the model: 404; dimensions and the input count: 400
+            with self._tracing.span("rate_limit"):
+                await self._limiter.admit(call.tenant, Demand())  # 3 limit
+            await self.embedder.loaded()  # the first request loads the model (embedding.preload = false)
+            rows = await self._tokens(items)
+            headers = incoming.headers
+            use_cache = self._policies.policy(call.tenant.name).cache
+            found = await self._vectors(rows, call.tenant.name, headers.get("cache-control", ""), use_cache)
+        except Exception as exc:
+            self._recorder.failed(call, exc)
+            raise
+        tokens = sum(map(len, rows))
+        routed = Routed(
+            self.embedder.name, "embeddings", found.status, (), time.perf_counter() - started, found.seconds
+        )
+        await self._recorder.finished(call, routed, self.embedder.model, Usage(tokens, 0))  # 10 record
+        body = encode_embeddings(found.vectors, self.embedder.model, tokens, request.encoding_format)
+        return EmbeddingAnswer(body, routed)
+
+    def _check(self, request: EmbeddingRequest, count: int) -> None:
+        if request.model not in self.model_names:
+            shown = ", ".join(self.model_names) or "none (the embedding model is not built: scripts/setup.sh)"
+            raise ModelNotFound(
+                f"The model `{request.model[:256]}` does not exist for {ENDPOINT}; use one of: {shown}",
+                param="model",
+            )
+        dims = self.embedder.dimensions
+        if request.dimensions is not None and request.dimensions != dims:
+            raise InvalidRequest(
+                f"{self.embedder.model} makes {dims}-dimensional vectors and cannot be shortened "
+                f"(dimensions = {request.dimensions}); leave dimensions out or send {dims}",
+                param="dimensions",
+            )
+        most = self.embedder.config.max_inputs
+        if count > most:
+            raise InvalidRequest(f"'input' has {count} items; at most {most} per request", param="input")
+
+    async def _tokens(self, items: list[str] | list[list[int]]) -> list[list[int]]:
+        with self._tracing.span("tokenize"):
+            if items and isinstance(items[0], str):
+                texts = [i for i in items if isinstance(i, str)]
+                # A long list would hold the event loop for milliseconds: tokenized beside it.
+                if len(texts) > 32:
+                    rows = await asyncio.to_thread(self.embedder.tokenize, texts)
+                else:
+                    rows = self.embedder.tokenize(texts)
+            else:
+                rows = [i for i in items if isinstance(i, list)]
+            self.embedder.check(rows)
+        return rows
+
+    async def _vectors(self, rows: list[list[int]], tenant: str, cache_control: str, use: bool) -> _Lookup:
+        """5 cache, 8 dispatch: stored vectors; the others computed (each distinct row once), then stored."""
+        directives = cache_directives(cache_control)
+        store = self._store if use and "no-store" not in directives else None
+        out = np.empty((len(rows), self.embedder.dimensions), dtype=np.float32)
+        keys = [cache.embedding_key(tenant, self.embedder.model, r) for r in rows] if store else []
+        cache_s, hits = 0.0, [False] * len(rows)
+        if store is not None and "no-cache" not in directives:
+            started = time.perf_counter()
+            distinct_keys = list(dict.fromkeys(keys))
+            found = dict(zip(distinct_keys, await self._get_many(store, distinct_keys), strict=True))
+            for i, key in enumerate(keys):
+                value = found[key]
+                if value is not None:
+                    out[i], hits[i] = value, True
+            cache_s = time.perf_counter() - started
+        misses = [i for i, hit in enumerate(hits) if not hit]
+        if misses:
+            distinct: dict[tuple[int, ...], list[int]] = {}
+            for i in misses:
+                distinct.setdefault(tuple(rows[i]), []).append(i)
+            with self._tracing.span("embed"):
+                computed = await self.embedder.embed([list(r) for r in distinct])  # 8 dispatch
+            for vector, where in zip(computed, distinct.values(), strict=True):
+                out[where] = vector
+            if store is not None:
+                self._store_later(
+                    store, [(keys[w[0]], v) for v, w in zip(computed, distinct.values(), strict=True)]
+                )
+        n_hits = len(rows) - len(misses)
+        self._counted["hit"].inc(n_hits)
+        self._counted["miss"].inc(len(misses))
+        if store is None or "no-cache" in directives:
+            status = CacheStatus.BYPASS
+        else:
+            status = CacheStatus.HIT if not misses else CacheStatus.MISS
+        return _Lookup(out, n_hits, status, cache_s)
+
+    async def _get_many(self, store: cache.ResultStore, keys: list[str]) -> list[Vectors | None]:
+        try:
+            values = await store.get_many(keys)
+        except cache.CacheError as exc:
+            log.warning("embedding cache read failed (treated as misses): %s", exc)
+            return [None] * len(keys)
+        size = 4 * self.embedder.dimensions
+        return [np.frombuffer(v, dtype="<f4") if v is not None and len(v) == size else None for v in values]
+
+    def _store_later(self, store: cache.ResultStore, entries: list[tuple[str, Vectors]]) -> None:
+        """Store fresh vectors beside the answer, not before it: a disk write is not on the answer's path.
+        One write for all (one transaction on disk; the disk store's one thread runs it before a later
+        request's lookup)."""
+
+        async def write() -> None:
+            try:
+                await store.set_many(
+                    [(k, np.asarray(v, dtype="<f4").tobytes()) for k, v in entries], self._ttl_s
+                )
+            except cache.CacheError as exc:
+                log.warning("embedding cache write failed: %s", exc)
+
+        task = asyncio.get_running_loop().create_task(write())
+        self._writes.add(task)
+        task.add_done_callback(self._writes.discard)
