@@ -152,11 +152,16 @@ class ChatCompletionChunk(msgspec.Struct):
     tiergate: TiergateInfo | msgspec.UnsetType = UNSET
 
 
+# What a chat model (a tier, tiergate-auto, an alias of either) serves; /v1/models lists it per model.
+CHAT_ENDPOINTS = ("/v1/chat/completions", "/v1/responses", "/v1/completions")
+
+
 class ModelCard(msgspec.Struct):
     id: str
     created: int
     owned_by: str = "tiergate"
     object: str = "model"
+    endpoints: tuple[str, ...] = CHAT_ENDPOINTS  # tiergate's own field: the endpoints that take it
 
 
 class ModelList(msgspec.Struct):

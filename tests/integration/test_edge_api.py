@@ -22,8 +22,15 @@ ESSAY = [{"role": "user", "content": "Write a very long essay about the history 
 
 
 def test_models_lists_auto_and_each_tier(gateway: Gateway) -> None:
-    ids = [m.id for m in gateway.client().models.list()]
-    assert ids == ["tiergate-auto", "edge", "cloud"]
+    models = list(gateway.client().models.list())
+    ids = [m.id for m in models]
+    assert ids[:3] == ["tiergate-auto", "edge", "cloud"]
+    assert set(ids[3:]) <= {"all-MiniLM-L6-v2"}  # the embedding model, once scripts/setup.sh exported it
+    for model in models:  # each says which endpoints take it
+        chat = model.id in ids[:3]
+        assert model.model_extra["endpoints"] == (
+            ["/v1/chat/completions", "/v1/responses", "/v1/completions"] if chat else ["/v1/embeddings"]
+        )
 
 
 def test_chat_on_the_edge(gateway: Gateway) -> None:
