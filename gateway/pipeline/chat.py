@@ -18,6 +18,12 @@
 
 JSON and streamed requests take the same stages; they differ in how the answer is framed, and in
 that a JSON answer is read whole before it is framed (so it can still fail over).
+
+Every generating endpoint runs these stages: the Responses API and legacy completions bring their
+own stage 2 (``Incoming.parse``, which translates their body into this chat request; completions
+set ``raw_prompt``) and frame the same events their way (gateway/api/responses/, completions/).
+Embeddings generate nothing: their stages (gateway/pipeline/embeddings/stages.py) use the same
+authenticator, limiter, cache store and recorder, in the same order.
 """
 
 from __future__ import annotations
