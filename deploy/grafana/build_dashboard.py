@@ -237,6 +237,34 @@ ROWS: list[tuple[str, list[Panel]]] = [
                 "reqps",
                 [("sum by (modality) (rate(tiergate_degraded_requests_total[5m]))", "{{modality}}")],
             ),
+            (
+                "Residency rule matches",
+                "reqps",
+                [
+                    (
+                        "sum by (rule, action) (rate(tiergate_residency_matches_total[5m]))",
+                        "{{rule}} {{action}}",
+                    )
+                ],
+            ),
+        ],
+    ),
+    (
+        "Embeddings",
+        [
+            (
+                "Embedding inputs by source",
+                "reqps",
+                [("sum by (result) (rate(tiergate_embedding_inputs_total[5m]))", "{{result}}")],
+            ),
+            (
+                "Embedding batch rows p50 / p99",
+                "short",
+                [
+                    (q(0.5, "tiergate_embedding_batch_rows"), "p50"),
+                    (q(0.99, "tiergate_embedding_batch_rows"), "p99"),
+                ],
+            ),
         ],
     ),
     (
