@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from tiers import Ability, Modality
@@ -44,6 +45,8 @@ class Features:
     strategy: str | None = None  # a model alias's routing strategy, over the tenant policy's
     # The residency rule that keeps the request on tiers marked local (None: any tier may serve it).
     kept_local: str | None = None
+    # The request's cost tags (metadata and X-Tiergate-Tags): a spent tag budget governs it.
+    tags: Mapping[str, str] | None = None
 
     @classmethod
     def estimate(

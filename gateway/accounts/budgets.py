@@ -9,8 +9,8 @@ flush delay (``ledger.flush_interval_s``).  Periods are UTC calendar days, ISO w
 A policy's ``tag_budgets`` are read the same way (one indexed query on ``ledger_tags`` per tag
 budget): a request carrying a tag whose budget is spent is governed by that budget instead of the
 tenant's (:meth:`BudgetBook.governing`), so the router refuses it or sends it to the cheapest tier
-as ``budget.on_exhausted`` says.  The request's tags reach the router through :data:`REQUEST_TAGS`,
-set by the recorder as the request begins (the router's features carry no tags).
+as ``budget.on_exhausted`` says.  The request's tags reach the router in its features
+(:attr:`router.Features.tags`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import datetime as dt
 import logging
 import time
 from collections.abc import Callable, Mapping
-from contextvars import ContextVar
 
 import msgspec
 from sqlalchemy import Engine, func, select
@@ -33,8 +32,6 @@ from gateway.ops.background import background_thread
 
 log = logging.getLogger(__name__)
 
-# The cost tags of the request this task serves (set for every request as it begins).
-REQUEST_TAGS: ContextVar[Mapping[str, str] | None] = ContextVar("tiergate_request_tags", default=None)
 TENANT_BUDGET = ""  # the key of the tenant's own budget among its sums; a tag budget's is its tag
 
 

@@ -71,6 +71,7 @@ class RequestContext:
     # template); part of the cache key.
     raw_prompt: bool = False
     residency: Verdict = NOTHING  # what the tenant's residency rules found in the request
+    tags: Mapping[str, str] | None = None  # its cost tags, for the tag budgets
 
 
 # Stage 2 for one endpoint: its request body, for a known tenant, as the chat request the stages
@@ -135,6 +136,7 @@ class ChatService:
                 ctx.fail_instead_of_degrade,
                 strategy=ctx.strategy,
                 residency=ctx.residency,
+                tags=ctx.tags,
             )
             generation = plan.generation(request_id, ctx.session_id, ctx.tenant, raw_prompt=ctx.raw_prompt)
             answer = await self._dispatcher.dispatch(plan, generation, lookup, started)  # 7 admit, 8 dispatch
@@ -235,6 +237,7 @@ class ChatPipeline:
         call = self._recorder.begin(
             caller, request, incoming.request_id, tags, incoming.endpoint
         )  # the ledger's
+        ctx = dataclasses.replace(ctx, tags=call.tag_map)
         try:
             request, ctx = self._resolve(request, ctx)  # an unknown model: 404
             with self._tracing.span("rate_limit"):

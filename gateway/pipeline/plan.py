@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import msgspec
@@ -206,10 +206,13 @@ class Planner:
         *,
         strategy: str = "",
         residency: Verdict = NOTHING,
+        tags: Mapping[str, str] | None = None,
     ) -> Plan:
         views = self._tiers.views()
         kept_local = residency.first("keep_local")
-        features = dataclasses.replace(features_of(request, media, tenant, strategy), kept_local=kept_local)
+        features = dataclasses.replace(
+            features_of(request, media, tenant, strategy), kept_local=kept_local, tags=tags
+        )
         lost = router.to_degrade(views, features)
         degraded: tuple[str, ...] = ()
         if lost:
@@ -226,6 +229,7 @@ class Planner:
             features = dataclasses.replace(
                 features_of(request, degrade.summary_without(media, lost), tenant, strategy),
                 kept_local=kept_local,
+                tags=tags,
             )
             degraded = tuple(sorted(m.value for m in lost))
             for m in lost:

@@ -11,12 +11,11 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
 
 import msgspec
 
-from gateway.accounts.budgets import REQUEST_TAGS
 from gateway.accounts.ledger import (
     Charge,
     Ledger,
@@ -73,6 +72,7 @@ class Call:
     ts: float
     started: float
     tags: str | None = None  # the cost tags (JSON), from the request's metadata and X-Tiergate-Tags
+    tag_map: Mapping[str, str] | None = None  # the same, parsed (the router's tag budgets read them)
     model_asked: str = ""
     endpoint: str = "chat"  # the ledger's endpoint column: chat, responses, completions, embeddings
 
@@ -88,11 +88,20 @@ def _begun(
     if caller.tenant is None:
         raise PermissionDenied(f"admin keys manage tenants; call {endpoint} with a tenant's key")
     parsed = request_tags(request.metadata if request is not None else None, tags_header)
-    REQUEST_TAGS.set(parsed)  # for the tag budgets, when the router decides (this task's context)
     demand = demand_of(request) if request is not None else Demand()
     ts, started = time.time(), time.perf_counter()
     return Call(
-        caller, caller.tenant, request, request_id, demand, ts, started, encode_tags(parsed), model, endpoint
+        caller,
+        caller.tenant,
+        request,
+        request_id,
+        demand,
+        ts,
+        started,
+        tags=encode_tags(parsed),
+        tag_map=parsed,
+        model_asked=model,
+        endpoint=endpoint,
     )
 
 

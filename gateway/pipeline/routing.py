@@ -26,7 +26,7 @@ from typing import Any
 import msgspec
 
 import router
-from gateway.accounts.budgets import REQUEST_TAGS, BudgetBook
+from gateway.accounts.budgets import BudgetBook
 from gateway.ops.background import lower_priority
 from gateway.settings import RouterSettings
 from tiers import Tier
@@ -132,7 +132,7 @@ class RoutingService:
             policy = msgspec.structs.replace(policy, strategy=features.strategy)
         spend, tag = None, None
         if self._budgets is not None and (policy.budget.amount_usd > 0 or policy.tag_budgets):
-            policy, spend, tag = self._budgets.governing(features.tenant, policy, REQUEST_TAGS.get())
+            policy, spend, tag = self._budgets.governing(features.tenant, policy, features.tags)
         snapshot = self.learner.snapshot(features, views, policy, spend)
         try:
             decision = self.router.decide(features, views, policy, snapshot)

@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import Engine, create_engine, func, select
 
 import router
-from gateway.accounts.budgets import REQUEST_TAGS, BudgetBook, spent_tag_usd
+from gateway.accounts.budgets import BudgetBook, spent_tag_usd
 from gateway.accounts.ledger import (
     NANO,
     LedgerRow,
@@ -273,8 +273,8 @@ async def test_the_router_sends_a_spent_tags_requests_to_the_cheapest_tier(
     chat = chat_service(tiers, router.AutoRule(), Metrics(), routing=routing)
 
     async def route(tags: dict[str, str] | None) -> tuple[str, str]:
-        REQUEST_TAGS.set(tags)
-        routed, _ = await complete(chat, parse_chat_request(body()), "r", RequestContext(tenant="acme"))
+        ctx = RequestContext(tenant="acme", tags=tags)
+        routed, _ = await complete(chat, parse_chat_request(body()), "r", ctx)
         return routed.tier, routed.reason
 
     assert (await route({"team": "search"}))[0] == "cloud"  # its spend is read on the next refresh
