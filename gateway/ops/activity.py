@@ -2,8 +2,8 @@
 
 A bounded ring (``recent`` entries) that the admin UI's live view reads: where each request
 went and why, and, over a short window, requests per second, p95 latency, the cache hit
-rate and each tier's share.  It belongs to one process and is lost on restart; the ledger
-is the durable record.
+rate, each tier's share and how often each residency rule matched.  It belongs to one process
+and is lost on restart; the ledger is the durable record.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +33,8 @@ class Decision:
     status: int
     latency_ms: float
     degraded: tuple[str, ...] = ()
+    # The residency rules that matched the request, as (rule label, action); never the text matched.
+    residency: tuple[tuple[str, str], ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -45,6 +47,7 @@ class Decision:
             "status": self.status,
             "latency_ms": round(self.latency_ms, 1),
             "degraded": list(self.degraded),
+            "residency": [f"{label} -> {action}" for label, action in self.residency],
         }
 
 
@@ -58,6 +61,8 @@ class Summary:
     share: dict[str, float]  # tier → fraction of answered requests
     errors: int  # requests not answered 200
     p95_ms_by_tier: dict[str, float]
+    # "rule -> action" → requests it matched in the window, answered or refused.
+    residency: dict[str, int] = dataclasses.field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -69,6 +74,7 @@ class Summary:
             "share": self.share,
             "errors": self.errors,
             "p95_ms_by_tier": {t: round(v, 1) for t, v in self.p95_ms_by_tier.items()},
+            "residency": self.residency,
         }
 
 
@@ -109,6 +115,7 @@ class Activity:
         answered = [d for d in window if d.status == 200]
         looked = [d for d in answered if d.cache in ("hit", "miss")]
         latencies: dict[str, list[float]] = {}
+        matched: Counter[str] = Counter(f"{rule} -> {action}" for d in window for rule, action in d.residency)
         for d in answered:
             latencies.setdefault(d.tier, []).append(d.latency_ms)
         # Over the time the window really covers: a young process has not run for window_s yet.
@@ -122,4 +129,5 @@ class Activity:
             share={t: len(v) / len(answered) for t, v in sorted(latencies.items())},
             errors=len(window) - len(answered),
             p95_ms_by_tier={t: percentile(v, 95) for t, v in sorted(latencies.items())},
+            residency=dict(sorted(matched.items())),
         )

@@ -242,7 +242,7 @@ class ChatPipeline:
             request, ctx = self._resolve(request, ctx)  # an unknown model: 404
             with self._tracing.span("rate_limit"):
                 await self._limiter.admit(call.tenant, call.demand)  # 3 limit: requests, media parts
-            ctx = self._residency(request, ctx)  # 3 limit: residency rules
+            ctx = self._residency(call, request, ctx)  # 3 limit: residency rules
             with self._tracing.span("media"):
                 request, ctx = await self._prepare_media(call, request, ctx)  # 4 media (+ their seconds)
             answer = await self._chat.answer(request, incoming.request_id, ctx)  # 5–8
@@ -266,13 +266,15 @@ class ChatPipeline:
             raw_prompt=incoming.raw_prompt,
         )
 
-    def _residency(self, request: ChatCompletionRequest, ctx: RequestContext) -> RequestContext:
-        """What the tenant's residency rules find in the request's text; a ``refuse`` is a 400."""
+    def _residency(self, call: Call, request: ChatCompletionRequest, ctx: RequestContext) -> RequestContext:
+        """What the tenant's residency rules find in the request's text (the live view counts the rules
+        that matched, refused requests too); a ``refuse`` is a 400."""
         rules = self._rules.of(self._policies.policy(ctx.tenant).residency)
         if not rules:
             return ctx
         with self._tracing.span("residency"):
             verdict = scan(msgspec.to_builtins(request.messages), rules)
+        call.residency = verdict.fired
         for label, action in verdict.fired:
             self._metrics.residency.labels(label, action).inc()
         if refused := verdict.first("refuse"):

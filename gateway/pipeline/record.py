@@ -75,6 +75,7 @@ class Call:
     tag_map: Mapping[str, str] | None = None  # the same, parsed (the router's tag budgets read them)
     model_asked: str = ""
     endpoint: str = "chat"  # the ledger's endpoint column: chat, responses, completions, embeddings
+    residency: tuple[tuple[str, str], ...] = ()  # the residency rules that matched: (label, action)
 
 
 def _begun(
@@ -217,6 +218,7 @@ class Recorder:
                 status=status,
                 latency_ms=(time.perf_counter() - call.started) * 1000,
                 degraded=routed.degraded if routed is not None else (),
+                residency=call.residency,
             )
         )
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from gateway.ops.activity import Activity, Decision, percentile
 
 
@@ -56,3 +58,20 @@ def test_a_huge_model_name_is_kept_bounded() -> None:
     activity.note(Decision(1.0, "acme", "m" * 1_000_000, "", "r" * 50_000, "bypass", 404, 1.0))
     [kept] = activity.recent()
     assert len(kept.model_asked) == 256 and len(kept.reason) == 1000
+
+
+def test_residency_matches_are_counted_per_rule_and_action_in_the_window() -> None:
+    activity = Activity()
+    now = 1000.0
+    iban, mail = ("iban", "keep_local"), ("email", "redact")
+    activity.note(dataclasses.replace(decision(now - 120), residency=(iban,)))  # outside the minute
+    activity.note(dataclasses.replace(decision(now - 20), residency=(iban, mail)))
+    activity.note(
+        dataclasses.replace(decision(now - 10, status=400, tier=""), residency=(("secret", "refuse"),))
+    )
+    activity.note(dataclasses.replace(decision(now - 5), residency=(mail,)))
+    activity.note(decision(now - 1))
+    summary = activity.summary(60, now=now)
+    assert summary.residency == {"email -> redact": 2, "iban -> keep_local": 1, "secret -> refuse": 1}
+    assert activity.recent(5)[3].as_dict()["residency"] == ["iban -> keep_local", "email -> redact"]
+    assert Activity().summary(60, now=now).residency == {}

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sqlite3
 import threading
 import time
@@ -151,6 +152,26 @@ def test_the_ledger_names_the_rule_and_never_the_value(gw: Gateway) -> None:
     assert not any(EMAIL in str(value) for row in rows for value in row)
     metrics = httpx.get(f"{gw.url}/metrics").text
     assert 'tiergate_residency_matches_total{action="redact",rule="email"}' in metrics
+
+
+def test_the_live_page_counts_the_rules_that_matched(gw: Gateway) -> None:
+    with pytest.raises(openai.BadRequestError):  # refused requests are counted too
+        client(gw).chat.completions.create(
+            model="tiergate-auto", messages=[{"role": "user", "content": f"key {KEY}"}], max_tokens=4
+        )
+    with httpx.Client(base_url=gw.url, timeout=10) as operator:
+        form = operator.get("/admin/login")
+        token = re.search(r'name="csrf_token" value="([^"]+)"', form.text)
+        assert token is not None
+        signed_in = operator.post("/admin/login", data={"key": gw.admin_key, "csrf_token": token[1]})
+        assert signed_in.status_code == 303
+        live = operator.get("/admin/data/live").json()
+        panel = operator.get("/admin/live/panel").text
+    matched = live["summary"]["residency"]
+    assert matched.get("secret -> refuse", 0) >= 1 and matched.get("iban -> keep_local", 0) >= 1
+    assert any(d["residency"] == ["secret -> refuse"] and d["status"] == 400 for d in live["recent"])
+    assert 'data-residency="secret -&gt; refuse"' in panel
+    assert KEY not in json.dumps(live) and IBAN not in panel
 
 
 # -- a real vLLM behind a recording proxy ------------------------------------------------------------
