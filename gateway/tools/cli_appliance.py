@@ -18,6 +18,13 @@ def bundle(
             help="A converted cloud model folder to include (e.g. <build_cache_dir>/models/smollm2-135m)."
         ),
     ] = None,
+    embedding_model: Annotated[
+        Path | None,
+        typer.Option(
+            help="The embedding model's ONNX export to include "
+            "[default: <build_cache_dir>/models/all-minilm-l6-v2-onnx, when built]."
+        ),
+    ] = None,
     source: Annotated[Path | None, typer.Option(help="tiergate's source folder [default: this one].")] = None,
     wheel_cache: Annotated[
         Path | None,
@@ -25,13 +32,27 @@ def bundle(
     ] = None,
 ) -> None:
     """Build an offline bundle: wheels for this platform (at the versions installed here), the edge
-    model, optionally the cloud model, the default config, a checksum manifest and install.sh."""
+    model, the embedding model, optionally the cloud model, the default config, a checksum manifest
+    and install.sh."""
     from gateway.settings import load_settings
     from gateway.tools.appliance.bundle import BundleError, build
+    from tiers.embedding import DEFAULT_EMBEDDING_MODEL_DIR
 
-    cache = wheel_cache or Path(load_settings().build_cache_dir).expanduser() / "wheels"
+    build_cache = Path(load_settings().build_cache_dir).expanduser()
+    cache = wheel_cache or build_cache / "wheels"
+    if embedding_model is None and (build_cache / DEFAULT_EMBEDDING_MODEL_DIR / "model.onnx").is_file():
+        embedding_model = build_cache / DEFAULT_EMBEDDING_MODEL_DIR
+    if embedding_model is None:
+        typer.echo("no embedding model is built here: the bundle's /v1/embeddings will answer 404")
     try:
-        build(out, source=source, wheel_cache=cache, cloud_model=cloud_model, say=typer.echo)
+        build(
+            out,
+            source=source,
+            wheel_cache=cache,
+            cloud_model=cloud_model,
+            embedding_model=embedding_model,
+            say=typer.echo,
+        )
     except BundleError as exc:
         typer.echo(f"tiergate bundle: {exc}", err=True)
         raise typer.Exit(1) from exc

