@@ -18,7 +18,7 @@ import asyncio
 import json
 import sys
 import threading
-from typing import Any
+from typing import Any, Self
 
 from aiohttp import web
 
@@ -44,25 +44,26 @@ def _has_image(body: dict[str, Any]) -> bool:
     )
 
 
-class FakeVLLM:
-    def __init__(
-        self, mode: str = "ok", delay_s: float = 0.2, port: int | None = None, stream_chunks: int = 100
-    ) -> None:
-        self.mode = mode
-        self.delay_s = delay_s
-        self.stream_chunks = stream_chunks
-        self.disconnects = 0
+class ThreadedApp:
+    """An aiohttp application on a loopback port, served from its own thread and event loop, so a
+    synchronous test can put it behind a real gateway; ``with`` starts and stops it. Subclasses add
+    their routes in :meth:`routes`."""
+
+    def __init__(self, port: int | None = None, client_max_size: int = 1 << 20) -> None:
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.requests: list[dict[str, Any]] = []
-        self.request_ids: list[str | None] = []  # each request's X-Request-ID header
+        self._client_max_size = client_max_size
         self._loop = asyncio.new_event_loop()
         self._started = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> FakeVLLM:
+    def routes(self, app: web.Application) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
         self._thread.start()
-        self._started.wait(10)
+        if not self._started.wait(10):
+            raise RuntimeError(f"{type(self).__name__} did not start on port {self.port}")
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -71,18 +72,34 @@ class FakeVLLM:
 
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
-        app = web.Application()
+        app = web.Application(client_max_size=self._client_max_size)
+        self.routes(app)
+        runner = web.AppRunner(app)
+        self._loop.run_until_complete(runner.setup())
+        self._loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", self.port).start())
+        self._started.set()
+        self._loop.run_forever()
+
+
+class FakeVLLM(ThreadedApp):
+    def __init__(
+        self, mode: str = "ok", delay_s: float = 0.2, port: int | None = None, stream_chunks: int = 100
+    ) -> None:
+        super().__init__(port)
+        self.mode = mode
+        self.delay_s = delay_s
+        self.stream_chunks = stream_chunks
+        self.disconnects = 0
+        self.requests: list[dict[str, Any]] = []
+        self.request_ids: list[str | None] = []  # each request's X-Request-ID header
+
+    def routes(self, app: web.Application) -> None:
         app.router.add_get("/health", self._health)
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/v1/chat/completions", self._chat)
         # Legacy completions get the chat shape too: the cloud wire reads a message's content as it
         # reads a completion's text.
         app.router.add_post("/v1/completions", self._chat)
-        runner = web.AppRunner(app)
-        self._loop.run_until_complete(runner.setup())
-        self._loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", self.port).start())
-        self._started.set()
-        self._loop.run_forever()
 
     async def _health(self, request: web.Request) -> web.Response:
         return web.Response(text="")

@@ -5,7 +5,6 @@ for a request carries its id, and the id went upstream."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import Iterator
@@ -17,7 +16,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import Gateway, start_gateway
-from tests.fakes import FakeVLLM
+from tests.fakes import FakeVLLM, ThreadedApp
 from tests.integration.test_breakers import IMAGE_MESSAGES, THRESHOLD
 
 CHAT = "/v1/chat/completions"
@@ -198,40 +197,25 @@ def test_traces_reach_an_otlp_collector(tmp_path: Path) -> None:
     """A real ``tiergate serve`` with ``otlp_endpoint`` set exports its spans over OTLP/HTTP to a
     collector stand-in, which decodes them with OpenTelemetry's own protobuf types."""
     pytest.importorskip("opentelemetry.exporter.otlp.proto.http")
-    import threading
-
     from aiohttp import web
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-    from tests.conftest import free_port
-
     received: list[ExportTraceServiceRequest] = []
-    port = free_port()
-    loop = asyncio.new_event_loop()
-    started = threading.Event()
 
-    async def traces(request: web.Request) -> web.Response:
-        message = ExportTraceServiceRequest()
-        message.ParseFromString(await request.read())
-        received.append(message)
-        return web.Response(body=b"", content_type="application/x-protobuf")
+    class Collector(ThreadedApp):
+        def routes(self, app: web.Application) -> None:
+            app.router.add_post("/v1/traces", self.traces)
 
-    def serve() -> None:
-        asyncio.set_event_loop(loop)
-        app = web.Application()
-        app.router.add_post("/v1/traces", traces)
-        runner = web.AppRunner(app)
-        loop.run_until_complete(runner.setup())
-        loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
-        started.set()
-        loop.run_forever()
+        async def traces(self, request: web.Request) -> web.Response:
+            message = ExportTraceServiceRequest()
+            message.ParseFromString(await request.read())
+            received.append(message)
+            return web.Response(body=b"", content_type="application/x-protobuf")
 
-    threading.Thread(target=serve, daemon=True).start()
-    assert started.wait(10)
-    with FakeVLLM("ok") as fake:
+    with Collector() as collector, FakeVLLM("ok") as fake:
         config = (
             f'[edge]\nenabled = false\n[cloud]\nurls = ["{fake.url}"]\nhealth_interval_s = 0.2\n'
-            f'[observability]\notlp_endpoint = "http://127.0.0.1:{port}/v1/traces"\n'
+            f'[observability]\notlp_endpoint = "{collector.url}/v1/traces"\n'
         )
         gw = start_gateway(tmp_path, config, edge=False)
         try:
@@ -239,7 +223,6 @@ def test_traces_reach_an_otlp_collector(tmp_path: Path) -> None:
             assert chat(gw, "otlp-1").status_code == 200
         finally:
             gw.stop()  # a graceful stop flushes the batch of spans
-    loop.call_soon_threadsafe(loop.stop)
     spans = [
         span
         for message in received

@@ -13,11 +13,9 @@ and its action, never the value.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import sqlite3
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,8 +27,8 @@ import openai
 import pytest
 from aiohttp import web
 
-from tests.conftest import Gateway, free_port, start_gateway
-from tests.fakes import FakeVLLM
+from tests.conftest import Gateway, start_gateway
+from tests.fakes import FakeVLLM, ThreadedApp
 
 IBAN = "DE89 3704 0044 0532 0130 00"
 EMAIL = "anna.schmidt@example.com"
@@ -177,38 +175,18 @@ def test_the_live_page_counts_the_rules_that_matched(gw: Gateway) -> None:
 # -- a real vLLM behind a recording proxy ------------------------------------------------------------
 
 
-class RecordingProxy:
+class RecordingProxy(ThreadedApp):
     """Forwards every request to ``upstream`` (a real vLLM server), streaming answers back as they
     come, and keeps every request body it forwarded."""
 
     def __init__(self, upstream: str) -> None:
+        super().__init__(client_max_size=8 << 20)
         self.upstream = upstream
         self.bodies: list[bytes] = []
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self._loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
         self._session: aiohttp.ClientSession | None = None  # made on its loop, at the first request
 
-    def __enter__(self) -> RecordingProxy:
-        self._thread.start()
-        self._ready.wait(10)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        app = web.Application(client_max_size=8 << 20)
+    def routes(self, app: web.Application) -> None:
         app.router.add_route("*", "/{tail:.*}", self._forward)
-        runner = web.AppRunner(app)
-        self._loop.run_until_complete(runner.setup())
-        self._loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", self.port).start())
-        self._ready.set()
-        self._loop.run_forever()
 
     async def _forward(self, request: web.Request) -> web.StreamResponse:
         if self._session is None:
