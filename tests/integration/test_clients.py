@@ -22,6 +22,7 @@ import pytest
 from openai.lib.streaming.chat import ChatCompletionStreamState
 from pydantic import BaseModel
 
+from tests.agent_turn import weather_turn
 from tests.conftest import Gateway, local_vllm_installed
 from tests.openai_schema import CHAT_COMPLETION, CHAT_COMPLETION_CHUNK, MODEL, validate
 
@@ -409,35 +410,10 @@ def test_langchain_structured_output_with_a_json_schema(gateway: Gateway) -> Non
 
 
 def test_an_agent_calls_its_function_tool_and_answers(gateway: Gateway) -> None:
-    from agents import (
-        Agent,
-        ModelSettings,
-        OpenAIChatCompletionsModel,
-        Runner,
-        function_tool,
-        set_tracing_disabled,
-    )
+    from agents import OpenAIChatCompletionsModel
 
-    set_tracing_disabled(True)  # nothing leaves the machine
-    asked: list[str] = []
+    def model(client: openai.AsyncOpenAI) -> OpenAIChatCompletionsModel:
+        return OpenAIChatCompletionsModel(model=EDGE, openai_client=client)
 
-    @function_tool
-    def get_weather(city: str) -> str:
-        """Get the current weather in a city."""
-        asked.append(city)
-        return "sunny, 21 degrees celsius"
-
-    client = openai.AsyncOpenAI(
-        base_url=f"{gateway.url}/v1", api_key=gateway.api_key, max_retries=0, default_headers=FRESH
-    )
-    agent = Agent(
-        name="weather",
-        instructions="Answer the question about the weather using the get_weather tool.",
-        tools=[get_weather],
-        model=OpenAIChatCompletionsModel(model=EDGE, openai_client=client),
-        # the first turn must call the tool; after it the SDK resets the choice to auto
-        model_settings=ModelSettings(tool_choice="required", temperature=0, max_tokens=CALL_TOKENS),
-    )
-    result = Runner.run_sync(agent, "What is the weather in Paris right now?", max_turns=4)
-    assert asked, "the agent never called its tool"
-    assert isinstance(result.final_output, str) and result.final_output.strip()
+    final = weather_turn(gateway, model, CALL_TOKENS)
+    assert isinstance(final, str) and final.strip()

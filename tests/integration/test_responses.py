@@ -18,6 +18,7 @@ import openai
 import pytest
 from pydantic import BaseModel
 
+from tests.agent_turn import weather_turn
 from tests.conftest import Gateway, local_vllm_installed
 from tests.openai_schema import validate
 
@@ -254,27 +255,10 @@ def test_logprobs_ride_with_the_output_text(gateway: Gateway) -> None:
 
 
 def test_an_agent_runs_a_turn_over_the_responses_api(gateway: Gateway) -> None:
-    from agents import Agent, ModelSettings, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled
+    from agents import OpenAIResponsesModel
 
-    set_tracing_disabled(True)  # nothing leaves the machine
-    asked: list[str] = []
+    def model(client: openai.AsyncOpenAI) -> OpenAIResponsesModel:
+        return OpenAIResponsesModel(model=EDGE, openai_client=client)
 
-    @function_tool
-    def get_weather(city: str) -> str:
-        """Get the current weather in a city."""
-        asked.append(city)
-        return "sunny, 21 degrees celsius"
-
-    client = openai.AsyncOpenAI(
-        base_url=f"{gateway.url}/v1", api_key=gateway.api_key, max_retries=0, default_headers=FRESH
-    )
-    agent = Agent(
-        name="weather",
-        instructions="Answer the question about the weather using the get_weather tool.",
-        tools=[get_weather],
-        model=OpenAIResponsesModel(model=EDGE, openai_client=client),
-        model_settings=ModelSettings(tool_choice="required", temperature=0, max_tokens=CALL_TOKENS),
-    )
-    result = Runner.run_sync(agent, "What is the weather in Paris right now?", max_turns=4)
-    assert asked, "the agent never called its tool"
-    assert isinstance(result.final_output, str) and result.final_output.strip()
+    final = weather_turn(gateway, model, CALL_TOKENS)
+    assert isinstance(final, str) and final.strip()
