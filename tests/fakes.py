@@ -60,6 +60,9 @@ class ThreadedApp:
     def routes(self, app: web.Application) -> None:
         raise NotImplementedError
 
+    async def aclose(self) -> None:
+        """Run on the server's loop as it stops: close what the handlers opened."""
+
     def __enter__(self) -> Self:
         self._thread.start()
         if not self._started.wait(10):
@@ -67,6 +70,7 @@ class ThreadedApp:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        asyncio.run_coroutine_threadsafe(self.aclose(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
 

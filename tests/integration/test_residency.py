@@ -188,6 +188,10 @@ class RecordingProxy(ThreadedApp):
     def routes(self, app: web.Application) -> None:
         app.router.add_route("*", "/{tail:.*}", self._forward)
 
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
     async def _forward(self, request: web.Request) -> web.StreamResponse:
         if self._session is None:
             self._session = aiohttp.ClientSession()
