@@ -1,6 +1,6 @@
 """Result cache: answers to repeated deterministic requests, behind one small async interface.
 
-The semantic cache's index (:class:`SemanticIndex`, usearch) and, for the Redis backend, the stream
+The semantic cache's index (:class:`SemanticIndex`, faiss) and, for the Redis backend, the stream
 that keeps every gateway's index in step (:class:`SemanticFeed`).
 
 Backends: :class:`DiskStore` (diskcache in the data folder; the embedded default) and

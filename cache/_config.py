@@ -16,7 +16,7 @@ class SemanticConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     ``semantic_cache``.  Entries live as long as the exact cache's ``ttl_s``."""
 
     # Entries in the in-process index, all tenants together, and for one tenant (oldest go first).
-    max_entries: int = 100_000
+    max_entries: int = 50_000  # 1.5 KB of float32 each: 75 MB at most
     max_entries_per_tenant: int = 10_000
     # Nearest entries of the tenant read per lookup before those of another context are skipped.
     candidates: int = 16

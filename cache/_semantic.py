@@ -1,11 +1,17 @@
 """The semantic cache's index: unit vectors of stored requests' last user turns, nearest first.
 
-Vectors live in usearch (HNSW; a maintained single-file library with manylinux wheels), one index per
-tenant.  One index per tenant rather than one for all: a search reads the ``candidates`` nearest
-entries and keeps those of the asked context, so in a shared index a busy tenant's entries could push
-another tenant's out of those candidates; per tenant, only the tenant's own contexts compete (a miss
-when more than ``candidates`` nearer entries of other contexts exist, never a wrong answer), and a
-tenant can never be handed another's entry, whatever a search returns.
+Vectors live in faiss (``faiss-cpu``: manylinux wheels, no build step), one exact inner-product
+index per tenant (the vectors are unit: inner product = cosine).  Exact, not HNSW: a tenant holds at
+most ``max_per_tenant`` entries (10,000 × 384 floats are searched in about a millisecond), and an
+exact index answers removals at once (HNSW graphs only mark them).  usearch was tried first: its
+wheel's statically linked C++ runtime breaks llama.cpp's model loading in the same process
+(``std::bad_cast`` reading the vocabulary), whichever is imported first.
+
+One index per tenant rather than one for all: a search reads the ``candidates`` nearest entries and
+keeps those of the asked context, so in a shared index a busy tenant's entries could push another
+tenant's out of those candidates; per tenant, only the tenant's own contexts compete (a miss when more
+than ``candidates`` nearer entries of other contexts exist, never a wrong answer), and a tenant can
+never be handed another's entry, whatever a search returns.
 
 The index knows no policy: what an entry's context is, and which candidate may answer, is the
 gateway's business (gateway/pipeline/semantic/).  Entries carry the key of their answer in the result
@@ -19,11 +25,10 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterable
 
+import faiss
 import msgspec
 import numpy as np
 import numpy.typing as npt
-from usearch.compiled import ScalarKind
-from usearch.index import Index
 
 Vectors = npt.NDArray[np.float32]
 
@@ -55,13 +60,31 @@ def decode_entry(data: bytes) -> Entry | None:
         return None
 
 
+# One lookup is one small search: faiss' OpenMP threads would cost more to wake than they save, and
+# would take the cores the event loop and the models need.
+faiss.omp_set_num_threads(1)
+
+
 class _Tenant:
-    """One tenant's usearch index and its entries by integer key, oldest first."""
+    """One tenant's faiss index and its entries by integer key, oldest first."""
 
     def __init__(self, dimensions: int) -> None:
-        # f16: half the memory of f32; cosine is off by ~1e-3 at most, far below any useful threshold step.
-        self.index = Index(ndim=dimensions, metric="cos", dtype=ScalarKind.F16)
+        self.index = faiss.IndexIDMap2(faiss.IndexFlatIP(dimensions))
         self.entries: OrderedDict[int, Entry] = OrderedDict()
+
+    def add(self, key: int, vector: Vectors) -> None:
+        self.index.add_with_ids(vector.reshape(1, -1), np.array([key], dtype=np.int64))
+
+    def remove(self, key: int) -> None:
+        # faiss' Python wrapper takes an id array (its stubs name only the C++ IDSelector)
+        self.index.remove_ids(np.array([key], dtype=np.int64))  # type: ignore[arg-type]
+
+    def search(self, vector: Vectors, count: int) -> list[tuple[int, float]]:
+        scores, keys = self.index.search(vector.reshape(1, -1), count)
+        return [(int(k), float(s)) for k, s in zip(keys[0], scores[0], strict=True) if k >= 0]
+
+    def vector(self, key: int) -> Vectors:
+        return np.asarray(self.index.reconstruct(key), dtype=np.float32)
 
 
 class SemanticIndex:
@@ -93,7 +116,7 @@ class SemanticIndex:
             self.remove(next(iter(self._where)))
         tenant = self._tenants.setdefault(entry.tenant, tenant)  # removing may have dropped it
         key, self._next = self._next, self._next + 1
-        tenant.index.add(key, np.asarray(vector, dtype=np.float32).reshape(-1))
+        tenant.add(key, np.ascontiguousarray(vector, dtype=np.float32))
         tenant.entries[key] = msgspec.structs.replace(entry, vector=b"")
         self._where[entry.answer_key] = (entry.tenant, key)
 
@@ -104,7 +127,7 @@ class SemanticIndex:
         name, key = where
         tenant = self._tenants[name]
         tenant.entries.pop(key, None)
-        tenant.index.remove(key)
+        tenant.remove(key)
         if not tenant.entries:
             del self._tenants[name]
 
@@ -115,18 +138,18 @@ class SemanticIndex:
         if found is None:
             return []
         count = min(self._candidates, len(found.entries))
-        matches = found.index.search(np.asarray(vector, dtype=np.float32).reshape(-1), count)
+        matches = found.search(np.ascontiguousarray(vector, dtype=np.float32), count)
         now = time.time()
         out: list[tuple[Entry, float]] = []
         expired: list[str] = []
-        for key, distance in zip(matches.keys.tolist(), matches.distances.tolist(), strict=True):
-            entry = found.entries.get(int(key))
+        for key, similarity in matches:
+            entry = found.entries.get(key)
             if entry is None:
                 continue
             if entry.expires <= now:
                 expired.append(entry.answer_key)
             elif entry.context == context:
-                out.append((entry, 1.0 - float(distance)))
+                out.append((entry, similarity))
         for answer_key in expired:
             self.remove(answer_key)
         return out
@@ -138,8 +161,7 @@ class SemanticIndex:
             tenant = self._tenants[name]
             entry = tenant.entries[key]
             if entry.expires > now:
-                vector = np.asarray(tenant.index.get(key), dtype=np.float32).tobytes()
-                yield msgspec.structs.replace(entry, vector=vector)
+                yield msgspec.structs.replace(entry, vector=tenant.vector(key).tobytes())
 
     def dump(self) -> bytes:
         return _encode(list(self.entries()))
