@@ -1,4 +1,4 @@
-"""The semantic index (usearch): nearest first, only the asked tenant and context, bounded, expired
+"""The semantic index (faiss): nearest first, only the asked tenant and context, bounded, expired
 entries never returned, and a dump that loads back."""
 
 from __future__ import annotations
