@@ -127,6 +127,30 @@ def fields(tiers: list[str]) -> list[tuple[str, list[Field]]]:
             [
                 Field("cache", "Answer repeats from the result cache", "checkbox"),
                 Field(
+                    "semantic_cache.enabled",
+                    "Answer paraphrases from the semantic cache",
+                    "checkbox",
+                    "a request whose last user turn means the same as a stored one's, all else equal",
+                ),
+                Field(
+                    "semantic_cache.threshold",
+                    "Semantic similarity threshold",
+                    "number",
+                    "(0, 1]: the least cosine similarity of the two turns; empty: 0.85",
+                    step="0.01",
+                ),
+                Field(
+                    "semantic_cache.allow_tools",
+                    "Semantic cache: also requests with tool results",
+                    "checkbox",
+                ),
+                Field(
+                    "semantic_cache.allow_sampling",
+                    "Semantic cache: also sampled requests",
+                    "checkbox",
+                    "temperature above 0 without a seed",
+                ),
+                Field(
                     "degrade",
                     "When a medium's path is broken on every tier",
                     "select",
@@ -179,7 +203,7 @@ def _text(value: Any) -> str:
 def parse(form: dict[str, str], tiers: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
     """The posted form as the policy's JSON shape, and errors by field for what is not a number."""
     errors: dict[str, str] = {}
-    body: dict[str, Any] = {"latency": {}, "budget": {}, "modality_rules": {}}
+    body: dict[str, Any] = {"latency": {}, "budget": {}, "modality_rules": {}, "semantic_cache": {}}
     for _, group in fields(tiers):
         for field in group:
             text = form.get(field.name, "").strip()
@@ -247,6 +271,15 @@ def to_policy(body: dict[str, Any]) -> policies.TenantPolicy:
         raise
 
 
+_SWITCHES = (
+    "cache",
+    "weigh_difficulty",
+    "semantic_cache.enabled",
+    "semantic_cache.allow_tools",
+    "semantic_cache.allow_sampling",
+)
+
+
 def changes(before: policies.TenantPolicy | None, after: policies.TenantPolicy) -> list[str]:
     """What a version changed, field by field (``latency.total_ms: 60000.0 → 800.0``)."""
     old = flatten(before) if before is not None else {}
@@ -255,6 +288,6 @@ def changes(before: policies.TenantPolicy | None, after: policies.TenantPolicy) 
     for name in sorted(set(old) | set(new)):
         a, b = old.get(name, ""), new.get(name, "")
         if a != b:
-            empty = "off" if name in ("cache", "weigh_difficulty") else "–"
+            empty = "off" if name in _SWITCHES else "–"
             out.append(f"{name}: {a or empty} → {b or empty}")
     return out or ["no change"]

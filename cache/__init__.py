@@ -1,5 +1,8 @@
 """Result cache: answers to repeated deterministic requests, behind one small async interface.
 
+The semantic cache's index (:class:`SemanticIndex`, faiss) and, for the Redis backend, the stream
+that keeps every gateway's index in step (:class:`SemanticFeed`).
+
 Backends: :class:`DiskStore` (diskcache in the data folder; the embedded default) and
 :class:`RedisStore` (shared by several gateways).  The cache knows no policy: what
 may be cached and for whom is the gateway's business; keys come from
@@ -8,12 +11,14 @@ may be cached and for whom is the gateway's business; keys come from
 
 from pathlib import Path
 
-from cache._config import CacheConfig
+from cache._config import CacheConfig, SemanticConfig
 from cache._disk import DiskStore
 from cache._entry import CachedAnswer, decode_answer, encode_answer
 from cache._keys import canonical_request, content_hash, embedding_key, result_key
 from cache._protocol import CacheError, ResultStore
 from cache._redis import RedisStore
+from cache._semantic import Entry, SemanticIndex
+from cache._semantic_feed import START, SemanticFeed
 
 
 def open_store(config: CacheConfig, data_path: Path) -> ResultStore:
@@ -25,12 +30,17 @@ def open_store(config: CacheConfig, data_path: Path) -> ResultStore:
 
 
 __all__ = [
+    "START",
     "CacheConfig",
     "CacheError",
     "CachedAnswer",
     "DiskStore",
+    "Entry",
     "RedisStore",
     "ResultStore",
+    "SemanticConfig",
+    "SemanticFeed",
+    "SemanticIndex",
     "canonical_request",
     "content_hash",
     "decode_answer",

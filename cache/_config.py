@@ -11,6 +11,21 @@ DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 DEFAULT_MAX_ENTRY_BYTES = 1024 * 1024
 
 
+class SemanticConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The semantic cache's index (``[cache.semantic]``); whether a tenant uses it is its policy's
+    ``semantic_cache``.  Entries live as long as the exact cache's ``ttl_s``."""
+
+    # Entries in the in-process index, all tenants together, and for one tenant (oldest go first).
+    max_entries: int = 50_000  # 1.5 KB of float32 each: 75 MB at most
+    max_entries_per_tenant: int = 10_000
+    # Nearest entries of the tenant read per lookup before those of another context are skipped.
+    candidates: int = 16
+    # Disk backend: the index is saved in <data_dir>/cache/semantic this often (and at close).
+    save_interval_s: float = 60.0
+    # Redis backend: the stream every gateway appends its entries to and follows.
+    redis_stream: str = "tiergate:semantic"
+
+
 class CacheConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Where answers are kept and for how long.
 
@@ -32,3 +47,4 @@ class CacheConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     redis_prefix: str = "tiergate:result:"
     # Seconds a Redis call may take before the cache is treated as missing (never fails a request).
     redis_timeout_s: float = 0.5
+    semantic: SemanticConfig = msgspec.field(default_factory=SemanticConfig)

@@ -50,6 +50,7 @@ from gateway.pipeline.chat import ChatPipeline, ChatService
 from gateway.pipeline.embeddings.stages import EmbeddingPipeline, embedding_config
 from gateway.pipeline.record import Recorder
 from gateway.pipeline.routing import RoutingService, tier_prices
+from gateway.pipeline.semantic import semantic_cache
 from gateway.pipeline.tierset import TierSet
 from gateway.settings import Settings, SettingsError
 from tiers import Modality, ModelRegistry, Pool, Tier
@@ -233,12 +234,25 @@ async def open_services(
         aliases = {n: (a.model, a.strategy) for n, a in settings.model_aliases().items()}
         remote = frozenset(n for n, c in settings.tier_configs().items() if c.location == "remote")
         tier_set = TierSet(admitted, breakers, aliases, remote)
+        embedder = None
+        if settings.embedding.enabled:
+            embedder = OnnxEmbedder(
+                embedding_config(settings.embedding, settings.build_cache_dir),
+                observe=lambda rows, _: metrics.embedding_batch_rows.observe(rows),
+            )
+            stack.push_async_callback(embedder.aclose)
+            await embedder.start()
+        semantic = semantic_cache(settings.cache, store_, embedder, settings.data_path)
+        if semantic is not None:
+            await semantic.start()
+            stack.push_async_callback(semantic.aclose)
         chat = ChatService(
             tier_set,
             metrics,
             tracing,
             rule=settings.routing,
             answers=AnswerCache(settings.cache, store_, settings.routing, metrics),
+            semantic=semantic,
             routing=routing,
             fail_instead_of_degrade=settings.degradation.fail_instead,
         )
@@ -254,13 +268,7 @@ async def open_services(
         responses.start()
         stack.push_async_callback(responses.aclose)
         embeddings = None
-        if settings.embedding.enabled:
-            embedder = OnnxEmbedder(
-                embedding_config(settings.embedding, settings.build_cache_dir),
-                observe=lambda rows, _: metrics.embedding_batch_rows.observe(rows),
-            )
-            stack.push_async_callback(embedder.aclose)
-            await embedder.start()
+        if embedder is not None:
             embeddings = EmbeddingPipeline(
                 embedder, auth, policies, limiter, recorder, tracing, metrics, store_, settings.cache.ttl_s
             )

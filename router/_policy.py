@@ -16,6 +16,10 @@ A :class:`TenantPolicy` is a plain value (msgspec, JSON on the wire and in the d
                     the floor counts, like the other strategies
     modality_rules  a modality → the tier that must serve requests carrying it (``video = cloud``)
     cache           whether the result cache may answer this tenant
+    semantic_cache  (off by default) answer a request whose last user turn means the same as a stored
+                    one's, in the same context: ``enabled``, ``threshold`` (cosine similarity, (0, 1]),
+                    ``allow_tools`` (requests carrying tool results too), ``allow_sampling`` (requests
+                    not at temperature 0 without a seed too)
     degrade         when a medium's path is broken everywhere: ``serve`` it text-only, ``fail``
                     (503), or ``default`` (the gateway's setting)
     residency       rules for sensitive data in a request's text: a detector (email, phone, iban,
@@ -114,6 +118,17 @@ class TagBudget(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
         return key, value
 
 
+class SemanticCachePolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """When a paraphrase of a stored request may get its answer (gateway/pipeline/semantic.py)."""
+
+    enabled: bool = False
+    # The least cosine similarity of the two last user turns (all-MiniLM-L6-v2); chosen on half of
+    # tests/data/semantic_pairs.tsv (docs/cache.md has the rates it gives).
+    threshold: Annotated[float, Meta(gt=0, le=1)] = 0.85
+    allow_tools: bool = False  # also requests carrying tool results (role "tool")
+    allow_sampling: bool = False  # also requests sampled at temperature > 0 without a seed
+
+
 class TenantPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     strategy: str = "learned"
     latency: LatencyObjective = msgspec.field(default_factory=LatencyObjective)
@@ -124,6 +139,7 @@ class TenantPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     weigh_difficulty: bool = True
     modality_rules: dict[Modality, str] = msgspec.field(default_factory=dict)
     cache: bool = True
+    semantic_cache: SemanticCachePolicy = msgspec.field(default_factory=SemanticCachePolicy)
     degrade: Literal["default", "serve", "fail"] = "default"
     residency: Annotated[list[ResidencyRule], Meta(max_length=32)] = msgspec.field(default_factory=list)
 

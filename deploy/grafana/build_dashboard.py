@@ -165,9 +165,14 @@ ROWS: list[tuple[str, list[Panel]]] = [
                 "short",
                 [
                     (
-                        'sum(rate(tiergate_cache_requests_total{result="hit"}[5m])) / '
-                        'sum(rate(tiergate_cache_requests_total{result=~"hit|miss"}[5m]))',
-                        "hit ratio",
+                        'sum(rate(tiergate_cache_requests_total{result=~"hit|semantic"}[5m])) / '
+                        'sum(rate(tiergate_cache_requests_total{result=~"hit|semantic|miss"}[5m]))',
+                        "hit ratio (exact + semantic)",
+                    ),
+                    (
+                        'sum(rate(tiergate_cache_requests_total{result="semantic"}[5m])) / '
+                        'sum(rate(tiergate_cache_requests_total{result=~"hit|semantic|miss"}[5m]))',
+                        "semantic hit ratio",
                     ),
                     ("sum by (result) (rate(tiergate_cache_requests_total[5m]))", "{{result}}/s"),
                     ("sum by (op) (rate(tiergate_cache_errors_total[5m]))", "errors {{op}}/s"),

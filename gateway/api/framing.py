@@ -89,6 +89,10 @@ def route_headers(routed: Routed) -> dict[str, str]:
         # Time in the gateway until the answer (or its first byte) was ready, and in the cache.
         "Server-Timing": f"gateway;dur={routed.server_s * 1000:.3f}, cache;dur={routed.cache_s * 1000:.3f}",
     }
+    if routed.embed_s:  # the semantic cache embedded the last user turn (MiniLM)
+        headers["Server-Timing"] += f", embed;dur={routed.embed_s * 1000:.3f}"
+    if routed.similarity is not None:
+        headers["X-Tiergate-Similarity"] = f"{routed.similarity:.3f}"
     if routed.instance:
         headers["X-Tiergate-Instance"] = routed.instance
     if routed.predicted:

@@ -113,7 +113,7 @@ class Activity:
         since = now - window_s
         window = [d for d in self._ring if d.ts >= since]
         answered = [d for d in window if d.status == 200]
-        looked = [d for d in answered if d.cache in ("hit", "miss")]
+        looked = [d for d in answered if d.cache in ("hit", "semantic", "miss")]
         latencies: dict[str, list[float]] = {}
         matched: Counter[str] = Counter(f"{rule} -> {action}" for d in window for rule, action in d.residency)
         for d in answered:
@@ -125,7 +125,7 @@ class Activity:
             requests=len(window),
             requests_per_s=len(window) / span,
             p95_ms=percentile([d.latency_ms for d in answered], 95) if answered else None,
-            cache_hit_rate=(sum(d.cache == "hit" for d in looked) / len(looked)) if looked else None,
+            cache_hit_rate=(sum(d.cache != "miss" for d in looked) / len(looked)) if looked else None,
             share={t: len(v) / len(answered) for t, v in sorted(latencies.items())},
             errors=len(window) - len(answered),
             p95_ms_by_tier={t: percentile(v, 95) for t, v in sorted(latencies.items())},

@@ -167,7 +167,7 @@ class MetricFamilies:
         self.cache_requests = self._family(
             Counter,
             "tiergate_cache_requests",
-            "Result cache lookups by result (hit, miss, bypass).",
+            "Result cache lookups by result (hit, semantic, miss, bypass).",
             ["result"],
         )
         # -- the embedding tier ---------------------------------------------------------

@@ -23,6 +23,8 @@ class Routed:
     # The router's median predictions for the tier that served, e.g. "ttft=80ms, total=900ms,
     # tokens=40, per_token=20.0ms" (the answer's expected length, and the total's seconds per token).
     predicted: str = ""
+    similarity: float | None = None  # a semantic hit's: X-Tiergate-Similarity
+    embed_s: float = 0.0  # time the semantic cache spent embedding the last user turn
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,8 +27,20 @@ log = logging.getLogger(__name__)
 
 class CacheStatus(enum.StrEnum):
     HIT = "hit"
+    SEMANTIC = "semantic"  # a paraphrase's answer (gateway/pipeline/semantic/)
     MISS = "miss"
     BYPASS = "bypass"
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """What the semantic cache adds to its index once the fresh answer is stored under ``answer_key``."""
+
+    answer_key: str
+    tenant: str
+    context: str  # the digest of everything but the last user turn
+    text: str  # the last user turn
+    vector: bytes  # its embedding (float32)
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +50,9 @@ class Lookup:
     answer: cache.CachedAnswer | None = None
     seconds: float = 0.0
     events: list[Event] | None = None  # the hit's events, to replay
+    similarity: float | None = None  # a semantic hit's cosine similarity
+    embed_s: float = 0.0  # time to embed the last user turn (the semantic cache)
+    semantic: Pending | None = None  # a miss the semantic cache will index once answered
 
 
 BYPASS = Lookup(CacheStatus.BYPASS)
@@ -85,14 +100,16 @@ class AnswerCache:
     async def lookup(
         self, request: ChatCompletionRequest, tenant: str, cache_control: str, tier_models: str
     ) -> Lookup:
+        """The exact cache's answer, or why not; not counted (the caller counts the final status,
+        the semantic cache may still answer)."""
         if self._store is None or not self.cacheable(request):
-            return self._count(BYPASS)
+            return BYPASS
         directives = cache_directives(cache_control)
         if "no-store" in directives:
-            return self._count(BYPASS)
+            return BYPASS
         key = self.key(request, tenant, tier_models)
         if "no-cache" in directives:
-            return self._count(Lookup(CacheStatus.BYPASS, key))
+            return Lookup(CacheStatus.BYPASS, key)
         started = time.perf_counter()
         try:
             data = await self._store.get(key)
@@ -105,8 +122,8 @@ class AnswerCache:
         answer = cache.decode_answer(data) if data is not None else None
         events = replay(answer) if answer is not None else None
         if events is None:
-            return self._count(Lookup(CacheStatus.MISS, key, None, seconds))
-        return self._count(Lookup(CacheStatus.HIT, key, answer, seconds, events))
+            return Lookup(CacheStatus.MISS, key, None, seconds)
+        return Lookup(CacheStatus.HIT, key, answer, seconds, events)
 
     async def store(self, key: str, answer: cache.CachedAnswer) -> None:
         if self._store is None:
@@ -124,7 +141,8 @@ class AnswerCache:
         if self._store is not None:
             await self._store.aclose()
 
-    def _count(self, lookup: Lookup) -> Lookup:
+    def count(self, lookup: Lookup) -> Lookup:
+        """Count one request's lookup in tiergate_cache_requests, by its final status."""
         self._counted[lookup.status].inc()
         return lookup
 

@@ -10,6 +10,7 @@
      4 media          fetch and decode, off the event loop, cached;   gateway/media/
                       then the seconds they measured are charged
      5 cache          an exact repeat is answered from the cache      gateway/pipeline/caching.py
+                      then, if the policy says so, a paraphrase        gateway/pipeline/semantic/
      6 plan           features → the router's decision (+ degrading)  gateway/pipeline/plan.py, router/
      7 admit          bounded lanes per tier → 429 beyond them        gateway/pipeline/admission.py
      8 dispatch       the tier's one generation method, failover      gateway/pipeline/dispatch.py
@@ -45,14 +46,17 @@ from gateway.media import MediaPipeline, has_media
 from gateway.ops.metrics import Metrics
 from gateway.ops.tracing import Tracing
 from gateway.pipeline.answer import Answer, Routed, whole
-from gateway.pipeline.caching import AnswerCache, CacheStatus, Lookup
+from gateway.pipeline.caching import AnswerCache, CacheStatus, Lookup, cache_directives
 from gateway.pipeline.dispatch import Dispatcher
 from gateway.pipeline.plan import Planner
 from gateway.pipeline.record import Call, Recorder, demand_of
 from gateway.pipeline.routing import RoutingService
+from gateway.pipeline.semantic import Asked, SemanticCache
 from gateway.pipeline.tierset import TierSet
 from gateway.residency import NOTHING, Rule, Verdict, compiled, scan
 from tiers import Event, ToolCallDelta
+
+OFF = router.SemanticCachePolicy()
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +76,8 @@ class RequestContext:
     raw_prompt: bool = False
     residency: Verdict = NOTHING  # what the tenant's residency rules found in the request
     tags: Mapping[str, str] | None = None  # its cost tags, for the tag budgets
+    # The tenant's semantic cache policy (off unless it says so).
+    semantic: router.SemanticCachePolicy = OFF
 
 
 # Stage 2 for one endpoint: its request body, for a known tenant, as the chat request the stages
@@ -110,18 +116,22 @@ class ChatService:
         *,
         rule: router.AutoRule | None = None,
         answers: AnswerCache | None = None,
+        semantic: SemanticCache | None = None,
         routing: RoutingService | None = None,
         fail_instead_of_degrade: bool = False,
     ) -> None:
         self.tiers = tiers
         self.metrics = metrics
         self._answers = answers
+        self._semantic = semantic
         self._tracing = tracing
         decide = routing.decide if routing is not None else None
         self._planner = Planner(
             tiers, metrics, tracing, decide=decide, rule=rule, fail_instead_of_degrade=fail_instead_of_degrade
         )
-        self._dispatcher = Dispatcher(tiers, metrics, tracing, answers=answers, routing=routing)
+        self._dispatcher = Dispatcher(
+            tiers, metrics, tracing, answers=answers, semantic=semantic, routing=routing
+        )
 
     async def answer(self, request: ChatCompletionRequest, request_id: str, ctx: RequestContext) -> Answer:
         started = time.perf_counter()
@@ -147,16 +157,22 @@ class ChatService:
     async def _lookup(self, request: ChatCompletionRequest, ctx: RequestContext) -> Lookup:
         if self._answers is None or not ctx.use_cache:
             return Lookup(CacheStatus.BYPASS)
+        answers = self._answers
+        tier_models = f"{self.tiers.served_models()}|{ctx.strategy}|{'raw' if ctx.raw_prompt else 'chat'}"
         with self._tracing.span("cache.lookup") as span:
-            lookup = await self._answers.lookup(
-                request,
-                ctx.tenant,
-                ctx.cache_control,
-                f"{self.tiers.served_models()}|{ctx.strategy}|{'raw' if ctx.raw_prompt else 'chat'}",
-            )
+            lookup = await answers.lookup(request, ctx.tenant, ctx.cache_control, tier_models)
+            if self._semantic is not None and ctx.semantic.enabled:
+                asked = Asked(
+                    request,
+                    ctx.tenant,
+                    ctx.semantic,
+                    cache_directives(ctx.cache_control),
+                    lambda r: answers.key(r, ctx.tenant, tier_models),
+                )
+                lookup = await self._semantic.lookup(asked, lookup)
             if span is not None:
                 span.set_attribute("tiergate.cache", lookup.status.value)
-        return lookup
+        return answers.count(lookup)
 
     @staticmethod
     def _replayed(lookup: Lookup, request_id: str, started: float) -> Answer:
@@ -164,7 +180,17 @@ class ChatService:
         cached, events = lookup.answer, lookup.events
         assert cached is not None and events is not None
         elapsed = time.perf_counter() - started
-        routed = Routed(cached.tier, "cache hit", lookup.status, (), elapsed, lookup.seconds)
+        reason = "cache hit" if lookup.similarity is None else f"semantic cache hit ({lookup.similarity:.3f})"
+        routed = Routed(
+            cached.tier,
+            reason,
+            lookup.status,
+            (),
+            elapsed,
+            lookup.seconds,
+            similarity=lookup.similarity,
+            embed_s=lookup.embed_s,
+        )
         return whole(routed, cached.model, fresh_call_ids(events), f"chatcmpl-{request_id}")
 
     async def aclose(self) -> None:
@@ -262,6 +288,7 @@ class ChatPipeline:
             cache_control=headers.get("cache-control", ""),
             session_id=headers.get("x-session-id") or None,
             use_cache=policy.cache,
+            semantic=policy.semantic_cache,
             fail_instead_of_degrade=policy.fail_instead_of_degrade,
             raw_prompt=incoming.raw_prompt,
         )

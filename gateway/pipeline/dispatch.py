@@ -6,7 +6,8 @@ answer is read whole here, so it can fail over until its last event (its client 
 yet); a stream is handed on once its first piece is ready.  Every call is charged to the breaker
 of (tier, modality): timeouts, 5xx and unreachable servers count as failures; a client's own 4xx
 and a full queue do not.  When the answer finishes, the router learns what it took and the result
-cache stores it (before its last event goes out, so a repeat right after finds it).
+cache stores it, then the semantic cache indexes it (before its last event goes out, so a repeat right
+after finds it).
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ from gateway.errors import to_gateway_error
 from gateway.ops.metrics import Metrics
 from gateway.ops.tracing import Tracing
 from gateway.pipeline.answer import Answer, Routed, chain, predicted_header, whole
-from gateway.pipeline.caching import AnswerCache, Lookup, answer_of
+from gateway.pipeline.caching import AnswerCache, Lookup, Pending, answer_of
 from gateway.pipeline.plan import Plan
 from gateway.pipeline.routing import RoutingService
+from gateway.pipeline.semantic import SemanticCache
 from gateway.pipeline.tierset import TierSet
 from gateway.residency import Redaction, restored
 from tiers import (
@@ -51,6 +53,7 @@ class Dispatcher:
         tracing: Tracing,
         *,
         answers: AnswerCache | None = None,
+        semantic: SemanticCache | None = None,
         routing: RoutingService | None = None,
     ) -> None:
         self._tiers = tiers
@@ -58,18 +61,21 @@ class Dispatcher:
         self._metrics = metrics
         self._tracing = tracing
         self._answers = answers
+        self._semantic = semantic
         self._routing = routing
 
     async def dispatch(self, plan: Plan, gen: Generation, lookup: Lookup, started: float) -> Answer:
         """The first tier of the plan that begins an answer; 503/429/502 when none does."""
         key = None if plan.degraded else lookup.key
+        pending = None if plan.degraded else lookup.semantic
         last: Exception | None = None
         for name in plan.order:
             if not self._breakers.acquire(name, plan.modalities):
                 last = TierUnavailable(name, "its circuit breaker is open")
                 continue
             dispatched = time.perf_counter()
-            events = self._observed(plan, name, self._generate(plan, name, gen), key, dispatched, gen.stream)
+            generated = self._generate(plan, name, gen)
+            events = self._observed(plan, name, generated, (key, pending), dispatched, gen.stream)
             try:
                 with self._tracing.span(f"tier.{name}"):
                     begun, head = await (_opening(events) if gen.stream else _whole(events))
@@ -97,6 +103,7 @@ class Dispatcher:
                 lookup.seconds,
                 begun.instance,
                 predicted_header(plan.decision, name),
+                embed_s=lookup.embed_s,
             )
             model = begun.model or self._tiers[name].capabilities.model  # an edge version swapped meanwhile
             completion_id = f"chatcmpl-{gen.request_id}"
@@ -136,13 +143,14 @@ class Dispatcher:
         plan: Plan,
         name: str,
         events: EventStream,
-        key: str | None,
+        stores: tuple[str | None, Pending | None],
         dispatched: float,
         stream: bool,
     ) -> AsyncGenerator[Event, None]:
         """Pass a tier's events through, charging the outcome to its breakers, and when it finishes:
         metrics, the router's observation and the result cache."""
         modalities = plan.modalities
+        key, pending = stores  # the exact cache's key; what the semantic cache indexes after
         produced: list[Event] = []  # what the cache keeps
         model = ""
         settled = False
@@ -168,6 +176,8 @@ class Dispatcher:
                     if key is not None and self._answers is not None:
                         model = model or self._tiers[name].capabilities.model
                         await self._answers.store(key, answer_of(produced, model, name))
+                        if pending is not None and self._semantic is not None:
+                            await self._semantic.add(pending)
                 yield event
         except OutputRefused:  # the model misbehaved, the path works: not a breaker failure
             raise

@@ -235,7 +235,7 @@ class Recorder:
     ) -> LedgerRow:
         prompt, completion = usage.prompt_tokens, usage.completion_tokens
         tier = routed.tier if routed is not None else ""
-        hit = routed is not None and routed.cache is CacheStatus.HIT
+        hit = routed is not None and routed.cache in (CacheStatus.HIT, CacheStatus.SEMANTIC)
         total_s = time.perf_counter() - call.started
         images, media_s = call.demand.images, float(call.demand.video_seconds + call.demand.audio_seconds)
         # A cached answer ran no model: it costs nothing, and saves what the tier would have charged.

@@ -21,6 +21,7 @@ def test_a_policy_round_trips_through_the_form() -> None:
         quality_floor=0.4,
         modality_rules={Modality.VIDEO: "cloud"},
         cache=False,
+        semantic_cache=router.SemanticCachePolicy(enabled=True, threshold=0.9, allow_sampling=True),
         degrade="fail",
         residency=[
             router.ResidencyRule(detector="iban", action="keep_local"),
@@ -61,6 +62,8 @@ def test_text_that_is_no_number_is_reported_at_its_field() -> None:
         ("quality_floor", "1.5"),
         ("latency.total_ms", "-5"),
         ("budget.period", "year"),
+        ("semantic_cache.threshold", "0"),
+        ("semantic_cache.threshold", "1.2"),
     ],
 )
 def test_out_of_range_values_name_their_field(field: str, value: str) -> None:
@@ -107,3 +110,12 @@ def test_residency_rules_that_are_not_json_are_reported_at_their_field() -> None
     values = form.flatten(router.TenantPolicy()) | {"residency": "[{detector: iban"}
     _, errors = form.parse(values, TIERS)
     assert errors["residency"].startswith("not JSON")
+
+
+def test_the_semantic_cache_is_off_until_its_box_is_ticked() -> None:
+    values = form.flatten(router.TenantPolicy())
+    assert values["semantic_cache.enabled"] == "" and values["semantic_cache.threshold"] == "0.85"
+    body, _ = form.parse(values | {"semantic_cache.enabled": "on", "semantic_cache.threshold": ""}, TIERS)
+    policy = form.to_policy(body)
+    assert policy.semantic_cache == router.SemanticCachePolicy(enabled=True)  # an empty threshold: 0.85
+    assert form.changes(router.TenantPolicy(), policy) == ["semantic_cache.enabled: off → on"]
