@@ -66,9 +66,20 @@ class DecodePool:
         self._started = False  # the current pool has answered once (its workers are up)
 
     async def start(self) -> None:
-        """Start the workers now rather than on the first medium."""
-        await asyncio.wrap_future(self._executor().submit(_warm))
-        self._started = True
+        """Start the workers now rather than on the first medium, without waiting for them: importing
+        the decoders takes seconds of CPU, and text requests need none of it. A medium that comes
+        before they are up waits with the start-up grace."""
+        pool = self._executor()
+
+        def warmed(done: concurrent.futures.Future[None]) -> None:
+            if done.cancelled() or self._pool is not pool:
+                return
+            if (exc := done.exception()) is not None:
+                log.warning("media decode workers did not start: %s", exc)
+            else:
+                self._started = True
+
+        pool.submit(_warm).add_done_callback(warmed)
 
     def _executor(self) -> concurrent.futures.ProcessPoolExecutor:
         if self._pool is None:
