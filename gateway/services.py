@@ -227,6 +227,7 @@ async def open_services(
             settings.data_path,
             policy_of=policies.policy,
             budgets=budgets,
+            build_cache_dir=settings.build_cache_dir,
         )
         await routing.start()
         stack.push_async_callback(routing.aclose)

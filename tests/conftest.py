@@ -130,6 +130,7 @@ def start_gateway(
 
 
 NEEDS_CLOUD = pytest.StashKey[bool]()
+SECOND_VLLM = pytest.StashKey["VLLMServer"]()
 
 
 def local_vllm_installed() -> bool:
@@ -182,6 +183,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     rest = [i for i in items if i not in cloud and i not in stops_gateway]
     items[:] = rest + cloud + stops_gateway
     config.stash[NEEDS_CLOUD] = bool(cloud or stops_gateway)
+    if any("second_vllm" in getattr(i, "fixturenames", ()) for i in items) and local_vllm_installed():
+        # Its boot (a minute or more) then overlaps the tests that run first instead of adding to them.
+        config.stash[SECOND_VLLM] = VLLMServer.started(Path(tempfile.mkdtemp(prefix="tiergate-vllm-")))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Stop the second vLLM replica even when no test got as far as asking for it (``-x``, Ctrl-C)."""
+    if SECOND_VLLM in config.stash:
+        config.stash[SECOND_VLLM].kill()
 
 
 @dataclass
@@ -195,6 +205,12 @@ class VLLMServer:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    @classmethod
+    def started(cls, folder: Path) -> VLLMServer:
+        server = cls(free_port(), folder / "vllm.log")
+        server.start()
+        return server
 
     def start(self) -> None:
         from gateway.settings import load_settings
@@ -230,12 +246,12 @@ class VLLMServer:
 
 
 @pytest.fixture(scope="session")
-def second_vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMServer]:
-    """A second real vLLM replica (the session gateway's local server is the first)."""
-    server = VLLMServer(free_port(), tmp_path_factory.mktemp("vllm") / "vllm.log")
-    server.start()
-    yield server
-    server.kill()
+def second_vllm(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> VLLMServer:
+    """A second real vLLM replica (the session gateway's local server is the first), started as soon
+    as the tests are collected (:func:`pytest_collection_modifyitems`); stopped at the session's end."""
+    if SECOND_VLLM not in request.config.stash:  # not installed: fails here, in the tests that need it
+        request.config.stash[SECOND_VLLM] = VLLMServer.started(tmp_path_factory.mktemp("vllm"))
+    return request.config.stash[SECOND_VLLM]
 
 
 # -- real Redis and PostgreSQL servers on loopback ports, in temporary folders ------------------

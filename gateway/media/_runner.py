@@ -16,6 +16,7 @@ import contextlib
 import ctypes
 import logging
 import multiprocessing
+import os
 import signal
 from collections.abc import Callable
 from concurrent.futures.process import BrokenProcessPool
@@ -46,10 +47,12 @@ def _bounded(fn: Callable[..., T], timeout_s: float, *args: Any) -> T:
         signal.setitimer(signal.ITIMER_REAL, 0)
 
 
-def _worker_init() -> None:
+def _worker_init(gateway_pid: int) -> None:
     # Die with the gateway, even if it is killed with SIGKILL (the kernel sends us SIGKILL then).
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != gateway_pid:  # it died while this worker was starting: no signal will come
+        os._exit(0)
     _warm()
 
 
@@ -66,15 +69,29 @@ class DecodePool:
         self._started = False  # the current pool has answered once (its workers are up)
 
     async def start(self) -> None:
-        """Start the workers now rather than on the first medium."""
-        await asyncio.wrap_future(self._executor().submit(_warm))
-        self._started = True
+        """Start the workers now rather than on the first medium, without waiting for them: importing
+        the decoders takes seconds of CPU, and text requests need none of it. A medium that comes
+        before they are up waits with the start-up grace."""
+        pool = self._executor()
+
+        def warmed(done: concurrent.futures.Future[None]) -> None:
+            if done.cancelled() or self._pool is not pool:
+                return
+            if (exc := done.exception()) is not None:
+                log.warning("media decode workers did not start: %s", exc)
+            else:
+                self._started = True
+
+        pool.submit(_warm).add_done_callback(warmed)
 
     def _executor(self) -> concurrent.futures.ProcessPoolExecutor:
         if self._pool is None:
             # spawn: the gateway has threads (llama.cpp, aiohttp's resolver); forking them is unsafe.
             self._pool = concurrent.futures.ProcessPoolExecutor(
-                self._workers, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_init
+                self._workers,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_worker_init,
+                initargs=(os.getpid(),),
             )
         return self._pool
 

@@ -4,18 +4,23 @@
 and does what neither may: it reads the tenant's policy (from the policy book, in memory) and
 budget spend (from the ledger, refreshed in the background), loads and saves the predictors in
 ``<data_dir>/router/predictor.json`` (with their version and error metrics) and the
-difficulty classifier from ``difficulty.json`` (else trains the built-in default at start),
-and refits the predictors in a worker process so the event loop never waits on a fit.
+difficulty classifier from ``difficulty.json`` (else the built-in default, trained once and kept in
+the build cache: see :func:`builtin_difficulty`), and refits the predictors in a worker process so
+the event loop never waits on a fit.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import importlib.metadata
+import inspect
 import json
 import logging
 import multiprocessing
 import os
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -78,14 +83,45 @@ def write_json(path: Path, value: Any) -> None:
     os.replace(tmp, path)
 
 
-def load_difficulty(directory: Path) -> router.DifficultyModel:
+def load_difficulty(directory: Path, builtin_cache: Path | None = None) -> router.DifficultyModel:
     path = directory / DIFFICULTY_FILE
     if path.exists():
         try:
             return msgspec.json.decode(path.read_bytes(), type=router.DifficultyModel)
         except (OSError, msgspec.DecodeError, msgspec.ValidationError) as exc:
             log.error("router: cannot read %s (%s); using the built-in difficulty model", path, exc)
-    return router.builtin_model()
+    return builtin_difficulty(builtin_cache)
+
+
+def builtin_difficulty(cache: Path | None) -> router.DifficultyModel:
+    """The built-in difficulty model. Training it imports scikit-learn and fits a classifier: seconds of
+    CPU at every start (a fifth of a gateway's start-up on two cores). So it is trained once and kept in
+    ``cache`` under a name keyed by what decides it (the code that makes the examples and features, and
+    the versions of the libraries that fit it). A cache that cannot be read or written costs only the
+    training."""
+    if cache is None:
+        return router.builtin_model()
+    path = cache / f"difficulty-builtin-{_builtin_key()}.json"
+    with contextlib.suppress(OSError, msgspec.DecodeError, msgspec.ValidationError):
+        return msgspec.json.decode(path.read_bytes(), type=router.DifficultyModel)
+    model = router.builtin_model()
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=cache, prefix=f".{path.name}.", delete=False) as tmp:
+            tmp.write(msgspec.json.encode(model))
+        os.replace(tmp.name, path)  # two gateways starting at once each write a whole file
+    except OSError as exc:
+        log.info("router: cannot keep the built-in difficulty model in %s (%s)", cache, exc)
+    return model
+
+
+def _builtin_key() -> str:
+    digest = hashlib.sha256()
+    for obj in (router.DifficultyModel, router.Features):  # their modules: the examples, the features
+        digest.update(Path(inspect.getsourcefile(obj) or "").read_bytes())
+    for dist in ("scikit-learn", "scipy", "numpy"):
+        digest.update(f"{dist} {importlib.metadata.version(dist)}\n".encode())
+    return digest.hexdigest()[:16]
 
 
 class RoutingService:
@@ -98,9 +134,13 @@ class RoutingService:
         *,
         policy_of: Callable[[str], router.TenantPolicy] = lambda _tenant: router.DEFAULT_POLICY,
         budgets: BudgetBook | None = None,
+        build_cache_dir: str | None = None,
     ) -> None:
-        """``policy_of`` reads a tenant's policy (the policy book, in memory); ``budgets`` its spend."""
+        """``policy_of`` reads a tenant's policy (the policy book, in memory); ``budgets`` its spend;
+        ``<build_cache_dir>/router/`` keeps the built-in difficulty model once trained
+        (:func:`builtin_difficulty`)."""
         self.settings = settings
+        self._builtin_cache = Path(build_cache_dir).expanduser() / "router" if build_cache_dir else None
         self.directory = Path(settings.directory).expanduser() if settings.directory else data_path / "router"
         self.router = router.Router(rule)
         self.learner = router.Learner(prices, exploration=settings.exploration, predictor=settings.predictor)
@@ -220,9 +260,14 @@ class RoutingService:
             except (OSError, ValueError, msgspec.ValidationError) as exc:
                 log.error("router: cannot load %s (%s); starting from the prior", path, exc)
         self._loaded = True
-        self.learner.difficulty = await asyncio.to_thread(load_difficulty, self.directory)
+        self.learner.difficulty = await asyncio.to_thread(
+            load_difficulty, self.directory, self._builtin_cache
+        )
         self._difficulty_mtime = self._mtime(self.directory / DIFFICULTY_FILE)
         self._saver = asyncio.create_task(self._save_periodically(), name="router-save")
+
+    async def _load_difficulty(self) -> router.DifficultyModel:
+        return await asyncio.to_thread(load_difficulty, self.directory, self._builtin_cache)
 
     @staticmethod
     def _mtime(path: Path) -> float:
@@ -241,7 +286,9 @@ class RoutingService:
                 await self.save()
                 mtime = self._mtime(self.directory / DIFFICULTY_FILE)
                 if mtime != self._difficulty_mtime:  # `tiergate router train-difficulty` wrote a new one
-                    self.learner.difficulty = await asyncio.to_thread(load_difficulty, self.directory)
+                    self.learner.difficulty = await asyncio.to_thread(
+                        load_difficulty, self.directory, self._builtin_cache
+                    )
                     self._difficulty_mtime = mtime
                     log.info("router: loaded the difficulty model trained %s", time.ctime(mtime))
             except Exception:

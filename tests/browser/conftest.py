@@ -47,9 +47,11 @@ def browser() -> Iterator[Browser]:
         chromium.close()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def ui_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
-    """A real gateway on the edge tier (llama.cpp) only: quick to start, no vLLM."""
+    """A real gateway on the edge tier (llama.cpp) only: quick to start, no vLLM. One for the whole
+    folder: the modules' tests make tenants of their own names, so they share it (a start costs
+    seconds of both cores)."""
     gw = start_gateway(tmp_path_factory.mktemp("admin-ui"), "[cloud]\nenabled = false\n")
     yield gw
     gw.stop()

@@ -18,7 +18,7 @@ from gateway.accounts.tenants import TenantStore
 from gateway.api.protocol import parse_chat_request
 from gateway.ops.metrics import Metrics
 from gateway.pipeline.chat import ChatService, RequestContext
-from gateway.pipeline.routing import RoutingService, tier_prices
+from gateway.pipeline.routing import RoutingService, builtin_difficulty, load_difficulty, tier_prices
 from gateway.settings import DEFAULT_PRICES, RouterSettings, TenantLimits
 from tests.pipeline import chat_service, complete, streamed
 from tiers import (
@@ -210,3 +210,30 @@ async def test_spend_comes_from_the_ledger_for_the_current_period(tmp_path: Path
     spend = book.spend("acme", policy)
     assert spend is not None and spend.spent_usd == 2.0 and 0 < spend.seconds_left <= 5 * 86400
     assert book.spend("acme", router.TenantPolicy()) is None  # no budget, nothing to check
+
+
+def test_the_built_in_difficulty_model_is_trained_once_then_read_from_the_build_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trained = builtin_difficulty(tmp_path / "router")
+    [kept] = (tmp_path / "router").glob("difficulty-builtin-*.json")
+    assert trained.source == "built-in" and trained.coef
+
+    def no_training() -> router.DifficultyModel:
+        raise AssertionError("trained again although the build cache holds the model")
+
+    monkeypatch.setattr(router, "builtin_model", no_training)
+    assert builtin_difficulty(tmp_path / "router") == trained
+    kept.write_text("{not json")  # a damaged file is trained over, not an error
+    monkeypatch.undo()
+    again = builtin_difficulty(tmp_path / "router")
+    assert again.coef == trained.coef and again.trained_at > trained.trained_at
+    assert builtin_difficulty(tmp_path / "router") == again  # and kept again
+
+
+def test_an_unwritable_build_cache_only_costs_the_training(tmp_path: Path) -> None:
+    blocked = tmp_path / "file"
+    blocked.write_text("a file where the cache folder would be")
+    model = builtin_difficulty(blocked / "router")
+    assert model.source == "built-in" and model.coef
+    assert load_difficulty(tmp_path / "no-router-folder", blocked / "router").coef == model.coef

@@ -25,9 +25,10 @@ def _cloud_at(url: str) -> str:
     )
 
 
-@pytest.fixture
-def dead_cloud(tmp_path: Path) -> Iterator[Gateway]:
-    gw = start_gateway(tmp_path, _cloud_at(f"http://127.0.0.1:{free_port()}"))
+@pytest.fixture(scope="module")
+def dead_cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    """One gateway for the tests that only read what a down cloud looks like."""
+    gw = start_gateway(tmp_path_factory.mktemp("dead-cloud"), _cloud_at(f"http://127.0.0.1:{free_port()}"))
     yield gw
     gw.stop()
 
