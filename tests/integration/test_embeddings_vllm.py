@@ -78,12 +78,12 @@ class VLLMEmbeddingServer(VLLMServer):
         )
 
 
-def _config(urls: list[str]) -> str:
+def _config(urls: list[str], served: str = "minilm-on-vllm") -> str:
     listed = ", ".join(f'"{u}"' for u in urls)
     return (
         "[edge]\nenabled = false\n[cloud]\nenabled = false\n[ledger]\nflush_interval_s = 0.1\n"
         f'[embedding]\nbackend = "vllm"\n[embedding.vllm]\nurls = [{listed}]\n'
-        'served_model_name = "minilm-on-vllm"\n'
+        f'served_model_name = "{served}"\n'
     )
 
 
@@ -179,13 +179,22 @@ def test_the_unreachable_replica_is_passed_over(gw: Gateway) -> None:
     assert "cannot be reached" in gw.log_path.read_text()
 
 
-def test_no_reachable_server_is_a_503_in_openais_shape(tmp_path: Path) -> None:
-    dead = start_gateway(tmp_path, _config([f"http://127.0.0.1:{free_port()}"]), edge=False)
+@pytest.mark.parametrize(
+    ("reachable", "served", "status", "words"),
+    [(False, "minilm-on-vllm", 503, "cannot be reached"), (True, "not-what-it-serves", 502, "answered 404")],
+    ids=["none-reachable", "refused-by-vllm"],
+)
+def test_a_server_that_cannot_answer_is_an_openai_shaped_503_or_502(
+    vllm: VLLMEmbeddingServer, tmp_path: Path, reachable: bool, served: str, status: int, words: str
+) -> None:
+    url = vllm.url if reachable else f"http://127.0.0.1:{free_port()}"
+    other = start_gateway(tmp_path, _config([url], served), edge=False)
     try:
-        resp = post(dead, input="nobody is listening")
-        assert resp.status_code == 503, resp.text
+        vllm.wait_healthy()
+        resp = post(other, input=unique("nobody answers this"))
+        assert resp.status_code == status, resp.text
         validate(ERROR, resp.json())
         error = error_of(resp)
-        assert "embedding-vllm" in error["message"] and "cannot be reached" in error["message"]
+        assert "embedding-vllm" in error["message"] and words in error["message"], error
     finally:
-        dead.stop()
+        other.stop()
