@@ -181,7 +181,10 @@ def test_the_unreachable_replica_is_passed_over(gw: Gateway) -> None:
 
 @pytest.mark.parametrize(
     ("reachable", "served", "status", "words"),
-    [(False, "minilm-on-vllm", 503, "cannot be reached"), (True, "not-what-it-serves", 502, "answered 404")],
+    [
+        (False, "minilm-on-vllm", 503, "no embedding server can be reached"),
+        (True, "not-what-it-serves", 502, "answered 404"),
+    ],
     ids=["none-reachable", "refused-by-vllm"],
 )
 def test_a_server_that_cannot_answer_is_an_openai_shaped_503_or_502(
