@@ -212,23 +212,17 @@ def main(argv: list[str] | None = None) -> int:
             }
             rows.append(row)
             print(f"{batch:>5} {path:<11} {row['embeddings_per_s']:>12} {row['vs_raw']:>7.1%}")
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(
-        json.dumps(
-            {
-                "machine": machine(),
-                "model": MODEL,
-                "repeats": args.repeats,
-                "seconds_per_cell": args.seconds,
-                "command": "python -m bench.embeddings " + " ".join(sys.argv[1:] if argv is None else argv),
-                "rows": rows,
-            },
-            indent=2,
-        )
-        + "\n"
-    )
-    print(f"\nwrote {RESULTS.relative_to(ROOT)}")
+    fields = {"model": MODEL, "repeats": args.repeats, "seconds_per_cell": args.seconds, "rows": rows}
+    write_results(RESULTS, "bench.embeddings", argv, fields)
     return 0
+
+
+def write_results(path: Path, module: str, argv: list[str] | None, fields: dict[str, Any]) -> None:
+    """``fields`` with the machine and the command that made them, as JSON at ``path``."""
+    command = f"python -m {module} " + " ".join(sys.argv[1:] if argv is None else argv)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"machine": machine(), "command": command, **fields}, indent=2) + "\n")
+    print(f"\nwrote {path.relative_to(ROOT)}")
 
 
 if __name__ == "__main__":

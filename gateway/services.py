@@ -56,7 +56,7 @@ from gateway.settings import Settings, SettingsError
 from tiers import Modality, ModelRegistry, Pool, Tier
 from tiers.cloud import VLLMPool
 from tiers.edge import EdgeConfig, EdgeModel, EdgeRegistry
-from tiers.embedding import OnnxEmbedder
+from tiers.embedding import make_embedder
 
 log = logging.getLogger(__name__)
 
@@ -237,7 +237,7 @@ async def open_services(
         tier_set = TierSet(admitted, breakers, aliases, remote)
         embedder = None
         if settings.embedding.enabled:
-            embedder = OnnxEmbedder(
+            embedder = make_embedder(
                 embedding_config(settings.embedding, settings.build_cache_dir),
                 observe=lambda rows, _: metrics.embedding_batch_rows.observe(rows),
             )

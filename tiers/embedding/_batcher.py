@@ -4,6 +4,10 @@ One asyncio task drains what is waiting, sorts it by length (so a call pads litt
 of at most ``max_batch`` rows and ``max_batch_tokens`` padded tokens and runs each on one worker thread,
 off the event loop (ONNX Runtime releases the GIL while it computes).  What arrives meanwhile waits for
 the next round and joins the same calls.  At most ``max_queue`` inputs wait: past that, 429 at once.
+
+A request that finds the model idle and nothing waiting, and fits one call, skips the queue: its
+caller hands the call to the worker thread itself (one hop less than waking the batching task, which
+matters for one text at a time); whatever arrives meanwhile waits and goes out together after it.
 """
 
 from __future__ import annotations
@@ -60,6 +64,7 @@ class Batcher:
         self._observe = observe
         self._pending: list[tuple[Rows, asyncio.Future[Vectors]]] = []
         self._queued = 0
+        self._busy = False  # a call is on the worker thread (those waiting go out after it)
         self._wake = asyncio.Event()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{name}-onnx")
         self._task: asyncio.Task[None] | None = None
@@ -81,17 +86,40 @@ class Batcher:
                 f"{self._queued} inputs are waiting for the embedding model (at most {self._max_queue})",
                 reason="embedding_queue",
             )
+        if not self._busy and not self._pending and self._fits(rows):
+            return await self._direct(rows)
         future: asyncio.Future[Vectors] = asyncio.get_running_loop().create_future()
         self._pending.append((rows, future))
         self._queued += len(rows)
-        self._wake.set()
+        if not self._busy:
+            self._wake.set()
         return await future
+
+    def _fits(self, rows: Rows) -> bool:
+        return len(rows) <= self._max_batch and len(rows) * max(map(len, rows)) <= self._max_tokens
+
+    async def _direct(self, rows: Rows) -> Vectors:
+        """One call for this caller alone, run from its own task."""
+        self._busy = True
+        self._queued += len(rows)
+        try:
+            out = await asyncio.get_running_loop().run_in_executor(self._executor, self._run, rows)
+            self._observe(len(rows), max(map(len, rows)))
+            return out
+        finally:
+            self._busy = False
+            self._queued -= len(rows)
+            if self._pending:
+                self._wake.set()
 
     async def _serve(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
             await self._wake.wait()
             self._wake.clear()
+            if self._busy or not self._pending:  # a direct call runs: it wakes this task again after
+                continue
+            self._busy = True
             jobs, self._pending = self._pending, []
             waited = sum(len(rows) for rows, _ in jobs)
             jobs = [(rows, f) for rows, f in jobs if not f.done()]  # callers that left
@@ -114,6 +142,9 @@ class Batcher:
                     start += len(rows)
             finally:
                 self._queued -= waited
+                self._busy = False
+                if self._pending:  # arrived during these calls: the next round
+                    self._wake.set()
 
     async def aclose(self) -> None:
         if self._task is not None:

