@@ -17,9 +17,9 @@ Method
   medians per kind, weighted by the mix), so one serial instance serves ~0.8 of them a second: with
   84% of the trace edge-capable it saturates at ~0.95 requests/s.  At ``--rate 1.2`` it is offered
   ~1.3 s of work a second; the batched edge, measured at 1.6x the serial tokens/s with 2-4 sequences
-  (``bench.edge_batch``), has room (~0.8).  At 1.5/s the cloud (vLLM on its one core) fell behind
-  too: always-cloud had not answered 80 s of arrivals after 4 minutes, so no strategy had a tier to
-  spill to.
+  (``bench.edge_batch``), has room (~0.8).  At 1.5/s the cloud (vLLM on its one core) fell behind:
+  always-cloud had not answered 80 s of arrivals after 4 minutes.  (At 1.2/s it did not keep up
+  either, attaining 2%: docs/performance.md.)
 * After each gateway's replays the edge's readiness detail (``/readyz``) is kept: it says how many
   sequences the batch sustains, as measured during the run.
 
