@@ -633,14 +633,18 @@ async def calibrate(url: str, keys: dict[str, str], per_tier: int) -> dict[str, 
     return await run(url, keys["key"], keys["admin"], ["edge", "cloud"], per_tier)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--requests", type=int, default=60)
-    parser.add_argument("--rate", type=float, default=0.5, help="arrivals per second")
+def trace_parser(doc: str | None, requests: int, rate: float) -> argparse.ArgumentParser:
+    """A parser with the trace's and the objective's options (this replay's, and the batched one's)."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--requests", type=int, default=requests)
+    parser.add_argument("--rate", type=float, default=rate, help="arrivals per second")
     parser.add_argument("--slo-ms", type=float, default=15000)
     parser.add_argument("--seed", type=int, default=1)
+    return parser
+
+
+def main() -> None:
+    parser = trace_parser(__doc__, requests=60, rate=0.5)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument(
         "--calibrate", type=int, default=40, help="probes per tier before the replays (0: none)"

@@ -78,6 +78,9 @@ class TierState:
     queued: int = 0
     detail: str = ""
     instances: list[dict[str, Any]] = field(default_factory=list)  # replicas, for operators
+    # Requests it serves at once now, when the tier measures it (a batching edge: what its batch
+    # sustains, tiers._slots); 0: not said (the router learns it from the most in_flight it saw).
+    slots: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -89,6 +92,8 @@ class TierState:
         }
         if self.instances:
             out["instances"] = self.instances
+        if self.slots:
+            out["slots"] = self.slots
         return out
 
 

@@ -115,12 +115,13 @@ ROWS: list[tuple[str, list[Panel]]] = [
                 ],
             ),
             (
-                "Tier readiness, in flight, queued",
+                "Tier readiness, in flight, queued, slots (the edge's: what its batch sustains)",
                 "short",
                 [
                     ("tiergate_tier_ready", "ready {{tier}}"),
                     ("tiergate_tier_in_flight", "in flight {{tier}}"),
                     ("tiergate_tier_queued", "queued {{tier}}"),
+                    ("tiergate_tier_slots", "slots {{tier}}"),
                 ],
             ),
             (

@@ -118,6 +118,13 @@ class MetricFamilies:
         self.tier_in_flight = self._family(
             Gauge, "tiergate_tier_in_flight", "Requests a tier is working on now.", ["tier"]
         )
+        self.tier_slots = self._family(
+            Gauge,
+            "tiergate_tier_slots",
+            "Requests a tier works on at once now (admission's slots; a batching edge's follow what its "
+            "batch is measured to sustain).",
+            ["tier"],
+        )
         self.tier_queued = self._family(
             Gauge,
             "tiergate_tier_queued",

@@ -205,6 +205,9 @@ def live_gauges(
             metrics.tier_ready.labels(name).set(1 if state["health"] == "ready" else 0)
             metrics.tier_in_flight.labels(name).set(state.get("in_flight", 0))
             metrics.tier_queued.labels(name).set(state.get("queued", 0))
+            if isinstance(tier, AdmittedTier) or state.get("slots"):
+                slots = tier.gate.slots if isinstance(tier, AdmittedTier) else state["slots"]
+                metrics.tier_slots.labels(name).set(slots)
             for replica in state.get("instances", ()):
                 for signal in _REPLICA_SIGNALS:
                     metrics.replica.labels(replica["name"], signal).set(float(replica[signal]))

@@ -1,7 +1,8 @@
 """Admission control in front of every tier: bounded fast and slow lanes, 429 at once beyond the bound.
 
 Each tier gets a :class:`Gate` with a number of service slots (how many requests it
-works on at once).  A request that finds no free slot waits in a lane chosen by
+works on at once: configured, or read live from the tier, so a batching edge's slots follow
+what its batch is measured to sustain).  A request that finds no free slot waits in a lane chosen by
 its predicted cost: the *fast* lane for short requests, the *slow* lane for long
 ones.  A lane holds at most ``service rate × tolerable queueing delay`` requests
 (the service rate is measured live: slots / the mean time a request holds one); a
@@ -19,7 +20,7 @@ import contextlib
 import enum
 import math
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 
 import msgspec
 
@@ -61,14 +62,18 @@ class AdmissionSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
 
 class Gate:
     def __init__(
-        self, tier: str, slots: int, settings: AdmissionSettings, metrics: Metrics | None = None
+        self,
+        tier: str,
+        slots: int | Callable[[], int],
+        settings: AdmissionSettings,
+        metrics: Metrics | None = None,
     ) -> None:
         self._tier = tier
         self._metrics = metrics or Metrics(enabled=False)
         # Requests that asked for a slot (admitted, queued or refused): the scaling signal's arrivals.
         self.arrivals = 0
         self._waits = {lane: self._metrics.child(self._metrics.queue_wait, tier, lane.value) for lane in Lane}
-        self._slots = slots
+        self._slots = slots if callable(slots) else lambda: slots
         self._settings = settings
         self._busy = 0
         # Per lane: priority tenants' waiters, then everyone else's.
@@ -81,6 +86,11 @@ class Gate:
         # How long each of the last 64 completed requests held its slot.
         self._service_s: collections.deque[float] = collections.deque(maxlen=64)
         self._grants = 0
+
+    @property
+    def slots(self) -> int:
+        """Requests the tier works on at once now (at least 1)."""
+        return max(1, self._slots())
 
     @property
     def waiting(self) -> int:
@@ -99,7 +109,7 @@ class Gate:
         if len(self._service_s) < 8:
             return self._settings.initial_rate_per_s
         mean = sum(self._service_s) / len(self._service_s)
-        return self._slots / mean if mean > 0 else self._settings.initial_rate_per_s
+        return self.slots / mean if mean > 0 else self._settings.initial_rate_per_s
 
     def bound(self, lane: Lane) -> int:
         return max(self._settings.min_queue, 1, math.floor(self.rate() * self._delay[lane]))
@@ -107,7 +117,7 @@ class Gate:
     async def acquire(self, cost: float, tenant: str = "") -> None:
         lane = self.lane_of(cost)
         self.arrivals += 1
-        if self._busy < self._slots and not self.waiting:
+        if self._busy < self.slots and not self.waiting:
             self._busy += 1
             self._waits[lane].observe(0.0)
             return
@@ -141,11 +151,12 @@ class Gate:
         """Free a slot; ``service_s``: how long a request that completed held it."""
         if service_s is not None:
             self._service_s.append(service_s)
-        nxt = self._next_waiter()
-        if nxt is None:
-            self._busy -= 1
-        else:
-            nxt.set_result(None)  # the slot passes straight to the waiter
+        self._busy -= 1
+        # Waiters take the free slots: none when the slots shrank below the busy ones, more than
+        # this one when they grew.
+        while self._busy < self.slots and (nxt := self._next_waiter()) is not None:
+            self._busy += 1
+            nxt.set_result(None)
 
     def _next_waiter(self) -> asyncio.Future[None] | None:
         fast, slow = self._lanes[Lane.FAST], self._lanes[Lane.SLOW]
@@ -201,9 +212,14 @@ class AdmittedTier:
             self._gate.release(service_s=time.monotonic() - started if completed else None)
 
 
-def _slots(name: str, tier: Tier, settings: AdmissionSettings) -> int:
-    """The configured slots for a tier, else what the tier says it can run at once."""
-    return settings.slots.get(name) or int(getattr(tier, "concurrency", 16))
+def _slots(name: str, tier: Tier, settings: AdmissionSettings) -> int | Callable[[], int]:
+    """The configured slots for a tier, else what the tier says it can run at once, read live
+    (the edge's changes as its batch is measured), else 16."""
+    if configured := settings.slots.get(name):
+        return configured
+    if hasattr(tier, "concurrency"):
+        return lambda: int(tier.concurrency)
+    return 16
 
 
 def admit(

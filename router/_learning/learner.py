@@ -120,7 +120,8 @@ class Learner:
         vectors, predictions, queues = {}, {}, {}
         for view in seen:
             vectors[view.name], predictions[view.name] = self._predict(view, features, share, load, now)
-            queues[view.name] = self.work.queues(view.name, view.state.in_flight, view.state.queued)
+            state = view.state
+            queues[view.name] = self.work.queues(view.name, state.in_flight, state.queued, state.slots)
         learned = not pinned and policy.strategy == "learned"
         difficulty = None
         if learned and self.difficulty is not None and policy.weigh_difficulty:

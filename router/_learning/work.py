@@ -82,10 +82,15 @@ class WorkBook:
     def pending(self, tier: str) -> int:
         return len(self._tiers.get(tier, ()))
 
-    def queues(self, tier: str, in_flight: int, queued: int) -> bool:
+    def slots(self, tier: str, said: int = 0) -> int:
+        """How many requests ``tier`` serves at once: what it says (``TierState.slots``, the edge's
+        measured batch width), else the most it has been seen serving (one, for a one-slot edge)."""
+        return said or self._slots.get(tier, 1)
+
+    def queues(self, tier: str, in_flight: int, queued: int, slots: int = 0) -> bool:
         """Whether a request sent now waits for a slot: some are queued already, or the tier is
-        serving as many as it has ever been seen to (one, for a one-slot edge)."""
-        return queued > 0 or in_flight >= self._slots.get(tier, 1)
+        serving as many as it has slots (:meth:`slots`; ``slots``: what the tier says)."""
+        return queued > 0 or in_flight >= self.slots(tier, slots)
 
     def wait(
         self, tier: str, in_flight: int, queued: int, now: float, mean_service_s: float

@@ -194,3 +194,24 @@ async def test_the_gate_holds_a_slot_for_one_generation_however_it_ends() -> Non
     inner.fail = False
     await asyncio.wait_for(collect(tier.generate(gen)), 1)  # the one slot is free again
     assert len(tier.gate._service_s) == 2
+
+
+async def test_slots_read_live_follow_the_tier_down_and_up() -> None:
+    """A batching edge's slots change as its batch is measured: when they shrink, a freed slot is not
+    passed on while the busy ones are over the count; when they grow, waiters take the new slots."""
+    live = [3]
+    gate = Gate("edge", lambda: live[0], settings())
+    for _ in range(3):
+        await gate.acquire(10)
+    waiters = [asyncio.create_task(gate.acquire(10)) for _ in range(3)]
+    await asyncio.sleep(0)
+    live[0] = 1
+    gate.release()
+    gate.release()
+    await asyncio.sleep(0)
+    assert gate.waiting == 3 and not any(w.done() for w in waiters)  # one busy, one slot
+    live[0] = 3
+    gate.release()  # none busy now: three slots, three waiters
+    await asyncio.wait_for(asyncio.gather(*waiters), 1)
+    assert gate.waiting == 0 and gate.slots == 3
+    assert Gate("edge", lambda: 0, settings()).slots == 1  # never below one

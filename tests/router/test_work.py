@@ -127,3 +127,14 @@ def test_a_tier_that_serves_requests_anyway_is_not_explored() -> None:
         r.observe(d, d.tier, 0.1, 1.0, 10)
     explored = picks[600:].count("cloud")
     assert 25 < explored < 100
+
+
+def test_a_tier_that_says_its_slots_is_believed_over_the_most_it_was_seen_serving() -> None:
+    """A batching edge says how many it takes at once (measured): when that falls below the most it
+    was once seen serving, a request sent while that many run waits for a slot."""
+    book = WorkBook()
+    book.wait("edge", 4, 0, 0.0, 1.0)  # once seen serving four
+    assert not book.queues("edge", 2, 0)  # from what it was seen doing: room for two more
+    assert book.queues("edge", 2, 0, slots=2)  # it says it sustains two: the next one waits
+    assert not book.queues("edge", 2, 0, slots=3)
+    assert book.slots("edge") == 4 and book.slots("edge", 2) == 2

@@ -7,8 +7,9 @@ a chunk of a joining request's prompt (at most :data:`PREFILL_CHUNK` tokens whil
 streams are not stalled by a long prompt).  Each sequence's logits row goes to its own decode loop
 (:meth:`tiers.edge._decode.Decoder.steps`: per-request sampling, seeds, penalties, grammars, logprobs,
 stops, ``n`` answers), which gives back the token to append next.  Requests join between steps, up to
-``edge.max_sequences``; beyond that they wait (FIFO, bounded by ``edge.max_queue``).  A finished or
-cancelled sequence leaves at once and its KV cells are freed (``llama_memory_seq_rm``).
+as many as the batch measurably sustains (:class:`tiers._slots.SustainedSlots`, from the pure decode
+steps' times, at most ``edge.max_sequences``); the others wait (FIFO, at most ``edge.max_queue``).  A
+finished or cancelled sequence leaves at once and its KV cells are freed (``llama_memory_seq_rm``).
 
 Prompt-prefix reuse: the cells of a finished request's tokens (prompt and answer) are kept as a *prefix
 slot* (an extra sequence id): one slot, like the serial engine's live context, or :data:`PREFIX_SLOTS`
@@ -18,9 +19,8 @@ later prompt that shares at least ``MIN_GAIN_TOKENS`` with a slot gets those cel
 ``llama_memory_seq_cp`` (in a unified cache the cells are shared, not copied) and evaluates only the
 rest: a shared system prompt is evaluated once.
 
-The context holds ``(max_sequences + slots) × per-sequence context`` cells, so no sequence can run out of
-room: a request's budget is checked against the per-sequence context (``edge.sequence_tokens``, at most
-the model's ``context_tokens``).
+The context holds ``(max_sequences + slots) × per-sequence context`` cells, so no sequence runs out of
+room: a request's budget is checked against ``edge.sequence_tokens`` (at most ``context_tokens``).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from __future__ import annotations
 import collections
 import logging
 import threading
+import time
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +37,7 @@ import numpy as np
 
 from tiers._errors import TierError, TierOverloaded, TierRejected, TierUnavailable
 from tiers._events import Event
+from tiers._slots import SustainedSlots
 from tiers._types import Generation, Health, TierState
 from tiers.edge._config import EdgeConfig, default_threads
 from tiers.edge._decode import Decoder, Emit, Steps, budget_for
@@ -99,19 +101,19 @@ class BatchedLlamaTier(LlamaCppTier):
         self._running: list[_Seq] = []
         self._free = list(range(self.max_sequences))[::-1]  # free sequence ids, the lowest taken first
         self.steps = 0  # llama_decode calls (for the tests and the bench)
+        self.sustained = SustainedSlots(self.max_sequences)  # how many to take at once, measured
 
     @property
     def slots(self) -> int:
-        return self.max_sequences
+        return self.sustained.slots
 
     @property
     def load(self) -> int:
         return len(self._running) + len(self._jobs)
 
     def state(self) -> TierState:
-        return TierState(
-            self.name, self._health, in_flight=len(self._running), queued=len(self._jobs), detail=self._detail
-        )
+        running, jobs = len(self._running), len(self._jobs)
+        return TierState(self.name, self._health, running, jobs, self._detail, slots=self.slots)
 
     def describe(self) -> str:
         return f"{super().describe()}, batches up to {self.max_sequences} sequences of {self.sequence_tokens}"
@@ -140,17 +142,14 @@ class BatchedLlamaTier(LlamaCppTier):
         context.kv_unified = True
         context.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED  # as the serial engine (Llama)
         context.n_threads = context.n_threads_batch = threads
-        with (
-            suppress_stdout_stderr()
-        ):  # its n_ctx_seq > n_ctx_train warning: unified, n_ctx is all sequences'
+        # Silences its n_ctx_seq > n_ctx_train warning: unified, n_ctx is all sequences'.
+        with suppress_stdout_stderr():
             self._ctx = _internals.LlamaContext(model=model, params=context, verbose=False)
         self._batch = llama_cpp.llama_batch_init(self._config.batch_tokens, 0, 1)
         self._model = model
         self._vocab_size = int(model.n_vocab())
-        self._tokens = {
-            "bos": model.token_get_text(model.token_bos()),
-            "eos": model.token_get_text(model.token_eos()),
-        }
+        bos, eos = (model.token_get_text(t) for t in (model.token_bos(), model.token_eos()))
+        self._tokens = {"bos": bos, "eos": eos}
         self._vocab = vocabulary(model)
 
     def _unload(self) -> None:
@@ -199,8 +198,8 @@ class BatchedLlamaTier(LlamaCppTier):
                 if self._health is Health.DOWN:  # closing: what is inside ends now, not after its answer
                     self._close_all()
                 with self._guard:
-                    joining = []
-                    while self._jobs and self._free:
+                    joining: list[tuple[_Job, int]] = []
+                    while self._jobs and self._free and len(self._running) + len(joining) < self.slots:
                         joining.append((self._jobs.popleft(), self._free.pop()))
                     if not joining and not self._running:
                         self._serving = False
@@ -269,9 +268,8 @@ class BatchedLlamaTier(LlamaCppTier):
             if seq.next_token is not None:
                 rows.append((self._add(seq, [seq.next_token], last=True), seq))
                 seq.next_token = None
-        room = self._config.batch_tokens - batch.n_tokens
-        if rows:
-            room = min(room, PREFILL_CHUNK)
+        decoding, started = len(rows), time.perf_counter()
+        room = min(self._config.batch_tokens - batch.n_tokens, PREFILL_CHUNK if rows else 1 << 30)
         for seq in self._running:
             if room <= 0:
                 break
@@ -290,6 +288,8 @@ class BatchedLlamaTier(LlamaCppTier):
         for at, seq in rows:
             pointer = llama_cpp.llama_get_logits_ith(self._ctx.ctx, at)
             self._feed(seq, np.ctypeslib.as_array(pointer, shape=(self._vocab_size,)))
+        if decoding == batch.n_tokens:  # a pure decode step (with sampling): what a width sustains
+            self.sustained.step(decoding, time.perf_counter() - started)
 
     def _add(self, seq: _Seq, tokens: list[int], *, last: bool) -> int:
         """Append ``tokens`` of ``seq`` to the batch (the logits of the last one wanted when ``last``):

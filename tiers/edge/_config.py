@@ -72,8 +72,9 @@ class EdgeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     # (tiers/_cpus.py).  With a list, the default threads are its CPUs shared out among instances.
     cpus: list[Annotated[int, msgspec.Meta(ge=0)]] = msgspec.field(default_factory=list)
     batch_tokens: int = 512
-    # llama.cpp: requests decoded together per instance (continuous batching, one llama_decode a step);
-    # 1: one at a time (the serial engine).  ONNX always runs one at a time.
+    # llama.cpp: the most requests decoded together per instance (continuous batching, one llama_decode
+    # a step; how many it takes is measured up to this, tiers._slots); 1: one at a time (the serial
+    # engine).  ONNX always runs one at a time.
     max_sequences: Annotated[int, msgspec.Meta(ge=1, le=64)] = 4
     # llama.cpp batching: the context each sequence gets, in tokens; 0: the model's context_tokens.
     # The instance's KV cache holds (max_sequences + 2 prefix slots) of these.

@@ -92,6 +92,7 @@ class EdgeRegistry:
             in_flight=sum(e.in_flight for e in engines),
             queued=sum(e.queued for e in engines),
             detail=detail,
+            slots=self.concurrency,
         )
 
     async def start(self) -> None:

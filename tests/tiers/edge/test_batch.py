@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from tiers import Completion, Finished, Generation, Started, TextDelta, TierUnavailable, collect
+from tiers._slots import MIN_STEPS, SustainedSlots
 from tiers.edge import EdgeConfig, EdgeRegistry
 from tiers.edge._batch import PREFILL_CHUNK, BatchedLlamaTier
 
@@ -66,6 +67,7 @@ async def _together(tier: BatchedLlamaTier, gens: list[Generation]) -> list[Comp
 
     def wait() -> None:
         tier._forget_prefixes()
+        tier.sustained = SustainedSlots(tier.max_sequences)  # unmeasured: all of them may join
         held.set()
         hold.wait(30)
 
@@ -262,3 +264,22 @@ async def test_a_raw_prompt_is_taken_as_it_is(tier: BatchedLlamaTier) -> None:
     chat = await collect(tier.generate(Generation(messages=gen.messages, max_tokens=4, temperature=0)))
     assert raw.usage.prompt_tokens == 5  # "The capital of France is": five tokens, nothing around them
     assert chat.usage.prompt_tokens > raw.usage.prompt_tokens  # the chat template's turns
+
+
+async def test_the_slot_count_is_measured_from_the_batch_it_decodes() -> None:
+    """Decoding alone and four together, the instance measures tokens/s at both widths, and what it
+    says it takes at once (its state, so /readyz, admission and the router) is the count from them."""
+    engine = BatchedLlamaTier(EdgeConfig(threads=1, max_sequences=4, prefix_cache_mb=0))
+    await engine.start()
+    try:
+        assert not engine.sustained.measured() and engine.state().slots == 4  # until measured
+        await collect(engine.generate(Generation(messages=ESSAY, max_tokens=MIN_STEPS + 8)))
+        essays = [Generation(messages=ESSAY, max_tokens=MIN_STEPS + 8, seed=i) for i in range(4)]
+        await asyncio.gather(*(collect(engine.generate(g)) for g in essays))
+        rates = engine.sustained.rates()
+        assert {1, 4} <= set(rates) and all(r > 0 for r in rates.values()), rates
+        assert engine.sustained.measured()
+        assert 1 <= engine.slots <= 4
+        assert engine.state().slots == engine.slots == engine.state().as_dict()["slots"]
+    finally:
+        await engine.aclose()

@@ -1,0 +1,162 @@
+"""The route replay at a higher arrival rate, the serial edge against the batched one, same command.
+
+Method
+------
+* Everything is ``bench.route_replay``'s (its docstring): the embedded defaults (edge llama.cpp
+  SmolLM2-135M in-process, the local vLLM on the CPU as the cloud, result cache off), each engine on
+  its half of the cores, ``tiergate calibrate`` first (``--calibrate`` probes per tier), the same
+  seeded mixed trace (short chats, long generations, hard questions, images, video; half streamed;
+  Poisson arrivals at ``--rate``), the same objective (total time <= ``--slo-ms`` at p95, every
+  request) and the same per-strategy figures (cost from the ledger, SLO attainment, edge share, p95).
+* What differs: one gateway per edge setting in ``--edge-max-sequences`` (default ``1,4``: the serial
+  engine, then the batched one at the default ``edge.max_sequences``), started, calibrated and
+  replayed one after the other in this one command, with the same trace.  ``vs always-cloud`` is
+  each strategy's cost against always-cloud's *in the same gateway* (same edge, same calibration).
+* The rate is chosen where the serial edge saturates: in the 0.5/s replay the edge's requests (short
+  chats, long generations, and the hard questions the baselines send it) held it ~1.3 s each (the
+  medians per kind, weighted by the mix), so one serial instance serves ~0.8 of them a second: with
+  84% of the trace edge-capable it saturates at ~0.95 requests/s.  At ``--rate 1.2`` it is offered
+  ~1.3 s of work a second; the batched edge, measured at 1.6x the serial tokens/s with 2-4 sequences
+  (``bench.edge_batch``), has room (~0.8).  At 1.5/s the cloud (vLLM on its one core) fell behind:
+  always-cloud had not answered 80 s of arrivals after 4 minutes.  (At 1.2/s it did not keep up
+  either, attaining 2%: docs/performance.md.)
+* After each gateway's replays the edge's readiness detail (``/readyz``) is kept: it says how many
+  sequences the batch sustains, as measured during the run.
+
+    flock /tmp/tiergate-heavy.lock .venv/bin/python -m bench.route_replay_batch \\
+        [--requests 60] [--rate 1.2] [--slo-ms 15000] [--calibrate 8] [--edge-max-sequences 1,4]
+
+Prints a table and writes bench/results/route_replay_batch.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.route_replay import (
+    calibrate,
+    generate,
+    replay,
+    start_gateway,
+    trace_parser,
+    with_difficulty,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results" / "route_replay_batch.json"
+STRATEGIES = ("always-cloud", "always-edge", "learned")
+
+
+def run_one(
+    run: dict[str, Any],
+    trace: list[dict[str, Any]],
+    strategies: list[str],
+    args: argparse.Namespace,
+    save: Callable[[], None],
+) -> None:
+    """Start a gateway with ``edge.max_sequences = run["max_sequences"]``, calibrate, replay each
+    strategy; into ``run``, saved after each strategy (a run cut short keeps what it measured)."""
+    max_sequences = run["max_sequences"]
+    tmp = Path(tempfile.mkdtemp(prefix=f"tiergate-replay-seq{max_sequences}-"))
+    proc, url, keys = start_gateway(tmp, extra=f"[edge]\nmax_sequences = {max_sequences}\n")
+    rows: list[dict[str, Any]] = run.setdefault("rows", [])
+    try:
+        if args.calibrate:
+            started = time.monotonic()
+            calibration = asyncio.run(calibrate(url, keys, args.calibrate))
+            calibration["seconds"] = time.monotonic() - started
+            run["calibration"] = calibration
+            print(f"max_sequences {max_sequences}: calibrated in {calibration['seconds']:.0f} s", flush=True)
+        for strategy in strategies:
+            row = asyncio.run(replay(url, keys, trace, strategy, args.slo_ms))
+            rows.append(row)
+            run["edge_ready"] = _edge_ready(url)
+            save()
+            print(
+                f"max_sequences {max_sequences} {strategy}: cost ${row['cost_usd']:.6f}, "
+                f"SLO {row['slo_attainment']}, share {row['share']}, p95 {row['p95_s']}, "
+                f"statuses {row['statuses']}, load {row['load']}",
+                flush=True,
+            )
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def _edge_ready(url: str) -> dict[str, Any]:
+    """The edge's entry in ``/readyz`` (its ``slots``: what its batch was measured to sustain)."""
+    ready = httpx.get(f"{url}/readyz", timeout=30).json()
+    return next((t for t in ready.get("tiers", []) if t["name"] == "edge"), {})
+
+
+def table(runs: list[dict[str, Any]]) -> str:
+    def f(v: Any, fmt: str) -> str:
+        return "—" if v is None else format(v, fmt)
+
+    lines = [
+        "| edge.max_sequences | strategy | cost USD | vs always-cloud | SLO attained | p50 / p95 s "
+        "| edge share | statuses |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for run in runs:
+        cloud = next((r["cost_usd"] for r in run.get("rows", []) if r["strategy"] == "always-cloud"), None)
+        for r in run.get("rows", []):
+            change = None if not cloud else r["cost_usd"] / cloud - 1
+            lines.append(
+                f"| {run['max_sequences']} | {r['strategy']} | {r['cost_usd']:.6f} | {f(change, '+.1%')} "
+                f"| {f(r['slo_attainment'], '.0%')} | {f(r['p50_s'], '.1f')} / {f(r['p95_s'], '.1f')} "
+                f"| {f(r['share'].get('edge', 0.0), '.0%')} | {r['statuses']} |"
+            )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = trace_parser(__doc__, requests=60, rate=1.2)
+    parser.add_argument("--calibrate", type=int, default=8, help="probes per tier (0: none)")
+    parser.add_argument("--strategies", default=",".join(STRATEGIES))
+    parser.add_argument("--edge-max-sequences", default="1,4", help="one gateway per value, in this order")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+
+    trace = with_difficulty(generate(args.requests, args.rate, args.seed))
+    strategies = args.strategies.split(",")
+    started = time.monotonic()
+    runs: list[dict[str, Any]] = []
+
+    def save() -> None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        document = {
+            "method": __doc__,
+            "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+            "seconds": time.monotonic() - started,
+            "trace_kinds": {
+                k: sum(1 for e in trace if e["kind"] == k) for k in sorted({e["kind"] for e in trace})
+            },
+            "runs": runs,
+        }
+        args.out.write_text(json.dumps(document, indent=1))
+
+    for n in args.edge_max_sequences.split(","):
+        runs.append({"max_sequences": int(n)})
+        run_one(runs[-1], trace, strategies, args, save)
+    print(table(runs))
+    print(f"{time.monotonic() - started:.0f} s in all")
+    save()
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
