@@ -63,6 +63,11 @@ def cache_directives(cache_control: str) -> set[str]:
     return {d.strip().lower() for d in cache_control.split(",") if d.strip()}
 
 
+def deterministic(request: ChatCompletionRequest) -> bool:
+    """Whether the request's answer is reproducible: temperature 0, or a seed given."""
+    return request.temperature == 0 or request.seed is not None
+
+
 class AnswerCache:
     def __init__(
         self, config: cache.CacheConfig, store: cache.ResultStore | None, rule: object, metrics: Metrics
@@ -80,9 +85,7 @@ class AnswerCache:
         return self._store is not None
 
     def cacheable(self, request: ChatCompletionRequest) -> bool:
-        if not self._config.only_deterministic:
-            return True
-        return request.temperature == 0 or request.seed is not None
+        return not self._config.only_deterministic or deterministic(request)
 
     def key(self, request: ChatCompletionRequest, tenant: str, tier_models: str) -> str:
         """Everything that shapes the answer: the messages (tool calls and results included), the

@@ -13,10 +13,7 @@ import msgspec
 
 import router
 from gateway.api.protocol import ChatCompletionRequest, Message, TextPart
-
-
-def deterministic(request: ChatCompletionRequest) -> bool:
-    return request.temperature == 0 or request.seed is not None
+from gateway.pipeline.caching import deterministic
 
 
 def skipped(request: ChatCompletionRequest, policy: router.SemanticCachePolicy) -> str | None:
