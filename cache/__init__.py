@@ -11,6 +11,7 @@ may be cached and for whom is the gateway's business; keys come from
 
 from pathlib import Path
 
+from cache._buffered import BufferedWrites
 from cache._config import CacheConfig, SemanticConfig
 from cache._disk import DiskStore
 from cache._entry import CachedAnswer, decode_answer, encode_answer
@@ -31,6 +32,7 @@ def open_store(config: CacheConfig, data_path: Path) -> ResultStore:
 
 __all__ = [
     "START",
+    "BufferedWrites",
     "CacheConfig",
     "CacheError",
     "CachedAnswer",

@@ -273,6 +273,7 @@ async def open_services(
             embeddings = EmbeddingPipeline(
                 embedder, auth, policies, limiter, recorder, tracing, metrics, store_, settings.cache.ttl_s
             )
+            stack.push_async_callback(embeddings.aclose)  # its held cache writes, before the store closes
         await _start_tiers(admitted, stack)
         if media is not None:
             await media.start()

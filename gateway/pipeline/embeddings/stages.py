@@ -93,9 +93,9 @@ class EmbeddingPipeline:
         self._limiter = limiter
         self._recorder = recorder
         self._tracing = tracing
-        self._store = store
+        # Vectors are stored in batches, a moment later: one write for many requests (cache/_buffered.py).
+        self._store = cache.BufferedWrites(store) if store is not None else None
         self._ttl_s = ttl_s
-        self._writes: set[asyncio.Task[None]] = set()  # cache writes under way (held: not collected)
         self._counted = {r: metrics.embedding_inputs.labels(r) for r in ("hit", "miss")}
 
     @property
@@ -190,7 +190,7 @@ class EmbeddingPipeline:
             for vector, where in zip(computed, distinct.values(), strict=True):
                 out[where] = vector
             if store is not None:
-                self._store_later(
+                await self._set_many(
                     store, [(keys[w[0]], v) for v, w in zip(computed, distinct.values(), strict=True)]
                 )
         n_hits = len(rows) - len(misses)
@@ -211,19 +211,14 @@ class EmbeddingPipeline:
         size = 4 * self.embedder.dimensions
         return [np.frombuffer(v, dtype="<f4") if v is not None and len(v) == size else None for v in values]
 
-    def _store_later(self, store: cache.ResultStore, entries: list[tuple[str, Vectors]]) -> None:
-        """Store fresh vectors beside the answer, not before it: a disk write is not on the answer's path.
-        One write for all (one transaction on disk; the disk store's one thread runs it before a later
-        request's lookup)."""
+    async def _set_many(self, store: cache.ResultStore, entries: list[tuple[str, Vectors]]) -> None:
+        """Fresh vectors stored; held in memory first, so this returns at once (no disk on the path)."""
+        try:
+            await store.set_many([(k, np.asarray(v, dtype="<f4").tobytes()) for k, v in entries], self._ttl_s)
+        except cache.CacheError as exc:
+            log.warning("embedding cache write failed: %s", exc)
 
-        async def write() -> None:
-            try:
-                await store.set_many(
-                    [(k, np.asarray(v, dtype="<f4").tobytes()) for k, v in entries], self._ttl_s
-                )
-            except cache.CacheError as exc:
-                log.warning("embedding cache write failed: %s", exc)
-
-        task = asyncio.get_running_loop().create_task(write())
-        self._writes.add(task)
-        task.add_done_callback(self._writes.discard)
+    async def aclose(self) -> None:
+        """Store the vectors still held (before the store under them closes)."""
+        if self._store is not None:
+            await self._store.aclose()
