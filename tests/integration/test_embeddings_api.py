@@ -239,6 +239,24 @@ def test_a_tenant_over_its_request_limit_gets_429_and_a_refused_input_has_its_le
     assert "maximum context length" in row.error
 
 
+def test_vectors_computed_just_before_a_shutdown_are_in_the_cache_after_it(tmp_path: Path) -> None:
+    """The cache holds fresh vectors a moment before writing them in one batch (cache/_buffered.py);
+    a gateway stopped right after an answer writes what it holds before it exits."""
+    config = "[edge]\nenabled = false\n[cloud]\nenabled = false\n"
+    text = unique("stored on the way out")
+    first = start_gateway(tmp_path, config, edge=False)
+    try:
+        assert post(first, input=text).headers["x-tiergate-cache"] == "miss"
+        assert post(first, input=text).headers["x-tiergate-cache"] == "hit"  # held, read from memory
+    finally:
+        first.stop()
+    again = start_gateway(tmp_path, config, edge=False)
+    try:
+        assert post(again, input=text).headers["x-tiergate-cache"] == "hit"
+    finally:
+        again.stop()
+
+
 def test_metrics_count_inputs_by_cache_result_and_rows_per_call(gw: Gateway) -> None:
     text = unique("counted")
     for _ in range(2):
