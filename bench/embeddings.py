@@ -4,7 +4,8 @@ Method
 ------
 * The model: all-MiniLM-L6-v2 as ``tiergate models export-embedding`` built it
   (``<build_cache_dir>/models/all-minilm-l6-v2-onnx``), fp32, CPU, ONNX Runtime's default threads (one per
-  core) on both sides.
+  core; it then pins its pool threads to cores, never the caller) on both sides, or ``--threads N`` on
+  both sides (``embedding.threads``: N threads, none pinned).
 * Inputs: short English sentences (10–14 tokens with [CLS]/[SEP]), each made unique by a counter, so no
   input is ever answered from the gateway's cache (every one is computed, and stored: the cache's write
   is part of the gateway's cost).  Batch sizes 1, 16 and 64 texts per request / per call.
@@ -73,8 +74,8 @@ def texts(n: int) -> list[str]:
 class Raw:
     """The embedding tier's own tokenizer and ONNX Runtime session (same options), called directly."""
 
-    def __init__(self, folder: Path) -> None:
-        embedder = OnnxEmbedder(EmbeddingConfig(model_dir=str(folder)))
+    def __init__(self, folder: Path, threads: int = 0) -> None:
+        embedder = OnnxEmbedder(EmbeddingConfig(model_dir=str(folder), threads=threads))
         embedder.load()
         self.tokenize = embedder.tokenize
         self.session = embedder.session()
@@ -196,14 +197,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--gateway-toml", default="", help="more settings for the gateway (\\n between lines)"
     )
+    parser.add_argument(
+        "--threads", type=int, default=0, help="embedding.threads on both sides (0: ONNX Runtime's default)"
+    )
     args = parser.parse_args(argv)
     batches = [int(b) for b in args.batches.split(",")]
     folder = Path(load_settings().build_cache_dir).expanduser() / DEFAULT_EMBEDDING_MODEL_DIR
-    raw = Raw(folder)
+    raw = Raw(folder, args.threads)
+    extra = args.gateway_toml + (f"\n[embedding]\nthreads = {args.threads}\n" if args.threads else "")
     paths = ("raw", "gateway c1", "gateway c4")
     rates: dict[tuple[str, int], list[float]] = {(p, b): [] for p in paths for b in batches}
     with tempfile.TemporaryDirectory(prefix="bench-embeddings-") as tmp:
-        gateway = Gateway(Path(tmp), args.gateway_toml)
+        gateway = Gateway(Path(tmp), extra)
         try:
             client = Client(gateway.port)
             for batch in batches:  # warm both sides up
