@@ -25,6 +25,7 @@ from tiers import Completion, Finished, Generation, Started, TextDelta, TierUnav
 from tiers._slots import MIN_STEPS, SustainedSlots
 from tiers.edge import EdgeConfig, EdgeRegistry
 from tiers.edge._batch import PREFILL_CHUNK, BatchedLlamaTier
+from tiers.edge._config import default_batch_threads
 
 # Two sequences' first tokens differ by less than this (nats, in the solo run): batched math may flip them.
 NEAR_TIE = 1.0
@@ -251,6 +252,13 @@ async def test_closing_the_instance_ends_what_is_inside_at_once() -> None:
         with pytest.raises(TierUnavailable, match="closing"):
             async for _ in stream:
                 pass
+
+
+async def test_steps_of_many_tokens_run_on_the_batch_threads(tier: BatchedLlamaTier) -> None:
+    import llama_cpp
+
+    assert llama_cpp.llama_n_threads(tier._ctx.ctx) == 1  # the fixture's edge.threads: one-token steps
+    assert llama_cpp.llama_n_threads_batch(tier._ctx.ctx) == default_batch_threads()
 
 
 async def test_a_raw_prompt_is_taken_as_it_is(tier: BatchedLlamaTier) -> None:
