@@ -170,7 +170,21 @@ def pct(values: list[float], q: float) -> float:
     return float(np.percentile(values, q)) if values else 0.0
 
 
-def summarise(cells: dict[tuple[str, int], list[Batch]]) -> list[dict[str, Any]]:
+async def dispatch_ttft(client: httpx.AsyncClient, url: str) -> tuple[float, float]:
+    """The gateway's own ``tiergate_time_to_first_token_seconds`` for the edge (dispatch to the tier
+    until its first token): the sum and count so far, from ``/metrics``."""
+    text = (await client.get(f"{url}/metrics")).text
+    found = {"sum": 0.0, "count": 0.0}
+    for line in text.splitlines():
+        for part in found:
+            if line.startswith(f"tiergate_time_to_first_token_seconds_{part}{{") and 'tier="edge"' in line:
+                found[part] = float(line.rsplit(" ", 1)[1])
+    return found["sum"], found["count"]
+
+
+def summarise(
+    cells: dict[tuple[str, int], list[Batch]], inside: dict[tuple[str, int], list[float]]
+) -> list[dict[str, Any]]:
     rows = []
     for (path, c), batches in cells.items():
         ttfts = [t for b in batches for t in b.ttfts]
@@ -181,6 +195,10 @@ def summarise(cells: dict[tuple[str, int], list[Batch]]) -> list[dict[str, Any]]
                 "tokens_per_s": statistics.median(b.tokens / b.wall for b in batches),
                 "ttft_p50_s": pct(ttfts, 50),
                 "ttft_p99_s": pct(ttfts, 99),
+                "ttft_mean_s": statistics.mean(ttfts) if ttfts else 0.0,
+                # http: the gateway's dispatch-to-first-token mean; the rest of ttft_mean_s is before
+                # the dispatch (the client, HTTP, the pipeline) and after it (SSE, the client reading)
+                "dispatch_ttft_mean_s": statistics.mean(inside[path, c]) if inside.get((path, c)) else None,
                 "rounds": len(batches),
                 "rejected_429": sum(b.rejected for b in batches),
             }
@@ -240,10 +258,11 @@ async def main(argv: list[str] | None = None) -> int:
         for gateway in gateways.values():
             gateway.wait_ready()
     cells: dict[tuple[str, int], list[Batch]] = {}
+    inside: dict[tuple[str, int], list[float]] = {}
     try:
         async with httpx.AsyncClient(timeout=600) as client:
-            for url in (g.url for g in gateways.values()):  # one request each to warm the HTTP path
-                await http_batch(client, url, 1, 4, prompts(1))
+            for url in (g.url for g in gateways.values()):  # warm the HTTP path, max(c) connections open
+                await http_batch(client, url, max(widths), 4, prompts(max(widths)))
             for tier in tiers.values():  # and the tiers (distinct: the system prompt is in the slot)
                 await tier_batch(tier, 1, 4, prompts(1))  # type: ignore[arg-type]
             load = os.getloadavg()
@@ -256,15 +275,20 @@ async def main(argv: list[str] | None = None) -> int:
                         )
                         if gateways:
                             url = gateways[f"http/{kind}"].url
+                            before = await dispatch_ttft(client, url)
                             batch = await http_batch(client, url, c, args.max_tokens, prompts(c))
                             cells.setdefault((f"http/{kind}", c), []).append(batch)
+                            after = await dispatch_ttft(client, url)
+                            if after[1] > before[1]:
+                                mean = (after[0] - before[0]) / (after[1] - before[1])
+                                inside.setdefault((f"http/{kind}", c), []).append(mean)
                 print(f"round {round_ + 1}/{args.repeats} done")
     finally:
         for tier in tiers.values():
             await tier.aclose()
         for gateway in gateways.values():
             gateway.stop()
-    rows = summarise(dict(sorted(cells.items())))
+    rows = summarise(dict(sorted(cells.items())), inside)
     print(f"{'path':14} {'c':>2} {'tok/s':>7} {'x1':>5} {'ttft p50':>9} {'ttft p99':>9} {'p99/idle':>8} 429s")
     for r in rows:
         print(
