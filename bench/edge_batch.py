@@ -289,12 +289,14 @@ async def main(argv: list[str] | None = None) -> int:
         for gateway in gateways.values():
             gateway.stop()
     rows = summarise(dict(sorted(cells.items())), inside)
-    print(f"{'path':14} {'c':>2} {'tok/s':>7} {'x1':>5} {'ttft p50':>9} {'ttft p99':>9} {'p99/idle':>8} 429s")
+    head = f"{'path':14} {'c':>2} {'tok/s':>7} {'x1':>5} {'ttft p50':>9} {'ttft p99':>9} {'p99/idle':>8}"
+    print(f"{head} {'mean':>7} {'dispatch':>8} 429s")
     for r in rows:
+        dispatch = "" if r["dispatch_ttft_mean_s"] is None else f"{r['dispatch_ttft_mean_s']:.3f}"
         print(
             f"{r['path']:14} {r['concurrency']:>2} {r['tokens_per_s']:7.1f} {r['vs_one_client']:5.2f} "
             f"{r['ttft_p50_s']:9.3f} {r['ttft_p99_s']:9.3f} {r['ttft_p99_vs_idle_p50']:8.2f} "
-            f"{r['rejected_429']}"
+            f"{r['ttft_mean_s']:7.3f} {dispatch:>8} {r['rejected_429']}"
         )
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     saved = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
