@@ -52,7 +52,6 @@ from bench.edge import ESSAY, SYSTEM, Batch, GatewayProcess, Messages, http_batc
 from tiers import Tier
 from tiers.edge import EdgeConfig, LlamaCppTier, default_threads
 from tiers.edge._batch import BatchedLlamaTier
-from tiers.edge._config import default_batch_threads
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "edge_batch.json"
@@ -226,11 +225,11 @@ async def main(argv: list[str] | None = None) -> int:
     threads = default_threads()
     ceiling = await asyncio.to_thread(decode_ceiling, widths, 40, threads)
     print(
-        f"llama_decode alone ({default_batch_threads()} batch threads):",
+        f"llama_decode alone ({threads} batch threads, the default):",
         {c: round(v, 1) for c, v in ceiling.items()},
     )
-    narrow = await asyncio.to_thread(decode_ceiling, widths, 40, threads, threads)
-    print(f"llama_decode alone ({threads} batch threads):", {c: round(v, 1) for c, v in narrow.items()})
+    wide = await asyncio.to_thread(decode_ceiling, widths, 40, threads, os.cpu_count() or 1)
+    print(f"llama_decode alone ({os.cpu_count()} batch threads):", {c: round(v, 1) for c, v in wide.items()})
     chunks = [int(c) for c in args.chunks.split(",")]
     costs = await asyncio.to_thread(step_costs, chunks, 3, threads) if chunks else {}
     print("one step, ms:", {k: round(1000 * v, 1) for k, v in costs.items()})
@@ -308,9 +307,9 @@ async def main(argv: list[str] | None = None) -> int:
         "max_tokens": args.max_tokens,
         "repeats": args.repeats,
         "prompt": ESSAY[0]["content"] if args.prompts == "shared" else distinct_prompts("r", 1)[0],
-        "batch_threads": default_batch_threads(),
+        "batch_threads": threads,
         "llama_decode_tokens_per_s": {str(c): v for c, v in ceiling.items()},
-        "llama_decode_tokens_per_s_batch_threads_as_threads": {str(c): v for c, v in narrow.items()},
+        "llama_decode_tokens_per_s_batch_threads_every_core": {str(c): v for c, v in wide.items()},
         "step_seconds": costs,
         "rows": rows,
     }

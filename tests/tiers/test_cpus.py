@@ -18,7 +18,7 @@ from tiers._cpus import pin_this_thread
 from tiers.cloud import CloudConfig, LocalServer
 from tiers.cloud._local import LocalVLLMServer
 from tiers.edge import EdgeConfig, LlamaCppTier
-from tiers.edge._config import default_batch_threads, default_threads
+from tiers.edge._config import default_threads
 
 linux_only = pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs CPU affinity (Linux)")
 
@@ -45,13 +45,6 @@ def test_the_edge_engine_threads_default_to_its_own_cpus() -> None:
     assert default_threads(1) == max(1, (os.cpu_count() or 1) - 1)
 
 
-def test_steps_of_many_tokens_get_every_cpu_of_the_engine() -> None:
-    assert default_batch_threads(1, [0, 1, 2, 3]) == 4
-    assert default_batch_threads(2, [0, 1, 2, 3]) == 2
-    assert default_batch_threads(4, [0]) == 1
-    assert default_batch_threads(1) == (os.cpu_count() or 1)  # not the cores less one: see its docstring
-
-
 @pytest.fixture
 def eight_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(gateway.settings, "usable_cpus", lambda: list(range(8)))
@@ -66,10 +59,12 @@ def test_the_embedded_defaults_split_the_cpus(eight_cpus: None) -> None:
     assert settings.local_vllm().cpus == [4, 5, 6, 7]
 
 
-def test_beside_vllm_the_edge_batches_on_its_own_half_only(eight_cpus: None) -> None:
+def test_batch_threads_default_to_the_engine_threads(eight_cpus: None) -> None:
     edge = Settings().edge_config()
     engine = edge.for_model(edge.model_specs()[0])
     assert (engine.threads, engine.batch_threads) == (4, 4)
+    chosen = load_settings(**{"edge.threads": 1, "cloud.enabled": False}).edge_config()
+    assert chosen.for_model(chosen.model_specs()[0]).batch_threads == 1  # unset: as threads
     chosen = load_settings(**{"edge.batch_threads": 2, "cloud.enabled": False}).edge_config()
     assert chosen.for_model(chosen.model_specs()[0]).batch_threads == 2
 

@@ -39,7 +39,7 @@ from tiers._errors import TierError, TierOverloaded, TierRejected, TierUnavailab
 from tiers._events import Event
 from tiers._slots import SustainedSlots
 from tiers._types import Generation, Health, TierState
-from tiers.edge._config import EdgeConfig, default_batch_threads, default_threads
+from tiers.edge._config import EdgeConfig, default_threads
 from tiers.edge._decode import Decoder, Emit, Steps, budget_for
 from tiers.edge._llamacpp import LlamaCppTier, model_file, vocabulary
 from tiers.edge._prefix import MIN_GAIN_TOKENS, shared_prefix
@@ -141,7 +141,7 @@ class BatchedLlamaTier(LlamaCppTier):
         context.kv_unified = True
         context.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED  # as the serial engine (Llama)
         context.n_threads = self._config.threads or default_threads()  # a step of one token
-        context.n_threads_batch = self._config.batch_threads or default_batch_threads()  # of more
+        context.n_threads_batch = self._config.batch_threads or context.n_threads  # of more
         # Silences its n_ctx_seq > n_ctx_train warning: unified, n_ctx is all sequences'.
         with suppress_stdout_stderr():
             self._ctx = _internals.LlamaContext(model=model, params=context, verbose=False)

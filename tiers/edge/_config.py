@@ -68,8 +68,8 @@ class EdgeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     # Engine instances of the active model, each with its own thread(s) and queue; 0: from the cores.
     instances: Annotated[int, msgspec.Meta(ge=0)] = 0
     threads: Annotated[int, msgspec.Meta(ge=0)] = 0  # per instance; 0: the cores less one, shared out
-    # llama.cpp: threads for a step of several tokens (a prompt, several sequences' tokens); 0: every CPU
-    # the engine may run on (`cpus`, else all), shared out among instances.  One-token steps use `threads`.
+    # llama.cpp: threads for a step of several tokens (a prompt, several sequences' tokens); 0: `threads`.
+    # More can be faster on cores nothing else uses, and far slower on busy ones (docs/edge.md, "CPUs").
     batch_threads: Annotated[int, msgspec.Meta(ge=0)] = 0
     # CPUs the engine threads run on; empty: any, or, beside a local vLLM server, the lower half
     # (tiers/_cpus.py).  With a list, the default threads are its CPUs shared out among instances.
@@ -124,6 +124,7 @@ class EdgeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
 
     def for_model(self, model: EdgeModel) -> EdgeConfig:
         """These engine settings applied to one version (what an engine instance is built from)."""
+        threads = self.threads or default_threads(self.instance_count(), self.cpus)
         return msgspec.structs.replace(
             self,
             backend=model.backend,
@@ -133,8 +134,8 @@ class EdgeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
             model_name=model.name,
             context_tokens=model.context_tokens,
             quality=model.quality,
-            threads=self.threads or default_threads(self.instance_count(), self.cpus),
-            batch_threads=self.batch_threads or default_batch_threads(self.instance_count(), self.cpus),
+            threads=threads,
+            batch_threads=self.batch_threads or threads,
             models=[],
             active="",
         )
@@ -158,19 +159,4 @@ def default_threads(instances: int = 1, cpus: Sequence[int] = ()) -> int:
     more (measured here: 1.3 tok/s with 2 threads on 2 busy cores, 15 tok/s with 1).
     """
     spare = len(cpus) if cpus else (os.cpu_count() or 1) - 1
-    return max(1, spare // max(1, instances))
-
-
-def default_batch_threads(instances: int = 1, cpus: Sequence[int] = ()) -> int:
-    """Every core (with ``cpus``: those), shared out among ``instances``: llama.cpp's threads for a step
-    of many tokens.
-
-    Such a step is long (a 32-token prompt chunk ~0.25 s, four sequences' tokens ~45 ms on one core here)
-    and its threads are busy computing rather than waiting, so it gains from the core the event loop
-    mostly leaves idle: two threads on this 2-core machine decode four sequences ~1.5x faster than one
-    (bench.edge_batch).  A one-token step stays on :func:`default_threads`' count, where a second
-    thread spinning beside the event loop costs more than it gives.  llama-cpp-python's ``Llama``
-    defaults to every core for these steps too, which the serial engine had before it was a setting.
-    """
-    spare = len(cpus) if cpus else (os.cpu_count() or 1)
     return max(1, spare // max(1, instances))

@@ -27,7 +27,7 @@ import numpy as np
 
 from tiers._errors import TierRejected, TierUnavailable
 from tiers._types import Generation
-from tiers.edge._config import EdgeConfig, default_batch_threads, default_threads
+from tiers.edge._config import EdgeConfig, default_threads
 from tiers.edge._decode import Decoder, Emit, Vocabulary, budget_for, special_free
 from tiers.edge._prefix import MIN_GAIN_TOKENS, shared_prefix
 from tiers.edge._sampling import Row
@@ -72,7 +72,7 @@ class LlamaCppTier(SerialEngineTier):
 
     def describe(self) -> str:
         where = f", {self._config.n_gpu_layers} layers on the GPU" if self._gpu else ""
-        batch = self._config.batch_threads or default_batch_threads()
+        batch = self._config.batch_threads or self._config.threads or default_threads()
         return f"llama.cpp, {self._config.threads or default_threads()} threads ({batch} for batches){where}"
 
     def _unload(self) -> None:
@@ -90,7 +90,8 @@ class LlamaCppTier(SerialEngineTier):
             n_ctx=self._config.context_tokens,
             n_batch=self._config.batch_tokens,
             n_threads=self._config.threads or default_threads(),
-            n_threads_batch=self._config.batch_threads or default_batch_threads(),
+            # not Llama's default (every core): a second thread spinning on a busy core stalls a prompt
+            n_threads_batch=self._config.batch_threads or self._config.threads or default_threads(),
             n_gpu_layers=self._config.n_gpu_layers if self._gpu else 0,
             verbose=False,
         )

@@ -25,7 +25,6 @@ from tiers import Completion, Finished, Generation, Started, TextDelta, TierUnav
 from tiers._slots import MIN_STEPS, SustainedSlots
 from tiers.edge import EdgeConfig, EdgeRegistry
 from tiers.edge._batch import PREFILL_CHUNK, BatchedLlamaTier
-from tiers.edge._config import default_batch_threads
 
 # Two sequences' first tokens differ by less than this (nats, in the solo run): batched math may flip them.
 NEAR_TIE = 1.0
@@ -258,7 +257,13 @@ async def test_steps_of_many_tokens_run_on_the_batch_threads(tier: BatchedLlamaT
     import llama_cpp
 
     assert llama_cpp.llama_n_threads(tier._ctx.ctx) == 1  # the fixture's edge.threads: one-token steps
-    assert llama_cpp.llama_n_threads_batch(tier._ctx.ctx) == default_batch_threads()
+    assert llama_cpp.llama_n_threads_batch(tier._ctx.ctx) == 1  # and, unset, steps of more tokens
+    chosen = BatchedLlamaTier(EdgeConfig(threads=1, batch_threads=2, max_sequences=2))
+    await chosen.start()
+    try:
+        assert llama_cpp.llama_n_threads_batch(chosen._ctx.ctx) == 2
+    finally:
+        await chosen.aclose()
 
 
 async def test_a_raw_prompt_is_taken_as_it_is(tier: BatchedLlamaTier) -> None:
