@@ -200,35 +200,48 @@ async def raw_batch(engine: RawLlama | RawOnnx, concurrency: int, max_tokens: in
 # -- the gateway's tier objects and HTTP ---------------------------------------------------------
 
 
-async def tier_batch(tier: EdgeRegistry, concurrency: int, max_tokens: int) -> Batch:
+Messages = list[dict[str, str]]
+
+
+async def tier_batch(
+    tier: EdgeRegistry, concurrency: int, max_tokens: int, prompts: list[Messages] | None = None
+) -> Batch:
+    """``concurrency`` requests started together: the essay each, or ``prompts[i]`` for the i-th."""
     start = time.perf_counter()
 
-    async def one() -> tuple[float, int]:
+    async def one(messages: Messages) -> tuple[float, int]:
         ttft, tokens = 0.0, 0
-        async for event in tier.generate(Generation(messages=ESSAY, max_tokens=max_tokens, temperature=0)):
+        async for event in tier.generate(Generation(messages=messages, max_tokens=max_tokens, temperature=0)):
             if isinstance(event, TextDelta) and not ttft:
                 ttft = time.perf_counter() - start
             if isinstance(event, Finished):
                 tokens = event.usage.completion_tokens
         return ttft, tokens
 
-    results = await asyncio.gather(*(one() for _ in range(concurrency)))
+    results = await asyncio.gather(*(one(m) for m in prompts or [ESSAY] * concurrency))
     return Batch([r[0] for r in results], sum(r[1] for r in results), time.perf_counter() - start)
 
 
-async def http_batch(client: httpx.AsyncClient, url: str, concurrency: int, max_tokens: int) -> Batch:
-    body = {
-        "model": "edge",
-        "messages": ESSAY,
-        "max_tokens": max_tokens,
-        "temperature": 0,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
+async def http_batch(
+    client: httpx.AsyncClient,
+    url: str,
+    concurrency: int,
+    max_tokens: int,
+    prompts: list[Messages] | None = None,
+) -> Batch:
+    """As :func:`tier_batch`, streamed from a gateway at ``url``; 429s counted."""
     start = time.perf_counter()
 
-    async def one() -> tuple[float, int, int]:
+    async def one(messages: Messages) -> tuple[float, int, int]:
         ttft, tokens = 0.0, 0
+        body = {
+            "model": "edge",
+            "messages": messages,
+            "max_tokens": max_tokens,
+            "temperature": 0,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
         async with client.stream("POST", f"{url}/v1/chat/completions", json=body) as resp:
             if resp.status_code == 429:  # the edge's lane is full: counted, not raised
                 await resp.aread()
@@ -244,7 +257,7 @@ async def http_batch(client: httpx.AsyncClient, url: str, concurrency: int, max_
                     tokens = chunk["usage"]["completion_tokens"]
         return ttft, tokens, 0
 
-    results = await asyncio.gather(*(one() for _ in range(concurrency)))
+    results = await asyncio.gather(*(one(m) for m in prompts or [ESSAY] * concurrency))
     served = [r[0] for r in results if not r[2]]
     return Batch(served, sum(r[1] for r in results), time.perf_counter() - start, sum(r[2] for r in results))
 

@@ -59,6 +59,16 @@ def test_the_embedded_defaults_split_the_cpus(eight_cpus: None) -> None:
     assert settings.local_vllm().cpus == [4, 5, 6, 7]
 
 
+def test_batch_threads_default_to_the_engine_threads(eight_cpus: None) -> None:
+    edge = Settings().edge_config()
+    engine = edge.for_model(edge.model_specs()[0])
+    assert (engine.threads, engine.batch_threads) == (4, 4)
+    chosen = load_settings(**{"edge.threads": 1, "cloud.enabled": False}).edge_config()
+    assert chosen.for_model(chosen.model_specs()[0]).batch_threads == 1  # unset: as threads
+    chosen = load_settings(**{"edge.batch_threads": 2, "cloud.enabled": False}).edge_config()
+    assert chosen.for_model(chosen.model_specs()[0]).batch_threads == 2
+
+
 def test_explicit_cpus_are_kept(eight_cpus: None) -> None:
     settings = load_settings(**{"edge.cpus": [0, 1], "cloud.local.cpus": [2, 3, 4, 5, 6, 7]})
     assert settings.edge_config().cpus == [0, 1]

@@ -134,14 +134,14 @@ class BatchedLlamaTier(LlamaCppTier):
         layers = self._config.n_gpu_layers
         params.n_gpu_layers = (0x7FFFFFFF if layers == -1 else layers) if self._gpu else 0
         model = _internals.LlamaModel(path_model=str(path), params=params, verbose=False)
-        threads = self._config.threads or default_threads()
         context = llama_cpp.llama_context_default_params()
         context.n_ctx = (self.max_sequences + len(self._slot_ids)) * self.sequence_tokens
         context.n_batch = context.n_ubatch = self._config.batch_tokens
         context.n_seq_max = self.max_sequences + len(self._slot_ids)
         context.kv_unified = True
         context.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED  # as the serial engine (Llama)
-        context.n_threads = context.n_threads_batch = threads
+        context.n_threads = self._config.threads or default_threads()  # a step of one token
+        context.n_threads_batch = self._config.batch_threads or context.n_threads  # of more
         # Silences its n_ctx_seq > n_ctx_train warning: unified, n_ctx is all sequences'.
         with suppress_stdout_stderr():
             self._ctx = _internals.LlamaContext(model=model, params=context, verbose=False)

@@ -68,6 +68,9 @@ class EdgeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     # Engine instances of the active model, each with its own thread(s) and queue; 0: from the cores.
     instances: Annotated[int, msgspec.Meta(ge=0)] = 0
     threads: Annotated[int, msgspec.Meta(ge=0)] = 0  # per instance; 0: the cores less one, shared out
+    # llama.cpp: threads for a step of several tokens (a prompt, several sequences' tokens); 0: `threads`.
+    # More can be faster on cores nothing else uses, and far slower on busy ones (docs/edge.md, "CPUs").
+    batch_threads: Annotated[int, msgspec.Meta(ge=0)] = 0
     # CPUs the engine threads run on; empty: any, or, beside a local vLLM server, the lower half
     # (tiers/_cpus.py).  With a list, the default threads are its CPUs shared out among instances.
     cpus: list[Annotated[int, msgspec.Meta(ge=0)]] = msgspec.field(default_factory=list)
@@ -121,6 +124,7 @@ class EdgeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
 
     def for_model(self, model: EdgeModel) -> EdgeConfig:
         """These engine settings applied to one version (what an engine instance is built from)."""
+        threads = self.threads or default_threads(self.instance_count(), self.cpus)
         return msgspec.structs.replace(
             self,
             backend=model.backend,
@@ -130,7 +134,8 @@ class EdgeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
             model_name=model.name,
             context_tokens=model.context_tokens,
             quality=model.quality,
-            threads=self.threads or default_threads(self.instance_count(), self.cpus),
+            threads=threads,
+            batch_threads=self.batch_threads or threads,
             models=[],
             active="",
         )

@@ -72,7 +72,8 @@ class LlamaCppTier(SerialEngineTier):
 
     def describe(self) -> str:
         where = f", {self._config.n_gpu_layers} layers on the GPU" if self._gpu else ""
-        return f"llama.cpp, {self._config.threads or default_threads()} threads{where}"
+        batch = self._config.batch_threads or self._config.threads or default_threads()
+        return f"llama.cpp, {self._config.threads or default_threads()} threads ({batch} for batches){where}"
 
     def _unload(self) -> None:
         self._llm = None
@@ -89,6 +90,8 @@ class LlamaCppTier(SerialEngineTier):
             n_ctx=self._config.context_tokens,
             n_batch=self._config.batch_tokens,
             n_threads=self._config.threads or default_threads(),
+            # not Llama's default (every core): a second thread spinning on a busy core stalls a prompt
+            n_threads_batch=self._config.batch_threads or self._config.threads or default_threads(),
             n_gpu_layers=self._config.n_gpu_layers if self._gpu else 0,
             verbose=False,
         )

@@ -253,6 +253,19 @@ async def test_closing_the_instance_ends_what_is_inside_at_once() -> None:
                 pass
 
 
+async def test_steps_of_many_tokens_run_on_the_batch_threads(tier: BatchedLlamaTier) -> None:
+    import llama_cpp
+
+    assert llama_cpp.llama_n_threads(tier._ctx.ctx) == 1  # the fixture's edge.threads: one-token steps
+    assert llama_cpp.llama_n_threads_batch(tier._ctx.ctx) == 1  # and, unset, steps of more tokens
+    chosen = BatchedLlamaTier(EdgeConfig(threads=1, batch_threads=2, max_sequences=2))
+    await chosen.start()
+    try:
+        assert llama_cpp.llama_n_threads_batch(chosen._ctx.ctx) == 2
+    finally:
+        await chosen.aclose()
+
+
 async def test_a_raw_prompt_is_taken_as_it_is(tier: BatchedLlamaTier) -> None:
     """Legacy completions: ``Generation.prompt`` goes in untemplated (SmolLM2's tokenizer adds no BOS),
     as the serial engine takes it (tests/tiers/edge/test_raw_prompt.py)."""
