@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import statistics
 import subprocess
 import tempfile
 import time
@@ -44,6 +45,7 @@ from typing import Any
 import httpx
 
 from bench.route_replay import (
+    _predicted,
     calibrate,
     generate,
     replay,
@@ -79,6 +81,7 @@ def run_one(
             print(f"max_sequences {max_sequences}: calibrated in {calibration['seconds']:.0f} s", flush=True)
         for strategy in strategies:
             row = asyncio.run(replay(url, keys, trace, strategy, args.slo_ms))
+            row["predicted_vs_actual"] = predicted_vs_actual(row["results"])
             rows.append(row)
             run["edge_ready"] = _edge_ready(url)
             save()
@@ -94,6 +97,28 @@ def run_one(
             proc.wait(60)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+def predicted_vs_actual(results: list[dict[str, Any]]) -> dict[str, dict[str, float | int]]:
+    """Per tier, over the requests it answered: the router's median predicted total (made when it
+    routed them, ``X-Tiergate-Predicted``) beside the total the client saw, both medians, and the
+    median of actual / predicted: whether the router saw a tier's wait and slowdown as they were."""
+    out: dict[str, dict[str, float | int]] = {}
+    for tier in sorted({r["tier"] for r in results if r["status"] == 200 and r.get("tier")}):
+        pairs = [
+            (p, r["seconds"])
+            for r in results
+            if r["status"] == 200 and r.get("tier") == tier
+            if (p := _predicted(r.get("predicted") or "", "total"))
+        ]
+        if pairs:
+            out[tier] = {
+                "n": len(pairs),
+                "predicted_p50_s": statistics.median(p for p, _ in pairs),
+                "actual_p50_s": statistics.median(a for _, a in pairs),
+                "ratio_p50": statistics.median(a / p for p, a in pairs),
+            }
+    return out
 
 
 def _edge_ready(url: str) -> dict[str, Any]:
@@ -120,6 +145,19 @@ def table(runs: list[dict[str, Any]]) -> str:
                 f"| {f(r['slo_attainment'], '.0%')} | {f(r['p50_s'], '.1f')} / {f(r['p95_s'], '.1f')} "
                 f"| {f(r['share'].get('edge', 0.0), '.0%')} | {r['statuses']} |"
             )
+    lines += [
+        "",
+        "| edge.max_sequences | strategy | tier | n | predicted total p50 s | actual p50 s "
+        "| actual / predicted p50 |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for run in runs:
+        for r in run.get("rows", []):
+            for tier, d in r.get("predicted_vs_actual", {}).items():
+                lines.append(
+                    f"| {run['max_sequences']} | {r['strategy']} | {tier} | {d['n']} "
+                    f"| {d['predicted_p50_s']:.1f} | {d['actual_p50_s']:.1f} | {d['ratio_p50']:.1f} |"
+                )
     return "\n".join(lines)
 
 
