@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 
-from router._learning.predictor import BATCH, OUT_K, OUTPUT, TARGETS, PredictorConfig, with_output
+from router._learning.predictor import BATCH, OTHERS, OUT_K, OUTPUT, TARGETS, PredictorConfig, with_output
 
 
 def _fit_one(x: Any, y: Any, quantile: float, alpha: float) -> list[float]:
@@ -73,6 +73,7 @@ def fit_tier(observations: list[list[Any]], config_raw: dict[str, Any]) -> dict[
     config = msgspec.convert(config_raw, PredictorConfig)
     quantiles = (0.5, config.high_quantile)
     result: dict[str, Any] = {"fitted_at": time.time(), "samples": len(observations), "metrics": {}}
+    result["others_max"] = max((float(o[0][OTHERS]) for o in observations), default=0.0)
     observations = [[_batched(_actual(o)), *o[1:3]] for o in observations]
     for target in TARGETS:
         rows = [o for o in observations if (o[1] if target == "ttft" else o[2]) is not None]

@@ -69,6 +69,9 @@ FEATURE_NAMES = (
 WIDTH = len(FEATURE_NAMES)
 BUSY, AHEAD = FEATURE_NAMES.index("busy_s"), FEATURE_NAMES.index("ahead_s")
 OUT_K, BATCH = FEATURE_NAMES.index("out_k"), FEATURE_NAMES.index("out_k_x_batch")
+OTHERS = FEATURE_NAMES.index("others_load")
+# The columns proportional to the other tiers' load.
+_WITH_OTHERS = tuple(FEATURE_NAMES.index(n) for n in ("others_load", "prompt_k_x_others", "out_k_x_others"))
 # The columns proportional to the request's output tokens.
 OUTPUT = tuple(FEATURE_NAMES.index(n) for n in ("out_k", "out_k_x_load", "out_k_x_batch", "out_k_x_others"))
 
@@ -79,6 +82,21 @@ def with_output(x: Sequence[float], factor: float) -> list[float]:
     out = list(x)
     for i in OUTPUT:
         out[i] *= factor
+    return out
+
+
+def within(x: Sequence[float], most: float | None) -> Sequence[float]:
+    """``x`` with the other tiers' load at most ``most``, the most the model was fitted on.  The
+    other tiers slow this one through the cores they share, which they saturate with a few
+    requests (each engine has its own: tiers/_cpus.py); requests queued there beyond that add no
+    load here.  Extrapolated, a slowdown fitted at 3 requests read the cloud's backlog of 30 as a
+    10x slower edge, which sent more to the cloud (replay at 1.0/s)."""
+    load = x[OTHERS]
+    if most is None or load <= most:
+        return x
+    out = list(x)
+    for i in _WITH_OTHERS:
+        out[i] *= most / load
     return out
 
 
@@ -184,6 +202,8 @@ class Coefficients(msgspec.Struct, kw_only=True):
     fitted_at: float = 0.0
     samples: int = 0
     metrics: dict[str, float] = msgspec.field(default_factory=dict)
+    # The most others_load among the observations fitted: predictions take no more (:func:`within`).
+    others_max: float | None = None
 
 
 class Observation(msgspec.Struct, array_like=True):
@@ -217,6 +237,7 @@ class TierPredictor:
         given the output's length: the median is taken at the expected output (``x``), the high
         quantile at the longest the answer can be, ``ceiling`` times that (max_tokens / expected)."""
         c = self.coefficients
+        x = within(x, c.others_max) if c is not None else x
         top = with_output(x, ceiling) if ceiling != 1.0 else x
         out = []
         for target, prior in (("ttft", _PRIOR_TTFT), ("total", _PRIOR_TOTAL)):
@@ -239,7 +260,9 @@ class TierPredictor:
         tokens = x[OUT_K] * 1000
         if tokens <= 0:
             return 0.0
-        coefs = self.coefficients.total[0] if self.coefficients is not None else _PRIOR_TOTAL
+        c = self.coefficients
+        x = within(x, c.others_max) if c is not None else x
+        coefs = c.total[0] if c is not None else _PRIOR_TOTAL
         part = sum(coefs[i] * x[i] for i in OUTPUT) * math.exp(self.correction.get("total", 0.0))
         return part / tokens
 

@@ -136,3 +136,36 @@ def test_the_fit_learns_seconds_per_token_alone_and_the_batch_column_shares_it()
     median = dict(zip(NAMES, fitted["total"][0], strict=True))
     assert median["out_k"] / 1000 == pytest.approx(PER_TOKEN_S, rel=0.1)
     assert fitted["metrics"]["total_holdout_mape"] < 0.06
+
+
+def test_the_other_tiers_load_is_not_extrapolated_past_what_the_model_was_fitted_on() -> None:
+    """The cloud's backlog (30 requests queued in vLLM on its own core) must not read as an edge
+    ten times slower than the 3 cloud requests the calibration measured beside it."""
+    rng = random.Random(5)
+    rows = []
+    for _ in range(200):
+        f = router.Features(rng.randint(10, 400), rng.choice((32, 64, 128)), 1, TEXT, False)
+        others = float(rng.randint(0, 3))
+        x = router.design(f, TierState("edge", Health.READY), 1.0, others_load=others)
+        tokens = f.max_tokens or 0
+        rows.append(
+            [list(x), None, SERVICE_S + tokens * PER_TOKEN_S * (1 + 0.3 * others), None, None, tokens]
+        )
+    learner = router.Learner({}, clock=lambda: 0.0)
+    learner.adopt("edge", router.fit_tier(rows, {"min_samples": 16}))
+    f = router.Features(20, 64, 1, TEXT, False)
+    edge_view = edge(slots=4)
+    cloud = router.TierView("cloud", edge_view.capabilities, TierState("cloud", Health.READY, 3))
+    backlog = router.TierView("cloud", edge_view.capabilities, TierState("cloud", Health.READY, 30))
+    at_3 = learner.snapshot(f, [edge_view, cloud], router.DEFAULT_POLICY).predictions["edge"]
+    at_30 = learner.snapshot(f, [edge_view, backlog], router.DEFAULT_POLICY).predictions["edge"]
+    assert at_30.total_hi == pytest.approx(at_3.total_hi) and at_30.total_p50 == pytest.approx(at_3.total_p50)
+    assert at_30.per_token_s == pytest.approx(at_3.per_token_s)
+    alone = learner.snapshot(f, [edge_view], router.DEFAULT_POLICY).predictions["edge"]
+    assert at_3.total_p50 > alone.total_p50 * 1.2  # within what it was fitted on, the slowdown holds
+    # A learner loaded from its file keeps the bound.
+    again = router.Learner({}, clock=lambda: 0.0)
+    again.load(learner.dump())
+    assert again.snapshot(f, [edge_view, backlog], router.DEFAULT_POLICY).predictions["edge"].total_p50 == (
+        pytest.approx(at_3.total_p50)
+    )
