@@ -31,6 +31,7 @@ from router._decision import (
 )
 from router._features import NO_MEDIA, Features, MediaSummary
 from router._learning.difficulty import DifficultyModel, LabelledExample, builtin_model, read_examples, train
+from router._learning.fit import fit_tier
 from router._learning.learner import Learner
 from router._learning.predictor import (
     FEATURE_NAMES,
@@ -38,7 +39,6 @@ from router._learning.predictor import (
     PredictorConfig,
     TierPredictor,
     design,
-    fit_tier,
 )
 from router._policy import (
     ACTION_ORDER,

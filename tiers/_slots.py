@@ -84,6 +84,23 @@ class SustainedSlots:
             below = rate
         return self.most
 
+    def slowdown(self, width: int) -> float:
+        """How many times longer each token of a sequence takes in a step of ``width`` sequences
+        than alone (the step time at ``width`` over the step time at 1): what a request joining a
+        batch of ``width - 1`` pays per token.  A width not measured counts as the widest measured
+        below it; 1.0 while a lone sequence's step is not measured."""
+        rates = self.rates()
+        alone = rates.get(1)
+        if alone is None:
+            return 1.0
+        known = max((w for w in rates if w <= width), default=1)
+        return max(1.0, alone * known / rates[known])  # step(w) / step(1) = (w / rate(w)) / (1 / rate(1))
+
+    def joining(self, load: int) -> float:
+        """The slowdown of a request sent to an engine with ``load`` requests running or waiting:
+        it decodes beside the running ones, or, behind a queue, in a full batch."""
+        return self.slowdown(min(load + 1, self.slots))
+
     def measured(self) -> bool:
         """Whether the count rests on a measurement (some width has enough recent steps)."""
         return bool(self.rates())

@@ -81,6 +81,9 @@ class TierState:
     # Requests it serves at once now, when the tier measures it (a batching edge: what its batch
     # sustains, tiers._slots); 0: not said (the router learns it from the most in_flight it saw).
     slots: int = 0
+    # How many times longer each generated token of a request sent now takes than alone, as the
+    # tier measured it: a batching edge decodes it with the sequences running (tiers._slots).
+    slowdown: float = 1.0
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -94,6 +97,8 @@ class TierState:
             out["instances"] = self.instances
         if self.slots:
             out["slots"] = self.slots
+        if self.slowdown != 1.0:
+            out["slowdown"] = round(self.slowdown, 3)
         return out
 
 

@@ -90,7 +90,9 @@ class Learner:
         predictor = self.predictor(view.name)
         state = view.state
         others = load - (state.in_flight + state.queued)
-        wait = self.work.wait(view.name, state.in_flight, state.queued, now, predictor.mean_service_s)
+        wait = self.work.wait(
+            view.name, state.in_flight, state.queued, now, predictor.mean_service_s, state.slots
+        )
         prompt = self.tokens.estimate(view.name, features)
         x = design(features, state, predictor.mean_service_s, share, others, wait, prompt)
         t50, thi, tot50, tothi = predictor.predict(x, 1 / share if share > 0 else 1.0)

@@ -35,7 +35,6 @@ from __future__ import annotations
 import math
 import operator
 import statistics
-import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -60,23 +59,44 @@ FEATURE_NAMES = (
     "busy_s",  # predicted time left of the requests the tier is serving
     "ahead_s",  # ... and then of the requests queued there
     "out_k_x_load",  # decoding slows with the batch a request shares
+    # ... by as much as the tier measured (out_k × (TierState.slowdown - 1)): its coefficient is
+    # out_k's, not fitted, so a token decoded s times slower costs s times a token alone.
+    "out_k_x_batch",
     "others_load",  # requests at the other tiers: co-located tiers share the machine's cores
     "prompt_k_x_others",  # ... which slows the prompt's evaluation
     "out_k_x_others",  # ... and every generated token
 )
 WIDTH = len(FEATURE_NAMES)
 BUSY, AHEAD = FEATURE_NAMES.index("busy_s"), FEATURE_NAMES.index("ahead_s")
-OUT_K = FEATURE_NAMES.index("out_k")
+OUT_K, BATCH = FEATURE_NAMES.index("out_k"), FEATURE_NAMES.index("out_k_x_batch")
+OTHERS = FEATURE_NAMES.index("others_load")
+# The columns proportional to the other tiers' load.
+_WITH_OTHERS = tuple(FEATURE_NAMES.index(n) for n in ("others_load", "prompt_k_x_others", "out_k_x_others"))
 # The columns proportional to the request's output tokens.
-_OUTPUT = tuple(FEATURE_NAMES.index(n) for n in ("out_k", "out_k_x_load", "out_k_x_others"))
+OUTPUT = tuple(FEATURE_NAMES.index(n) for n in ("out_k", "out_k_x_load", "out_k_x_batch", "out_k_x_others"))
 
 
 def with_output(x: Sequence[float], factor: float) -> list[float]:
     """``x`` with its output-token columns scaled by ``factor``: the same request producing
     ``factor`` times the tokens ``x`` expected."""
     out = list(x)
-    for i in _OUTPUT:
+    for i in OUTPUT:
         out[i] *= factor
+    return out
+
+
+def within(x: Sequence[float], most: float | None) -> Sequence[float]:
+    """``x`` with the other tiers' load at most ``most``, the most the model was fitted on.  The
+    other tiers slow this one through the cores they share, which they saturate with a few
+    requests (each engine has its own: tiers/_cpus.py); requests queued there beyond that add no
+    load here.  Extrapolated, a slowdown fitted at 3 requests read the cloud's backlog of 30 as a
+    10x slower edge, which sent more to the cloud (replay at 1.0/s)."""
+    load = x[OTHERS]
+    if most is None or load <= most:
+        return x
+    out = list(x)
+    for i in _WITH_OTHERS:
+        out[i] *= most / load
     return out
 
 
@@ -132,6 +152,7 @@ def design(
         busy_s,
         ahead_s,
         out_k * (state.in_flight + state.queued),
+        out_k * (state.slowdown - 1.0),
         others_load,
         prompt_k * others_load,
         out_k * others_load,
@@ -145,8 +166,8 @@ def _dot(a: Sequence[float], b: Sequence[float]) -> float:
 
 # A prior for a tier nobody has measured: ~0.3 s to the first token + 1 ms per prompt token,
 # ~25 generated tokens/s, and waiting work counted in full; the high quantile 1.5x.
-_PRIOR_TTFT = (0.3, 1.0, 0.0, 0.2, 0.0, 0.05, 0.02, 0.5, 1.0, 0.0, 0.0, 0.0, 0.0)
-_PRIOR_TOTAL = (0.3, 1.0, 40.0, 0.2, 0.0, 0.05, 0.02, 0.5, 1.0, 0.0, 0.0, 0.0, 0.0)
+_PRIOR_TTFT = (0.3, 1.0, 0.0, 0.2, 0.0, 0.05, 0.02, 0.5, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+_PRIOR_TOTAL = (0.3, 1.0, 40.0, 0.2, 0.0, 0.05, 0.02, 0.5, 1.0, 0.0, 40.0, 0.0, 0.0, 0.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +202,8 @@ class Coefficients(msgspec.Struct, kw_only=True):
     fitted_at: float = 0.0
     samples: int = 0
     metrics: dict[str, float] = msgspec.field(default_factory=dict)
+    # The most others_load among the observations fitted: predictions take no more (:func:`within`).
+    others_max: float | None = None
 
 
 class Observation(msgspec.Struct, array_like=True):
@@ -214,6 +237,7 @@ class TierPredictor:
         given the output's length: the median is taken at the expected output (``x``), the high
         quantile at the longest the answer can be, ``ceiling`` times that (max_tokens / expected)."""
         c = self.coefficients
+        x = within(x, c.others_max) if c is not None else x
         top = with_output(x, ceiling) if ceiling != 1.0 else x
         out = []
         for target, prior in (("ttft", _PRIOR_TTFT), ("total", _PRIOR_TOTAL)):
@@ -236,8 +260,10 @@ class TierPredictor:
         tokens = x[OUT_K] * 1000
         if tokens <= 0:
             return 0.0
-        coefs = self.coefficients.total[0] if self.coefficients is not None else _PRIOR_TOTAL
-        part = sum(coefs[i] * x[i] for i in _OUTPUT) * math.exp(self.correction.get("total", 0.0))
+        c = self.coefficients
+        x = within(x, c.others_max) if c is not None else x
+        coefs = c.total[0] if c is not None else _PRIOR_TOTAL
+        part = sum(coefs[i] * x[i] for i in OUTPUT) * math.exp(self.correction.get("total", 0.0))
         return part / tokens
 
     def observe(
@@ -267,7 +293,7 @@ class TierPredictor:
             if high is not None and high > 0:
                 # Pinball loss of the high quantile: up q steps past it, down 1 - q steps within it.
                 self._correct(f"{target}_hi", 2 * step * (q if seen > high else q - 1))
-        if x[BUSY] == 0 and x[AHEAD] == 0:
+        if x[BUSY] == 0 and x[AHEAD] == 0 and x[BATCH] == 0:  # alone: not waiting, not slowed by a batch
             self.mean_service_s += 0.1 * (total - self.mean_service_s)
         self.window.append(Observation(list(x), ttft, total, predicted[0], predicted[1], tokens))
         if len(self.window) > self.config.window:
@@ -317,82 +343,3 @@ class TierPredictor:
             "mean_service_s": self.mean_service_s,
             "completion_ratio": self.completion_ratio,
         }
-
-
-# -- fitting (runs in a worker process) -----------------------------------------------------------
-
-
-def _fit_one(x: Any, y: Any, quantile: float, alpha: float) -> list[float]:
-    """Quantile regression with non-negative coefficients, minimising the quantile loss of the
-    *relative* error (weights 1/y), as a linear programme:
-
-        min  Σ_i w_i (q u_i + (1 − q) v_i) + alpha Σ_j b_j
-        s.t. X_s b + u − v = y,   b, u, v ≥ 0
-
-    over columns scaled to at most 1 (``alpha`` then penalises every feature alike)."""
-    import numpy as np
-    from scipy import sparse
-    from scipy.optimize import linprog
-
-    n, width = x.shape
-    scale = np.maximum(np.abs(x).max(axis=0), 1e-9)
-    scale[0] = 1.0
-    weights = 1.0 / np.maximum(y, 0.01) / n
-    cost = np.concatenate([np.full(width, alpha), quantile * weights, (1 - quantile) * weights])
-    eye = sparse.identity(n, format="csr")
-    constraints = sparse.hstack([sparse.csr_matrix(x / scale), eye, -eye], format="csr")
-    found = linprog(cost, A_eq=constraints, b_eq=y, bounds=(0, None), method="highs")
-    if not found.success:
-        raise RuntimeError(f"quantile fit failed: {found.message}")
-    return [float(v) for v in found.x[:width] / scale]
-
-
-def _mape(coefs: list[float], x: Any, y: Any) -> float:
-    import numpy as np
-
-    predicted = np.maximum(x @ np.asarray(coefs), 0.01)
-    return float(np.mean(np.abs(predicted - y) / y))
-
-
-def _coverage(coefs: list[float], x: Any, y: Any) -> float:
-    import numpy as np
-
-    return float(np.mean(y <= x @ np.asarray(coefs)))
-
-
-def _actual(o: list[Any]) -> list[float]:
-    """An observation's features with the output it actually generated in place of the output
-    expected when it was routed (when the tier reported its tokens)."""
-    x, tokens = o[0], o[5] if len(o) > 5 else None
-    expected = x[_OUTPUT[0]]
-    if tokens is None or expected <= 0:
-        return list(x)
-    return with_output(x, max(tokens, 1) / 1000 / expected)
-
-
-def fit_tier(observations: list[list[Any]], config_raw: dict[str, Any]) -> dict[str, Any]:
-    """Fit one tier's models on ``observations`` (``Observation`` as lists); plain data in and
-    out, so it can run in another process.  Returns ``Coefficients`` as builtins.  The models
-    learn latency given the output actually generated (so their output coefficients are
-    seconds per generated token); :meth:`TierPredictor.predict` supplies the expected output."""
-    import numpy as np
-
-    config = msgspec.convert(config_raw, PredictorConfig)
-    quantiles = (0.5, config.high_quantile)
-    result: dict[str, Any] = {"fitted_at": time.time(), "samples": len(observations), "metrics": {}}
-    observations = [[_actual(o), *o[1:3]] for o in observations]
-    for target in TARGETS:
-        rows = [o for o in observations if (o[1] if target == "ttft" else o[2]) is not None]
-        if target == "ttft" and len(rows) < config.min_samples:
-            rows = [[o[0], o[2], o[2]] for o in observations]  # no streamed requests yet: TTFT ≤ total
-        x = np.asarray([r[0] for r in rows], dtype=float)
-        y = np.asarray([r[1] if target == "ttft" else r[2] for r in rows], dtype=float)
-        y = np.maximum(y, 0.01)
-        split = int(len(rows) * 0.8)
-        if len(rows) - split >= 5 and split >= config.min_samples:
-            held = [_fit_one(x[:split], y[:split], q, config.alpha) for q in quantiles]
-            result["metrics"][f"{target}_holdout_mape"] = _mape(held[0], x[split:], y[split:])
-            result["metrics"][f"{target}_holdout_coverage"] = _coverage(held[1], x[split:], y[split:])
-            result["metrics"][f"{target}_holdout_n"] = float(len(rows) - split)
-        result[target] = [_fit_one(x, y, q, config.alpha) for q in quantiles]
-    return result

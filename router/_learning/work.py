@@ -16,6 +16,13 @@ the next request's wait, and a queue of 20 grew predictions geometrically (seen 
 ``in_flight + queued`` entries are taken (an entry whose request failed or moved to another
 tier is never observed; it ages out), and requests the router did not see count as the mean
 service time, as before.
+
+A tier that says how many it serves at once (``TierState.slots``: a batching edge, measured) is
+a set of slots: a request that finds one free starts at once (no wait; its tokens come slower,
+by the tier's measured ``slowdown``, which the predictor's features carry), and one that finds
+them full waits for the earliest of those being served to finish, then for the queued ones
+ahead to be served ``slots`` at a time.  Counting the batch's running requests as work ahead,
+as one slot serving them in turn would, made a batched edge with free slots look busy.
 """
 
 from __future__ import annotations
@@ -93,21 +100,26 @@ class WorkBook:
         return queued > 0 or in_flight >= self.slots(tier, slots)
 
     def wait(
-        self, tier: str, in_flight: int, queued: int, now: float, mean_service_s: float
+        self, tier: str, in_flight: int, queued: int, now: float, mean_service_s: float, slots: int = 0
     ) -> tuple[float, float]:
         """(busy_s, ahead_s): the predicted time left of the ``in_flight`` requests being served
-        (the longest of them), and the service times of the ``queued`` ones."""
+        (the longest of them), and the service times of the ``queued`` ones; for a tier that says
+        its ``slots``, the wait for a slot: none while one is free, else the earliest of the
+        served to finish, and the queued ones' service times shared among the slots."""
         if in_flight > self._slots.get(tier, 1):
             self._slots[tier] = in_flight
-        entries = self._tiers.get(tier)
+        if slots and in_flight < slots and queued == 0:
+            return 0.0, 0.0  # a slot is free: it starts at once
+        entries = self._tiers.get(tier) or OrderedDict[int, _Entry]()
         count = in_flight + queued
-        if not entries or count <= 0:
-            return in_flight * mean_service_s, queued * mean_service_s
-        known = list(itertools.islice(reversed(entries.values()), count))[::-1]  # oldest first
+        known = list(itertools.islice(reversed(entries.values()), max(count, 0)))[::-1]  # oldest first
         unknown = count - len(known)
         # Requests the router did not route (another process, before a restart) are the oldest.
         unknown_busy = min(unknown, in_flight)
         serving, waiting = known[: in_flight - unknown_busy], known[in_flight - unknown_busy :]
-        busy = unknown_busy * mean_service_s + max((e.left(now) for e in serving), default=0.0)
+        lefts = [mean_service_s] * unknown_busy + [e.left(now) for e in serving]
         ahead = (unknown - unknown_busy) * mean_service_s + sum(e.service_s for e in waiting)
+        if slots:  # the first slot to free up, then the queue served that many at a time
+            return min(lefts, default=0.0), ahead / slots
+        busy = unknown_busy * mean_service_s + max(lefts[unknown_busy:], default=0.0)
         return busy, ahead

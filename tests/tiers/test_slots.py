@@ -78,3 +78,15 @@ def test_nonsense_steps_are_ignored() -> None:
         slots.step(0, 0.01)
         slots.step(1, 0.0)
     assert not slots.measured() and slots.slots == 2
+
+
+def test_the_slowdown_of_a_joining_sequence_is_its_step_time_at_that_width_over_alone() -> None:
+    slots = SustainedSlots(4, Clock())
+    assert slots.slowdown(3) == 1.0  # nothing measured: no slowdown known
+    feed(slots, {2: 0.025, 4: 0.048})
+    assert slots.slowdown(4) == 1.0  # a lone sequence not measured: nothing to compare with
+    feed(slots, {1: 0.020})
+    assert slots.slowdown(1) == 1.0
+    assert slots.slowdown(2) == 0.025 / 0.020
+    assert slots.slowdown(3) == 0.025 / 0.020  # not measured: as the widest measured below it
+    assert abs(slots.slowdown(4) - 0.048 / 0.020) < 1e-9

@@ -17,10 +17,9 @@ with ``edge.prefix_cache_mb`` on.  The new tokens replace the slot they share th
 prompt, an earlier turn of the conversation: the newer holds it too), else the least recently used.  A
 later prompt that shares at least ``MIN_GAIN_TOKENS`` with a slot gets those cells by
 ``llama_memory_seq_cp`` (in a unified cache the cells are shared, not copied) and evaluates only the
-rest: a shared system prompt is evaluated once.
-
-The context holds ``(max_sequences + slots) × per-sequence context`` cells, so no sequence runs out of
-room: a request's budget is checked against ``edge.sequence_tokens`` (at most ``context_tokens``).
+rest: a shared system prompt is evaluated once.  The context holds ``(max_sequences + slots) ×
+per-sequence context`` cells, so no sequence runs out of room: a request's budget is checked against
+``edge.sequence_tokens`` (at most ``context_tokens``).
 """
 
 from __future__ import annotations
@@ -112,8 +111,8 @@ class BatchedLlamaTier(LlamaCppTier):
         return len(self._running) + len(self._jobs)
 
     def state(self) -> TierState:
-        running, jobs = len(self._running), len(self._jobs)
-        return TierState(self.name, self._health, running, jobs, self._detail, slots=self.slots)
+        run, jobs, slow = len(self._running), len(self._jobs), self.sustained.joining(self.load)
+        return TierState(self.name, self._health, run, jobs, self._detail, slots=self.slots, slowdown=slow)
 
     def describe(self) -> str:
         return f"{super().describe()}, batches up to {self.max_sequences} sequences of {self.sequence_tokens}"

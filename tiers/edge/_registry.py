@@ -93,6 +93,8 @@ class EdgeRegistry:
             queued=sum(e.queued for e in engines),
             detail=detail,
             slots=self.concurrency,
+            # The balancer sends it to the least loaded instance: the least slowed.
+            slowdown=min((e.slowdown for e in engines), default=1.0),
         )
 
     async def start(self) -> None:

@@ -294,5 +294,9 @@ async def test_the_slot_count_is_measured_from_the_batch_it_decodes() -> None:
         assert engine.sustained.measured()
         assert 1 <= engine.slots <= 4
         assert engine.state().slots == engine.slots == engine.state().as_dict()["slots"]
+        # Each of four sequences decodes slower than one alone (what the router's per-token cost
+        # takes); a request sent to the idle engine now would decode alone.
+        assert engine.sustained.slowdown(4) == pytest.approx(4 * rates[1] / rates[4])
+        assert engine.sustained.slowdown(4) > 1.0 and engine.state().slowdown == 1.0
     finally:
         await engine.aclose()
