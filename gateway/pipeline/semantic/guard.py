@@ -13,14 +13,20 @@ pass three cheap checks, each one a reason a reader can see:
               to Celsius") too
 
 Content words are lower-cased, their plural "s" dropped, and common function and phrasing words
-("what", "how", "explain", "way") ignored.  The price is paraphrases that swap a word for a synonym
-("biggest" / "largest"): they miss, and are answered fresh.  docs/cache.md has the rates.
+("what", "how", "explain", "way") ignored.  A replaced word is forgiven when the judge (judge.py, over
+WordNet) pairs it with a relative on the other side: the same lemma (biggest / big), a synonym
+(biggest / largest) or a derivation (wrote / author); never an antonym or a co-hyponym.  Without
+WordNet (no setup) every replaced word rejects, synonyms too.  docs/cache.md has the rates.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gateway.pipeline.semantic.judge import Judge
 
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*|\b[IVX]{2,}\b")
 _QUOTED = re.compile(r"\"([^\"]+)\"|“([^”]+)”|'([^']{2,})'(?!\w)")
@@ -49,6 +55,7 @@ class Terms:
     numbers: frozenset[str]
     quoted: frozenset[str]
     words: tuple[str, ...]
+    forms: tuple[str, ...]  # each of ``words`` as the turn spells it (lower-cased), for the judge
     # The direction words it says ("to", "into", "from", ...): with the same ones, the order of its
     # words may carry the meaning.
     directed: frozenset[str]
@@ -66,22 +73,34 @@ def _plain(word: str) -> str:
 def terms(text: str) -> Terms:
     quoted = frozenset(next(g for g in m.groups() if g).lower() for m in _QUOTED.finditer(text))
     lowered = _WORD.findall(text.lower())
-    words = tuple(_plain(w) for w in lowered if w not in IGNORED and not w.isdigit())
+    forms = tuple(w.removesuffix("'s").strip("'") for w in lowered if w not in IGNORED and not w.isdigit())
     directed = frozenset(w for w in lowered if w in _DIRECTIONS)
-    return Terms(frozenset(_NUMBER.findall(text)), quoted, words, directed)
+    return Terms(frozenset(_NUMBER.findall(text)), quoted, tuple(map(_plain, forms)), forms, directed)
 
 
-def agree(stored: Terms, asked: Terms) -> bool:
+def agree(stored: Terms, asked: Terms, judge: Judge | None = None) -> bool:
     """Whether ``asked`` may get the answer of ``stored`` as far as the guard sees."""
     if stored.numbers != asked.numbers or stored.quoted != asked.quoted:
         return False
     only_stored = _unmatched(stored.words, asked.words)
     only_asked = _unmatched(asked.words, stored.words)
+    swapped = bool(only_stored and only_asked)
+    if swapped and judge is not None:
+        stored_forms = [stored.forms[i] for i in only_stored]
+        asked_forms = [asked.forms[i] for i in only_asked]
+        only_stored = [i for i in only_stored if not _paired(judge, stored.forms[i], asked_forms)]
+        only_asked = [i for i in only_asked if not _paired(judge, asked.forms[i], stored_forms)]
     if only_stored and only_asked:
         return False  # a word replaced by another
     if stored.directed and stored.directed == asked.directed and not only_stored and not only_asked:
+        if swapped:  # synonyms stand in: the order of the words both turns have
+            return _in_order(stored.words, asked.words) == _in_order(asked.words, stored.words)
         return _in_order(stored.words) == _in_order(asked.words)
     return True
+
+
+def _paired(judge: Judge, word: str, others: list[str]) -> bool:
+    return any(judge.related(word, other) for other in others)
 
 
 def _related(a: str, b: str) -> bool:
@@ -90,10 +109,15 @@ def _related(a: str, b: str) -> bool:
     return a == b or (n == _STEM and a[:n] == b[:n])
 
 
-def _unmatched(words: tuple[str, ...], others: tuple[str, ...]) -> list[str]:
-    return [w for w in words if not any(_related(w, o) for o in others)]
+def _unmatched(words: tuple[str, ...], others: tuple[str, ...]) -> list[int]:
+    """The places of the words that no word of ``others`` matches."""
+    return [i for i, w in enumerate(words) if not any(_related(w, o) for o in others)]
 
 
-def _in_order(words: tuple[str, ...]) -> tuple[str, ...]:
-    """The words in the order of their first appearance (a repeat does not change the order)."""
-    return tuple(dict.fromkeys(words))
+def _in_order(words: tuple[str, ...], shared_with: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    """The words in the order of their first appearance (a repeat does not change the order); with
+    ``shared_with``, only those it matches, each by its first four letters (what ``_related`` sees)."""
+    if shared_with is None:
+        return tuple(dict.fromkeys(words))
+    kept = (w[:_STEM] for w in words if any(_related(w, o) for o in shared_with))
+    return tuple(dict.fromkeys(kept))
