@@ -4,7 +4,9 @@ tests/data/semantic_pairs.tsv holds paraphrase pairs (the same answer) and near-
 same words, another answer), written for this test over many domains.  The default threshold (the
 policy's 0.85), the guard's word lists and its WordNet judge (how many senses count) were chosen on
 the calibration half (even lines); the held-out half (odd lines) shows what they are worth on pairs
-that were not looked at.  Goals (docs/cache.md): false hits <= 1 % on near misses, paraphrase hits
+that were not looked at, and tests/data/semantic_pairs_fresh.tsv (written blind to the guard by
+another engineer, run once the judge was final, never tuned on) what they are worth on pairs of
+another hand.  Goals (docs/cache.md): false hits <= 1 % on near misses, paraphrase hits
 >= 60 %.  The rates without the judge (the guard as it is without WordNet) are printed beside them.
 """
 
@@ -24,6 +26,8 @@ from tiers.embedding import DEFAULT_EMBEDDING_MODEL_DIR, EmbeddingConfig, OnnxEm
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 PAIRS = DATA / "semantic_pairs.tsv"
+# Written blind to the guard by another engineer, after the judge was final; never tuned on.
+FRESH = DATA / "semantic_pairs_fresh.tsv"
 THRESHOLD = router.SemanticCachePolicy().threshold
 MAX_FALSE_HITS = 0.01
 MIN_PARAPHRASE_HITS = 0.60
@@ -39,7 +43,7 @@ def pairs(path: Path = PAIRS) -> list[Pair]:
 
 def sets() -> dict[str, list[Pair]]:
     rows = pairs()
-    return {"calibration": rows[0::2], "held-out": rows[1::2]}
+    return {"calibration": rows[0::2], "held-out": rows[1::2], "fresh": pairs(FRESH)}
 
 
 def similarities(texts_a: list[str], texts_b: list[str]) -> np.ndarray:
@@ -85,18 +89,28 @@ def test_the_set_is_large_and_varied_enough() -> None:
 def test_hit_and_false_hit_rates_at_the_default_threshold() -> None:
     judge = the_judge()
     found: dict[str, dict[str, float]] = {}
+    without: dict[str, dict[str, float]] = {}
     for name, rows in sets().items():
         sims = similarities([a for _, a, _ in rows], [b for _, _, b in rows])
         found[name] = rate = rates(rows, sims, judge)
-        before = rates(rows, sims, None)
+        without[name] = before = rates(rows, sims, None)
         print(
             f"\n{name} at threshold {THRESHOLD}: paraphrase hits {rate['paraphrase']:.1%} "
             f"({rate['paraphrase_pairs']} pairs; {before['paraphrase']:.1%} without WordNet), false hits "
             f"{rate['near_miss']:.1%} ({rate['near_miss_pairs']} near-miss pairs; {before['near_miss']:.1%} without)"
         )
     for name, rate in found.items():
-        assert rate["near_miss"] <= MAX_FALSE_HITS, f"{name}: false hits {rate['near_miss']:.1%}"
-    assert found["calibration"]["paraphrase"] >= MIN_PARAPHRASE_HITS
-    # Held out, paraphrase hits fall short of the goal (docs/cache.md says by how much); this bound
-    # keeps them from falling further unseen.
-    assert found["held-out"]["paraphrase"] >= 0.45
+        # The judge never costs a false hit the guard without it does not make already.
+        assert rate["near_miss"] <= without[name]["near_miss"], name
+        assert rate["paraphrase"] >= without[name]["paraphrase"], name
+    for name in ("calibration", "held-out"):
+        assert found[name]["near_miss"] <= MAX_FALSE_HITS, (
+            f"{name}: false hits {found[name]['near_miss']:.1%}"
+        )
+        assert found[name]["paraphrase"] >= MIN_PARAPHRASE_HITS, f"{name}: {found[name]['paraphrase']:.1%}"
+    # The fresh set misses both goals (docs/cache.md, "Measured", says why: paraphrases under the
+    # threshold, and near misses the word check does not see: in / out, on / off, left / right, the same
+    # words in another order).  Nothing was tuned on it; these bounds record the figures of its one
+    # run (23.4 % and 6.5 %) so that they cannot get worse unseen.
+    assert found["fresh"]["paraphrase"] >= 0.23
+    assert found["fresh"]["near_miss"] <= 0.065
