@@ -8,8 +8,9 @@ timing, not tuning) is one candidate, checked the way the semantic cache checks 
 outside the timing).  Each candidate is timed alone (``perf_counter_ns``) in ``--repeats`` rounds:
 
 * ``no judge``: the guard as it is without WordNet (the baseline);
-* ``judge, cold``: a fresh judge each round (its memo of word pairs empty), so a pair of swapped words
-  pays its WordNet look-ups (binary searches of the mapped index files, synset reads);
+* ``judge, cold``: a fresh judge over a fresh reader each round (nothing memoised: no word pair, word
+  or synset), so a pair of swapped words pays its WordNet look-ups (binary searches of the mapped
+  index files, synset reads); the first candidates of a new word in a running gateway;
 * ``judge, warm``: the same judge again, its memo filled (a stored turn asked about again).
 
 Reported: p50 and p99 over all (candidate, round) timings, and the same for the candidates that reach
@@ -32,6 +33,7 @@ from typing import Any
 from bench.cache import pct
 from gateway.pipeline.semantic.guard import Terms, _unmatched, agree, terms
 from gateway.pipeline.semantic.judge import Judge, judge_in
+from gateway.pipeline.semantic.wordnet import WordNet
 from gateway.settings import load_settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -77,7 +79,7 @@ def main() -> None:
     runs: dict[str, list[list[float]]] = {"no judge": [], "judge, cold": [], "judge, warm": []}
     for _ in range(args.repeats):
         runs["no judge"].append(timed(candidates, None))
-        judge = Judge(opened.wordnet)
+        judge = Judge(WordNet(opened.wordnet.folder))  # nothing memoised (the pages stay mapped)
         runs["judge, cold"].append(timed(candidates, judge))
         runs["judge, warm"].append(timed(candidates, judge))
     after = memory_kib()

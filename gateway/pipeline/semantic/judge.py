@@ -31,6 +31,7 @@ from pathlib import Path
 from gateway.pipeline.semantic.wordnet import FOLDER, Synset, WordNet
 
 log = logging.getLogger(__name__)
+Lemmas = frozenset[tuple[str, str]]
 SENSES = 3  # the senses of a word that count: its most frequent ones
 CACHE_PAIRS = 16384  # the pairs judged whose answers are kept (an entry is two short strings and a bool)
 
@@ -61,7 +62,7 @@ class Judge:
     def _frequent(self, pos: str, lemma: str) -> list[Synset]:
         return [self.wordnet.synset(pos, o) for o in self._offsets(pos, lemma)]
 
-    def _close(self, lemmas_a: set[tuple[str, str]], lemmas_b: set[tuple[str, str]]) -> bool:
+    def _close(self, lemmas_a: Lemmas, lemmas_b: Lemmas) -> bool:
         """A frequent sense of ``a`` shares a synset with a frequent sense of ``b``, or is derivationally
         linked to a synset holding ``b``."""
         frequent_b = {(pos, o) for pos, lemma in lemmas_b for o in self._offsets(pos, lemma)}
@@ -77,7 +78,7 @@ class Judge:
                     return True
         return False
 
-    def _antonyms(self, lemmas: set[tuple[str, str]], others: set[str]) -> bool:
+    def _antonyms(self, lemmas: Lemmas, others: frozenset[str] | set[str]) -> bool:
         for pos, lemma in lemmas:
             for synset in self._frequent(pos, lemma):
                 for p in synset.pointers:

@@ -16,13 +16,18 @@ scripts/setup.sh; their licence (Princeton's, BSD-style) is its LICENSE file, qu
 
 from __future__ import annotations
 
+import functools
 import mmap
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 FOLDER = "models/wordnet-3.0"  # under the build cache (models/ travels into an appliance release)
 POS = ("noun", "verb", "adj", "adv")
 _FIRST = {"noun": "water", "verb": "write", "adj": "big", "adv": "fast"}  # a lemma of each file
+# The pointers the judge follows, antonyms and derivations: "<symbol> <offset> <pos> <source><target>".
+_KEPT_POINTER = re.compile(r" ([!+]) (\d{8}) ([nvasr]) ([0-9a-f]{4})(?= |$)")
+CACHED = 8192  # words, lemmas and synsets remembered once read (each a few hundred bytes)
 SHORT = {"n": "noun", "v": "verb", "a": "adj", "s": "adj", "r": "adv"}
 # WordNet's own detachment rules (morphy, from its morph.c): an inflected form's ending -> the lemma's.
 _ENDINGS: dict[str, tuple[tuple[str, str], ...]] = {
@@ -58,6 +63,10 @@ class WordNet:
         self._index = {pos: _mapped(folder / f"index.{pos}") for pos in POS}
         self._data = {pos: _mapped(folder / f"data.{pos}") for pos in POS}
         self._exceptions = {pos: _exceptions(folder / f"{pos}.exc") for pos in POS}
+        # Memoised per process (bounded): a word or synset read once is not searched or parsed again.
+        self._lemmas_of = functools.lru_cache(maxsize=CACHED)(self._lemmas)
+        self._senses_of = functools.lru_cache(maxsize=CACHED)(self._senses)
+        self._synset_at = functools.lru_cache(maxsize=CACHED)(self._synset)
 
     @classmethod
     def open(cls, folder: Path) -> WordNet | None:
@@ -79,18 +88,28 @@ class WordNet:
                     f"{self.folder}/data.{pos}: not the WordNet 3.0 files (offsets do not match)"
                 )
 
-    def lemmas(self, word: str) -> set[tuple[str, str]]:
+    def lemmas(self, word: str) -> frozenset[tuple[str, str]]:
         """(part of speech, lemma) for each reading of ``word`` WordNet knows (WordNet's morphy:
         the word itself, its exception list's lemmas, then the detachment rules)."""
+        return self._lemmas_of(word)
+
+    def senses(self, pos: str, lemma: str) -> tuple[int, ...]:
+        """The offsets of the synsets of ``lemma``, most frequent sense first (empty: not a lemma)."""
+        return self._senses_of(pos, lemma)
+
+    def synset(self, pos: str, offset: int) -> Synset:
+        """The synset at ``offset`` of ``data.<pos>``: its words, and its antonym and derivation pointers."""
+        return self._synset_at(pos, offset)
+
+    def _lemmas(self, word: str) -> frozenset[tuple[str, str]]:
         found: set[tuple[str, str]] = set()
         for pos in POS:
             candidates = [word, *self._exceptions[pos].get(word, ())]
             candidates += [word[: -len(end)] + base for end, base in _ENDINGS[pos] if word.endswith(end)]
             found.update((pos, c) for c in candidates if c and self.senses(pos, c))
-        return found
+        return frozenset(found)
 
-    def senses(self, pos: str, lemma: str) -> tuple[int, ...]:
-        """The offsets of the synsets of ``lemma``, most frequent sense first (empty: not a lemma)."""
+    def _senses(self, pos: str, lemma: str) -> tuple[int, ...]:
         line = _search(self._index[pos], lemma.encode())
         if line is None:
             return ()
@@ -99,19 +118,18 @@ class WordNet:
         # lemma pos synset_cnt p_cnt [ptr_symbol]*p_cnt sense_cnt tagsense_cnt offset*synset_cnt
         return tuple(int(f) for f in fields[6 + pointer_count :])
 
-    def synset(self, pos: str, offset: int) -> Synset:
+    def _synset(self, pos: str, offset: int) -> Synset:
         data = self._data[pos]
-        end = data.find(b"\n", offset)
-        fields = data[offset:end].split(b" | ", 1)[0].decode().split()
+        line = data[offset : data.find(b"\n", offset)].split(b" | ", 1)[0].decode()
         # offset lex_filenum ss_type w_cnt (word lex_id)*w_cnt p_cnt (symbol offset pos st)*p_cnt ...
-        count = int(fields[3], 16)
-        words = tuple(_lemma(fields[4 + 2 * i]) for i in range(count))
-        at = 4 + 2 * count
-        pointers = []
-        for i in range(int(fields[at])):
-            symbol, target, short, st = fields[at + 1 + 4 * i : at + 5 + 4 * i]
-            pointers.append(Pointer(symbol, SHORT[short], int(target), int(st[:2], 16), int(st[2:], 16)))
-        return Synset(words, tuple(pointers))
+        fields = line.split(" ", 4 + 2 * int(line[14:16], 16))
+        words = tuple(_lemma(fields[4 + 2 * i]) for i in range(int(fields[3], 16)))
+        # Only the kept pointers, found in one pass (a noun's synset can have hundreds of others).
+        pointers = tuple(
+            Pointer(symbol, SHORT[short], int(target), int(st[:2], 16), int(st[2:], 16))
+            for symbol, target, short, st in _KEPT_POINTER.findall(fields[-1])
+        )
+        return Synset(words, pointers)
 
 
 def _lemma(word: str) -> str:
