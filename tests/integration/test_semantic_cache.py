@@ -14,6 +14,8 @@ from typing import Any
 import httpx
 import pytest
 
+from gateway.pipeline.semantic.wordnet import FOLDER
+from gateway.settings import load_settings
 from tests.conftest import Gateway, start_gateway
 from tests.integration.test_tenants_api import admin, ledger_rows
 from tests.redis_server import RedisServer
@@ -91,6 +93,17 @@ def test_a_near_miss_is_answered_fresh(edge: Gateway) -> None:
     assert ask(edge, "What is the freezing point of water?").headers["x-tiergate-cache"] == "miss"
     ask(edge, "What is 15 times 12?")
     assert ask(edge, "What is 15 times 13?").headers["x-tiergate-cache"] == "miss"
+
+
+def test_a_synonym_swap_is_a_hit_when_wordnet_is_there_and_an_antonym_never(edge: Gateway) -> None:
+    wordnet = Path(load_settings().build_cache_dir).expanduser() / FOLDER
+    if not (wordnet / "index.noun").is_file():
+        pytest.skip(f"WordNet is not in {wordnet} (scripts/setup.sh)")
+    ask(edge, "What is the largest planet in our solar system?")
+    hit = ask(edge, "Which planet in the solar system is the biggest?")  # largest / biggest: one synset
+    assert hit.headers["x-tiergate-cache"] == "semantic"
+    ask(edge, "What is the warmest month in Sydney?")
+    assert ask(edge, "What is the coldest month in Sydney?").headers["x-tiergate-cache"] == "miss"
 
 
 def test_another_context_never_matches(edge: Gateway) -> None:
