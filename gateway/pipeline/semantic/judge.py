@@ -7,7 +7,9 @@ lets such a pair through when WordNet 3.0 relates the two words in one of these 
 
   lemma      one lemma after WordNet's morphology (its exception lists and detachment rules:
              biggest -> big, wrote -> write, children -> child)
-  synonym    a synset holds both (big / large), among the first ``SENSES`` senses of each
+  synonym    a synset holds both (big / large): the first sense of one of them, among the first
+             ``SENSES`` senses of the other (minute and second share only a later sense of
+             each, {moment, minute, second, instant}: not synonyms)
   derived    a derivational link (WordNet's "+" pointer) from a sense of one, among its first
              ``SENSES``, to a synset that holds the other (write -> writer, of {writer, author})
 
@@ -66,10 +68,11 @@ class Judge:
         """A frequent sense of ``a`` shares a synset with a frequent sense of ``b``, or is derivationally
         linked to a synset holding ``b``."""
         frequent_b = {(pos, o) for pos, lemma in lemmas_b for o in self._offsets(pos, lemma)}
+        first_b = {(pos, o) for pos, lemma in lemmas_b for o in self._offsets(pos, lemma)[:1]}
         words_b = {lemma for _, lemma in lemmas_b}
         for pos, lemma in lemmas_a:
-            for offset in self._offsets(pos, lemma):
-                if (pos, offset) in frequent_b:
+            for rank, offset in enumerate(self._offsets(pos, lemma)):
+                if (pos, offset) in (frequent_b if rank == 0 else first_b):
                     return True
                 synset = self.wordnet.synset(pos, offset)
                 number = synset.words.index(lemma) + 1 if lemma in synset.words else -1
