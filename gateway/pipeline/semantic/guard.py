@@ -174,8 +174,9 @@ def _crossed(stored: Terms, asked: Terms, judge: Judge | None) -> bool:
 
 
 def _place(word: str, form: str, other: Terms, judge: Judge | None) -> int | None:
-    """Where ``other`` has ``word`` (a form of it, or with the judge a relative), if it does."""
-    for i, o in enumerate(other.words):
-        if _related(word, o) or (judge is not None and judge.related(form, other.forms[i])):
-            return i
-    return None
+    """Where ``other`` has ``word`` (a form of it, or with the judge a relative), if it does; the
+    judge is asked only when no form matches (it costs look-ups the first time)."""
+    found = next((i for i, o in enumerate(other.words) if _related(word, o)), None)
+    if found is None and judge is not None:
+        found = next((i for i, o in enumerate(other.forms) if judge.related(form, o)), None)
+    return found
