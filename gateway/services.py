@@ -243,7 +243,9 @@ async def open_services(
             )
             stack.push_async_callback(embedder.aclose)
             await embedder.start()
-        semantic = semantic_cache(settings.cache, store_, embedder, settings.data_path)
+        semantic = semantic_cache(
+            settings.cache, store_, embedder, settings.data_path, settings.build_cache_dir
+        )
         if semantic is not None:
             await semantic.start()
             stack.push_async_callback(semantic.aclose)

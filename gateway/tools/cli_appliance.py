@@ -32,8 +32,9 @@ def bundle(
     ] = None,
 ) -> None:
     """Build an offline bundle: wheels for this platform (at the versions installed here), the edge
-    model, the embedding model, optionally the cloud model, the default config, a checksum manifest
-    and install.sh."""
+    model, the embedding model, WordNet (the semantic cache's), optionally the cloud model, the default
+    config, a checksum manifest and install.sh."""
+    from gateway.pipeline.semantic.wordnet import FOLDER as WORDNET_FOLDER
     from gateway.settings import load_settings
     from gateway.tools.appliance.bundle import BundleError, build
     from tiers.embedding import DEFAULT_EMBEDDING_MODEL_DIR
@@ -44,6 +45,11 @@ def bundle(
         embedding_model = build_cache / DEFAULT_EMBEDDING_MODEL_DIR
     if embedding_model is None:
         typer.echo("no embedding model is built here: the bundle's /v1/embeddings will answer 404")
+    wordnet = (
+        build_cache / WORDNET_FOLDER if (build_cache / WORDNET_FOLDER / "index.noun").is_file() else None
+    )
+    if wordnet is None:
+        typer.echo("no WordNet here (scripts/setup.sh): the bundle's semantic cache misses synonym swaps")
     try:
         build(
             out,
@@ -51,6 +57,7 @@ def bundle(
             wheel_cache=cache,
             cloud_model=cloud_model,
             embedding_model=embedding_model,
+            wordnet=wordnet,
             say=typer.echo,
         )
     except BundleError as exc:

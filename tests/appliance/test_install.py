@@ -84,6 +84,13 @@ def test_bundle_has_a_manifest_that_covers_every_file(bundle: Path, tmp_path: Pa
         embedding = info["models"]["embedding"]["files"]
         assert "models/all-minilm-l6-v2-onnx/model.onnx" in embedding
         assert "models/all-minilm-l6-v2-onnx/tokenizer.json" in embedding
+        # WordNet, where the semantic cache's near-miss guard finds it (<build_cache_dir>/models), its licence beside it.
+        wordnet = info["models"]["wordnet"]["files"]
+        assert {
+            "models/wordnet-3.0/LICENSE",
+            "models/wordnet-3.0/index.noun",
+            "models/wordnet-3.0/data.noun",
+        } <= set(wordnet)
         # A damaged bundle is refused before anything is written.
         copy = tmp_path / "damaged"
         shutil.copytree(folder, copy)
@@ -175,6 +182,7 @@ def test_doctor_reports_a_healthy_install(root: Path) -> None:
         "versions",
         "model:edge",
         "model:embedding",
+        "model:wordnet",
         "engines",
         "config",
         "user",

@@ -1,10 +1,15 @@
-"""The semantic cache's rates on a labelled set, with the real all-MiniLM-L6-v2 and the real guard.
+"""The semantic cache's rates on labelled sets, with the real all-MiniLM-L6-v2 and the real guard.
 
 tests/data/semantic_pairs.tsv holds paraphrase pairs (the same answer) and near-miss pairs (mostly the
-same words, another answer), written for this test over many domains.  The default threshold (the
-policy's 0.85) and the guard's word lists were chosen on the calibration half (even lines); the rates
-are printed for both halves, and the held-out half (odd lines) shows what they are worth on pairs that
-were not looked at.  Goals (docs/cache.md): false hits <= 1 % on near misses, paraphrase hits >= 60 %.
+same words, another answer), written for this test over many domains; tests/data/
+semantic_pairs_fresh.tsv was written blind to the guard by another engineer and showed the guard
+overfitted to the first (6.5 % false hits).  Both, whole, are the calibration set: the guard's checks
+were fixed on what they missed, and the default threshold (the policy's) is the lowest of a 0.01 grid
+with no false hit on them, the sweep printed.  tests/data/semantic_pairs_blind.tsv, written blind to
+the guard and to both sets, was run once with the guard and threshold final, never tuned on: it
+shows what they are worth on pairs of another hand.  Goals (docs/cache.md): false hits <= 1 % on near
+misses, paraphrase hits >= 60 %.  The rates without the judge (the guard without WordNet) are
+printed beside them.
 """
 
 from __future__ import annotations
@@ -17,20 +22,33 @@ import pytest
 
 import router
 from gateway.pipeline.semantic.guard import agree, terms
+from gateway.pipeline.semantic.judge import Judge, judge_in
 from gateway.settings import load_settings
 from tiers.embedding import DEFAULT_EMBEDDING_MODEL_DIR, EmbeddingConfig, OnnxEmbedder
 
-PAIRS = Path(__file__).resolve().parent.parent / "data" / "semantic_pairs.tsv"
+DATA = Path(__file__).resolve().parent.parent / "data"
+PAIRS = DATA / "semantic_pairs.tsv"
+FRESH = DATA / "semantic_pairs_fresh.tsv"  # written blind to the guard; now calibration
+# Written blind to the guard and to both sets by another engineer; run once, never tuned on.
+BLIND = DATA / "semantic_pairs_blind.tsv"
 THRESHOLD = router.SemanticCachePolicy().threshold
+SWEEP = [round(0.70 + i / 100, 2) for i in range(21)]  # 0.70 .. 0.90
 MAX_FALSE_HITS = 0.01
+# The blind set's one run: 31 of 152 paraphrases hit (20.4 %), 4 of 155 near misses (2.6 %).
+BLIND_PARAPHRASE_HITS, BLIND_FALSE_HITS = 31 / 152, 4 / 155
 MIN_PARAPHRASE_HITS = 0.60
+Pair = tuple[str, str, str]
 
 
-def pairs() -> list[tuple[str, str, str]]:
+def pairs(path: Path = PAIRS) -> list[Pair]:
     rows = [
-        line.rstrip("\n").split("\t") for line in PAIRS.read_text().splitlines() if not line.startswith("#")
+        line.rstrip("\n").split("\t") for line in path.read_text().splitlines() if not line.startswith("#")
     ]
     return [(kind, a, b) for kind, a, b in rows]
+
+
+def sets() -> dict[str, list[Pair]]:
+    return {"old": pairs(), "fresh": pairs(FRESH)}
 
 
 def similarities(texts_a: list[str], texts_b: list[str]) -> np.ndarray:
@@ -51,35 +69,83 @@ def similarities(texts_a: list[str], texts_b: list[str]) -> np.ndarray:
     return asyncio.run(run())
 
 
+def the_judge() -> Judge:
+    judge = judge_in(load_settings().build_cache_dir)
+    if judge is None:
+        pytest.skip("WordNet is not in the build cache (scripts/setup.sh)")
+    return judge
+
+
+def rates(
+    rows: list[Pair], sims: np.ndarray, judge: Judge | None, threshold: float = THRESHOLD
+) -> dict[str, float]:
+    hits: dict[str, list[bool]] = {"paraphrase": [], "near_miss": []}
+    for (kind, a, b), s in zip(rows, sims, strict=True):
+        hits[kind].append(bool(s >= threshold) and agree(terms(a), terms(b), judge))
+    return {kind: sum(found) / len(found) for kind, found in hits.items()} | {
+        f"{kind}_pairs": len(found) for kind, found in hits.items()
+    }
+
+
+def measured(rows: list[Pair], judge: Judge) -> tuple[dict[str, float], dict[str, float]]:
+    """The rates with and without the judge at the default threshold, printed."""
+    sims = similarities([a for _, a, _ in rows], [b for _, _, b in rows])
+    return rates(rows, sims, judge), rates(rows, sims, None)
+
+
+def shown(name: str, rate: dict[str, float], before: dict[str, float]) -> str:
+    return (
+        f"\n{name} at threshold {THRESHOLD}: paraphrase hits {rate['paraphrase']:.1%} "
+        f"({rate['paraphrase_pairs']} pairs; {before['paraphrase']:.1%} without WordNet), false hits "
+        f"{rate['near_miss']:.1%} ({rate['near_miss_pairs']} near-miss pairs; {before['near_miss']:.1%} without)"
+    )
+
+
 def test_the_set_is_large_and_varied_enough() -> None:
     kinds = [kind for kind, _, _ in pairs()]
     assert kinds.count("paraphrase") >= 100 and kinds.count("near_miss") >= 100
     assert set(kinds) == {"paraphrase", "near_miss"}
 
 
-def test_hit_and_false_hit_rates_at_the_default_threshold() -> None:
-    rows = pairs()
+def test_the_default_threshold_is_the_lowest_with_no_false_hit_on_the_calibration_sets() -> None:
+    judge = the_judge()
+    rows = [row for found in sets().values() for row in found]
     sims = similarities([a for _, a, _ in rows], [b for _, _, b in rows])
-    rates: dict[str, dict[str, float]] = {}
-    for half, name in ((0, "calibration"), (1, "held-out")):
-        picked = [
-            (kind, a, b, s)
-            for i, ((kind, a, b), s) in enumerate(zip(rows, sims, strict=True))
-            if i % 2 == half
-        ]
-        hits = {
-            kind: [s >= THRESHOLD and agree(terms(a), terms(b)) for k, a, b, s in picked if k == kind]
-            for kind in ("paraphrase", "near_miss")
-        }
-        rates[name] = {kind: sum(found) / len(found) for kind, found in hits.items()}
-        print(
-            f"\n{name} half at threshold {THRESHOLD}: paraphrase hits {rates[name]['paraphrase']:.1%} "
-            f"({len(hits['paraphrase'])} pairs), false hits {rates[name]['near_miss']:.1%} "
-            f"({len(hits['near_miss'])} near-miss pairs)"
+    sweep = {t: rates(rows, sims, judge, t) for t in SWEEP}
+    print(f"\ncalibration ({len(rows)} pairs, old + fresh): threshold -> paraphrase hits, false hits")
+    for t, rate in sweep.items():
+        print(f"  {t:.2f}  {rate['paraphrase']:6.1%}  {rate['near_miss']:5.1%}")
+    safe = [t for t, rate in sweep.items() if rate["near_miss"] == 0]
+    assert min(safe) == THRESHOLD, f"the lowest threshold with no false hit is {min(safe)}"
+    # the margin costs little: the best threshold within the 1 % goal gains under 4 points of hits
+    within = max(rate["paraphrase"] for rate in sweep.values() if rate["near_miss"] <= MAX_FALSE_HITS)
+    assert within - sweep[THRESHOLD]["paraphrase"] < 0.04
+
+
+def test_hit_and_false_hit_rates_at_the_default_threshold() -> None:
+    judge = the_judge()
+    found: dict[str, dict[str, float]] = {}
+    for name, rows in sets().items():
+        found[name], without = measured(rows, judge)
+        print(shown(name, found[name], without))
+        # The judge never costs a false hit the guard without it does not make already.
+        assert found[name]["near_miss"] <= without["near_miss"], name
+        assert found[name]["paraphrase"] >= without["paraphrase"], name
+        assert found[name]["near_miss"] <= MAX_FALSE_HITS, (
+            f"{name}: false hits {found[name]['near_miss']:.1%}"
         )
-    for name, rate in rates.items():
-        assert rate["near_miss"] <= MAX_FALSE_HITS, f"{name}: false hits {rate['near_miss']:.1%}"
-    assert rates["calibration"]["paraphrase"] >= MIN_PARAPHRASE_HITS
-    # Held out, paraphrase hits fall short of the goal (docs/cache.md says by how much); this bound
-    # keeps them from falling further unseen.
-    assert rates["held-out"]["paraphrase"] >= 0.45
+    assert found["old"]["paraphrase"] >= MIN_PARAPHRASE_HITS, f"old: {found['old']['paraphrase']:.1%}"
+    # The fresh set misses the paraphrase goal (docs/cache.md says why: 74 of its 158 paraphrases
+    # are under 0.85 cosine); this bound records its figure (20.9 %) so that it cannot get worse unseen.
+    assert found["fresh"]["paraphrase"] >= 0.20
+
+
+def test_the_blind_set_held_out() -> None:
+    judge = the_judge()
+    found, without = measured(pairs(BLIND), judge)
+    print(shown("blind", found, without))
+    assert found["near_miss"] <= without["near_miss"] and found["paraphrase"] >= without["paraphrase"]
+    # Bounds at the figures of its one run (docs/cache.md, "Measured"), not the goals: they record
+    # what the guard and threshold are worth on pairs of another hand, so that it cannot get worse unseen.
+    assert found["paraphrase"] >= BLIND_PARAPHRASE_HITS
+    assert found["near_miss"] <= BLIND_FALSE_HITS

@@ -14,6 +14,8 @@ from typing import Any
 import httpx
 import pytest
 
+from gateway.pipeline.semantic.wordnet import FOLDER
+from gateway.settings import load_settings
 from tests.conftest import Gateway, start_gateway
 from tests.integration.test_tenants_api import admin, ledger_rows
 from tests.redis_server import RedisServer
@@ -93,6 +95,17 @@ def test_a_near_miss_is_answered_fresh(edge: Gateway) -> None:
     assert ask(edge, "What is 15 times 13?").headers["x-tiergate-cache"] == "miss"
 
 
+def test_a_synonym_swap_is_a_hit_when_wordnet_is_there_and_an_antonym_never(edge: Gateway) -> None:
+    wordnet = Path(load_settings().build_cache_dir).expanduser() / FOLDER
+    if not (wordnet / "index.noun").is_file():
+        pytest.skip(f"WordNet is not in {wordnet} (scripts/setup.sh)")
+    ask(edge, "What is the largest planet in our solar system?")
+    hit = ask(edge, "Which planet in the solar system is the biggest?")  # largest / biggest: one synset
+    assert hit.headers["x-tiergate-cache"] == "semantic"
+    ask(edge, "What is the warmest month in Sydney?")
+    assert ask(edge, "What is the coldest month in Sydney?").headers["x-tiergate-cache"] == "miss"
+
+
 def test_another_context_never_matches(edge: Gateway) -> None:
     ask(edge, "Who wrote Pride and Prejudice?")  # "who wrote" / "who is the author of": a swap, a miss
     system = [{"role": "system", "content": "Answer in French."}]
@@ -159,7 +172,8 @@ def test_tool_results_and_sampling_are_skipped_unless_the_policy_allows(edge: Ga
     )
     ask(edge, "Name a colour of the rainbow.", key, temperature=0.9)
     assert (
-        ask(edge, "Name one colour of the rainbow.", key, temperature=0.9).headers["x-tiergate-cache"]
+        # "any", not "one": the guard counts "one" .. "twelve" as numbers (one die / two dice)
+        ask(edge, "Name any colour of the rainbow.", key, temperature=0.9).headers["x-tiergate-cache"]
         == "semantic"
     )
 

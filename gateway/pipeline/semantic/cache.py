@@ -4,7 +4,8 @@ Asked only when the tenant's policy turns it on (``semantic_cache.enabled``) and
 missed.  The request's last user turn is embedded by the in-process MiniLM tier (batched with every
 other caller's); the index (cache/_semantic.py) gives the tenant's nearest stored turns of the same
 context (gateway/pipeline/semantic/context.py); the most similar one at or above the policy's
-threshold that the near-miss guard lets through (guard.py) answers, its answer read from the result
+threshold that the near-miss guard lets through (guard.py, with WordNet's judge of a swapped word,
+judge.py, when the build cache has it) answers, its answer read from the result
 store under its exact key and replayed like an exact hit.  A miss carries its embedding on, so the
 fresh answer is added to the index after the exact store, with the exact cache's time to live.
 ``Cache-Control: no-cache`` embeds (to store) but does not look up; ``no-store`` does neither.
@@ -12,6 +13,7 @@ fresh answer is added to the index after the exact store, with the exact cache's
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import time
@@ -28,6 +30,7 @@ from gateway.api.protocol import ChatCompletionRequest
 from gateway.pipeline.caching import CacheStatus, Lookup, Pending, replay
 from gateway.pipeline.semantic.context import last_text, skipped, without_last_text
 from gateway.pipeline.semantic.guard import agree, terms
+from gateway.pipeline.semantic.judge import Judge, judge_in
 from gateway.pipeline.semantic.keeper import DiskKeeper, FeedKeeper
 from tiers import Event, TierError
 from tiers.embedding import Embedder, Vectors
@@ -60,19 +63,27 @@ def semantic_cache(
     store: cache.ResultStore | None,
     embedder: Embedder | None,
     data_path: Path,
+    build_cache_dir: str | Path,
 ) -> SemanticCache | None:
     """The semantic cache, when there is a result store and an embedding model to make it from
-    (tenants' policies then say who uses it)."""
+    (tenants' policies then say who uses it); WordNet is looked for in ``build_cache_dir``."""
     if store is None or embedder is None or not embedder.available:
         return None
-    return SemanticCache(config, store, embedder, data_path)
+    return SemanticCache(config, store, embedder, data_path, build_cache_dir)
 
 
 class SemanticCache:
     def __init__(
-        self, config: cache.CacheConfig, store: cache.ResultStore, embedder: Embedder, data_path: Path
+        self,
+        config: cache.CacheConfig,
+        store: cache.ResultStore,
+        embedder: Embedder,
+        data_path: Path,
+        build_cache_dir: str | Path,
     ) -> None:
         semantic = config.semantic
+        self._build_cache_dir = build_cache_dir
+        self.judge: Judge | None = None
         self._store = store
         self._embedder = embedder
         self._ttl_s = config.ttl_s
@@ -96,6 +107,8 @@ class SemanticCache:
             self._keeper = DiskKeeper(self.index, path, semantic.save_interval_s)
 
     async def start(self) -> None:
+        # Opened once per process (the files are mapped, not read: milliseconds), logged once either way.
+        self.judge = await asyncio.to_thread(judge_in, self._build_cache_dir)
         await self._keeper.start()
 
     async def aclose(self) -> None:
@@ -122,7 +135,7 @@ class SemanticCache:
         searched = time.perf_counter()
         asking = terms(text)
         for entry, similarity in self.index.search(asked.tenant, context, vector):
-            if similarity < asked.policy.threshold or not agree(terms(entry.text), asking):
+            if similarity < asked.policy.threshold or not agree(terms(entry.text), asking, self.judge):
                 continue
             hit = await self._answer(entry)
             if hit is not None:

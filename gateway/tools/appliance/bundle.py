@@ -5,7 +5,8 @@
                            for this platform (llama-cpp-python from the build cache, built from source)
         models/<name>/     the converted cloud model, when asked for (--cloud-model), and the
                            embedding model's ONNX export (all-minilm-l6-v2-onnx, where the
-                           embedding tier's default model_dir finds it)
+                           embedding tier's default model_dir finds it), and WordNet 3.0
+                           (wordnet-3.0, the semantic cache's near-miss guard reads it)
         config/tiergate.toml   the appliance's default settings
         bundle.json        version, python and platform, the model files' SHA-256
         install.py, install.sh  the installer (standard library only) and its one-line wrapper
@@ -162,6 +163,7 @@ def build(
     wheel_cache: Path | None = None,
     cloud_model: Path | None = None,
     embedding_model: Path | None = None,
+    wordnet: Path | None = None,
     say: Say = print,
 ) -> Path:
     """Build the bundle at ``out``: a folder, or a .tar / .tar.gz archive of one; ``embedding_model``
@@ -175,7 +177,7 @@ def build(
     with tempfile.TemporaryDirectory(prefix="tiergate-bundle-") as tmp:
         folder = Path(tmp) / name if archive else out
         folder.mkdir(parents=True, exist_ok=True)
-        _fill(folder, version, source, wheel_cache, Models(cloud_model, embedding_model), say)
+        _fill(folder, version, source, wheel_cache, Models(cloud_model, embedding_model, wordnet), say)
         if not archive:
             return out
         say(f"writing {out}")
@@ -192,6 +194,7 @@ class Models:
 
     cloud: Path | None = None
     embedding: Path | None = None
+    wordnet: Path | None = None  # the WordNet 3.0 files (<build_cache_dir>/models/wordnet-3.0)
 
 
 def _copy_model(folder: Path, model: Path, name: str, say: Say, what: str) -> dict[str, object]:
@@ -267,6 +270,10 @@ def _fill(
         models["embedding"] = _copy_model(
             folder, extra.embedding, EMBEDDING_MODEL_NAME, say, "embedding model"
         )
+    if extra.wordnet is not None:
+        if not (extra.wordnet / "LICENSE").is_file() or not (extra.wordnet / "index.noun").is_file():
+            raise BundleError(f"{extra.wordnet} is not the WordNet 3.0 files (no LICENSE or index.noun)")
+        models["wordnet"] = _copy_model(folder, extra.wordnet, extra.wordnet.name, say, "WordNet files")
     (folder / "config").mkdir()
     (folder / "config" / installer.CONFIG).write_text(APPLIANCE_CONFIG)
     package = folder / INSTALLER_PACKAGE

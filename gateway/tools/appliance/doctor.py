@@ -139,7 +139,7 @@ class Doctor:
         edge = models.get("edge")
         if isinstance(edge, dict):
             out.append(_hash_finding("model:edge", site / str(edge["file"]), str(edge["sha256"])))
-        for kind in ("cloud", "embedding"):  # model folders copied into the release
+        for kind in ("cloud", "embedding", "wordnet"):  # folders copied into the release
             model = models.get(kind)
             if isinstance(model, dict) and self.release is not None:
                 out.append(self._folder_finding(f"model:{kind}", model))
