@@ -93,3 +93,21 @@ def test_the_judge_pairs_words_only_through_a_dominant_sense() -> None:
     assert not judge.related("minutes", "seconds")
     assert not agree(terms("How many minutes are in a day?"), terms("How many seconds are in a day?"), judge)
     assert judge.related("largest", "biggest") and judge.related("wrote", "author")
+
+
+@pytest.mark.parametrize(
+    ("stored", "asked"),
+    [
+        ("How do I find rows where a column is null?", "How do I find rows where a column is not null?"),
+        ("grep lines that match a pattern", "grep lines that don't match a pattern"),
+        ("Can I eat bread with yeast?", "Can I bake bread without yeast?"),
+        ("Why does my phone charge slowly?", "Why doesnt my phone charge?"),
+    ],
+)
+def test_a_negation_added_is_a_miss(stored: str, asked: str) -> None:
+    assert not same(stored, asked)
+
+
+def test_the_same_negation_in_other_words_is_not() -> None:
+    assert same("Why won't my laptop turn on?", "Why will my laptop not turn on?")
+    assert same("What should I not eat when pregnant?", "Foods I shouldn't eat when pregnant?")

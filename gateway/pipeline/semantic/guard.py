@@ -13,6 +13,8 @@ pass cheap checks, each one a reason a reader can see:
               "what is the command to"), but a word that only the stored turn has and a word that
               only the new one has (France / Germany, boiling / freezing, key / value) is a different
               question
+  negation    as many negations ("not", "no", "never", "don't") on either side: "is null" / "is not
+              null", "files that match" / "files that don't match"
   order       the content words both turns have, in the same order ("miles in a kilometer" /
               "kilometers in a mile", "a list to a set" / "a set to a list")
 
@@ -54,6 +56,12 @@ _PARTICLE_WORDS = """
     in into on onto at out off up down over under above below before after left right inside outside
     forward backward back front top bottom with without
 """
+# Negations: one turn saying one more of them asks the opposite ("is null" / "is not null").
+_NEGATION_WORDS = """
+    not no never none nothing nobody neither nor cannot without
+    dont doesnt didnt cant wont isnt arent wasnt werent shouldnt couldnt wouldnt havent hasnt
+"""
+NEGATIONS = frozenset(_NEGATION_WORDS.split())
 _SPELLED_WORDS = "one two three four five six seven eight nine ten eleven twelve"
 # Prepositions that tie the words on either side to a role: "miles in a kilometer", "a list to a set".
 _ANCHOR_WORDS = "to into from than versus vs in of for per at on with by"
@@ -76,6 +84,7 @@ class Terms:
     numbers: tuple[str, ...]  # in the order the turn says them
     quoted: frozenset[str]
     particles: tuple[str, ...]  # sorted: compared as a multiset
+    negations: int  # how many negations it says ("not", "never", "don't", ...)
     words: tuple[str, ...]
     forms: tuple[str, ...]  # each of ``words`` as the turn spells it (lower-cased), for the judge
     # Where each anchor word ("to", "in", "of", ...) first stands: how many of ``words`` come before it.
@@ -96,15 +105,17 @@ def terms(text: str) -> Terms:
     numbers = (_SPELLED.get(m.group(0).lower(), m.group(0)) for m in _numbers(text))
     lowered = _WORD.findall(text.lower())
     particles = tuple(sorted(w for w in lowered if w in PARTICLES))
+    negated = [w in NEGATIONS or w.endswith("n't") for w in lowered]
     forms: list[str] = []
     anchors: dict[str, int] = {}
-    for w in lowered:
+    for w, negation in zip(lowered, negated, strict=True):
         if w in ANCHORS:
             anchors.setdefault(w, len(forms))
-        if w not in IGNORED and w not in PARTICLES and w not in _SPELLED and not w.isdigit():
-            forms.append(w.removesuffix("'s").strip("'"))
+        if negation or w in IGNORED or w in PARTICLES or w in _SPELLED or w.isdigit():
+            continue
+        forms.append(w.removesuffix("'s").strip("'"))
     words = tuple(map(_plain, forms))
-    return Terms(tuple(numbers), quoted, particles, words, tuple(forms), tuple(anchors.items()))
+    return Terms(tuple(numbers), quoted, particles, sum(negated), words, tuple(forms), tuple(anchors.items()))
 
 
 _SPELLED_NUMBER = re.compile(r"\b(?:" + "|".join(_NUMBER_WORDS) + r")\b", re.IGNORECASE)
@@ -120,6 +131,8 @@ def agree(stored: Terms, asked: Terms, judge: Judge | None = None) -> bool:
     """Whether ``asked`` may get the answer of ``stored`` as far as the guard sees."""
     if stored.numbers != asked.numbers or stored.quoted != asked.quoted:
         return False
+    if stored.negations != asked.negations:
+        return False  # one asks the opposite of the other
     stored_particles, asked_particles = Counter(stored.particles), Counter(asked.particles)
     if stored_particles - asked_particles and asked_particles - stored_particles:
         return False  # a particle replaced by another
