@@ -10,7 +10,9 @@ What a reader sees: this process finds a held value at once (``get`` and ``get_m
 first); another gateway sharing the store (Redis, or the same cache folder) finds it once it is
 flushed, at most ``delay_s`` later, and until then computes it again, which is a cache's ordinary miss.
 A value still held when the process is killed is lost (the cache is not a record: nothing is wrong,
-the next request computes it again); ``aclose`` flushes what is held.
+the next request computes it again); ``aclose`` flushes what is held.  Memory is bounded: while a slow
+store is still writing one batch, at most ``max_pending`` more values wait, and what comes on top is
+not stored (counted in ``dropped``; again only a later miss).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ class BufferedWrites:
         self._flushing: dict[str, _Held] = {}  # the batch being written now
         self._timer: asyncio.TimerHandle | None = None
         self._task: asyncio.Task[None] | None = None
+        self.dropped = 0  # values not stored because the buffer was full behind a slow write
 
     def _held(self, key: str) -> bytes | None:
         held = self._pending.get(key) or self._flushing.get(key)
@@ -70,6 +73,10 @@ class BufferedWrites:
     async def set_many(self, items: Sequence[tuple[str, bytes]], ttl_s: float) -> None:
         now = time.monotonic()
         for key, value in items:
+            behind = self._task is not None and len(self._pending) >= self._max_pending
+            if behind and key not in self._pending:
+                self.dropped += 1  # the store is behind: a cache may forget, memory may not grow
+                continue
             self._pending[key] = _Held(value, ttl_s, now)
         if len(self._pending) >= self._max_pending:
             self._flush_soon(0.0)

@@ -100,3 +100,30 @@ async def test_disk_reads_on_the_loop_find_another_handles_writes(tmp_path: Path
     assert await reader.get_many(["k", "opened"]) == [b"from the other", b"1"]
     await writer.aclose()
     await reader.aclose()
+
+
+class Stalled(Counting):
+    """A store whose writes wait until released: a slow disk or a Redis that stopped answering."""
+
+    def __init__(self, store: ResultStore) -> None:
+        super().__init__(store)
+        self.release = asyncio.Event()
+
+    async def set_many(self, items: Sequence[tuple[str, bytes]], ttl_s: float) -> None:
+        await self.release.wait()
+        await super().set_many(items, ttl_s)
+
+
+async def test_behind_a_stalled_write_the_buffer_stays_bounded(store: ResultStore) -> None:
+    stalled = Stalled(store)
+    buffered = BufferedWrites(stalled, delay_s=0.01, max_pending=8)
+    await buffered.set_many([(f"first{i}", b"x") for i in range(8)], ttl_s=60)
+    await asyncio.sleep(0.05)  # the first batch is being written (and stalls)
+    for i in range(1000):
+        await buffered.set(f"later{i}", b"y", ttl_s=60)
+    assert buffered.dropped == 1000 - 8
+    assert await buffered.get("later7") == b"y" and await buffered.get("later8") is None
+    stalled.release.set()
+    await buffered.aclose()
+    assert stalled.writes == [8, 8]  # the stalled batch, then the 8 that waited; nothing more
+    assert await store.get_many(["first0", "later7", "later8"]) == [b"x", b"y", None]
