@@ -111,3 +111,12 @@ def test_a_negation_added_is_a_miss(stored: str, asked: str) -> None:
 def test_the_same_negation_in_other_words_is_not() -> None:
     assert same("Why won't my laptop turn on?", "Why will my laptop not turn on?")
     assert same("What should I not eat when pregnant?", "Foods I shouldn't eat when pregnant?")
+
+
+def test_words_trading_sides_of_a_second_preposition_are_a_miss() -> None:
+    assert not same(
+        "What time is it in Tokyo when it is noon in London?",
+        "What time is it in London when it is noon in Tokyo?",
+    )
+    # A word added around the anchors is still a rephrasing.
+    assert same("How many hours ahead is Tokyo of London?", "How many hours ahead is Tokyo of London now?")

@@ -87,7 +87,8 @@ class Terms:
     negations: int  # how many negations it says ("not", "never", "don't", ...)
     words: tuple[str, ...]
     forms: tuple[str, ...]  # each of ``words`` as the turn spells it (lower-cased), for the judge
-    # Where each anchor word ("to", "in", "of", ...) first stands: how many of ``words`` come before it.
+    # Where each anchor word ("to", "in", "of", ...) stands, every time it does: how many of ``words``
+    # come before it.
     anchors: tuple[tuple[str, int], ...]
 
 
@@ -107,15 +108,15 @@ def terms(text: str) -> Terms:
     particles = tuple(sorted(w for w in lowered if w in PARTICLES))
     negated = [w in NEGATIONS or w.endswith("n't") for w in lowered]
     forms: list[str] = []
-    anchors: dict[str, int] = {}
+    anchors: list[tuple[str, int]] = []
     for w, negation in zip(lowered, negated, strict=True):
         if w in ANCHORS:
-            anchors.setdefault(w, len(forms))
+            anchors.append((w, len(forms)))
         if negation or w in IGNORED or w in PARTICLES or w in _SPELLED or w.isdigit():
             continue
         forms.append(w.removesuffix("'s").strip("'"))
     words = tuple(map(_plain, forms))
-    return Terms(tuple(numbers), quoted, particles, sum(negated), words, tuple(forms), tuple(anchors.items()))
+    return Terms(tuple(numbers), quoted, particles, sum(negated), words, tuple(forms), tuple(anchors))
 
 
 _SPELLED_NUMBER = re.compile(r"\b(?:" + "|".join(_NUMBER_WORDS) + r")\b", re.IGNORECASE)
@@ -171,19 +172,38 @@ def _crossed(stored: Terms, asked: Terms, judge: Judge | None) -> bool:
     """Whether two shared words trade sides of an anchor both turns have: "miles in a kilometer" /
     "kilometers in a mile", "a list to a set" / "a set to a list".  One word moving across is a
     rephrasing ("the largest planet in the solar system" / "which planet in it is the biggest")."""
-    asked_anchors = dict(asked.anchors)
-    for anchor, at in stored.anchors:
-        if anchor not in asked_anchors:
-            continue
+    # The n-th "in" of one turn stands for the n-th "in" of the other: "the time in Tokyo when it is
+    # noon in London" / "... in London when it is noon in Tokyo" trade sides of the second one.
+    anchors = _paired_anchors(stored.anchors, asked.anchors)
+    if not anchors:
+        return False
+    places = [_place(word, form, asked, judge) for word, form in zip(stored.words, stored.forms, strict=True)]
+    for at, asked_at in anchors:
         moved: set[bool] = set()
-        for i, (word, form) in enumerate(zip(stored.words, stored.forms, strict=True)):
-            place = _place(word, form, asked, judge)
+        for i, place in enumerate(places):
             before = i < at
-            if place is not None and before != (place < asked_anchors[anchor]):
+            if place is not None and before != (place < asked_at):
                 moved.add(before)
         if len(moved) == 2:
             return True
     return False
+
+
+def _paired_anchors(
+    stored: tuple[tuple[str, int], ...], asked: tuple[tuple[str, int], ...]
+) -> list[tuple[int, int]]:
+    """Each anchor word's occurrences in both turns, paired in order: (place in stored, in asked)."""
+    asked_by_word: dict[str, list[int]] = {}
+    for word, at in asked:
+        asked_by_word.setdefault(word, []).append(at)
+    seen: dict[str, int] = {}
+    paired = []
+    for word, at in stored:
+        n = seen[word] = seen.get(word, -1) + 1
+        others = asked_by_word.get(word, [])
+        if n < len(others):
+            paired.append((at, others[n]))
+    return paired
 
 
 def _place(word: str, form: str, other: Terms, judge: Judge | None) -> int | None:
