@@ -267,8 +267,10 @@ async def open_services(
         activity = Activity(settings.admin_ui.recent_decisions)
         recorder = Recorder(limiter, ledger, prices, metrics, tracing, activity)
         pipeline = ChatPipeline(chat, auth, policies, limiter, recorder, tracing, media)
-        responses = ResponseStore(engine, settings.responses)
-        responses.start()
+        # Written ahead where the ledger's rows are too (SQLite, ledger.sync = "os"): the same promise.
+        write_ahead = settings.data_path / "responses-wal" if settings.ledger.sync == "os" else None
+        responses = ResponseStore(engine, settings.responses, write_ahead)
+        await responses.start()
         stack.push_async_callback(responses.aclose)
         embeddings = None
         if embedder is not None:

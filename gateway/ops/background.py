@@ -11,11 +11,13 @@ time between requests.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 LOWEST = 19
 
@@ -33,3 +35,11 @@ def lower_priority(whole_process: bool = False) -> None:
 def background_thread(name: str) -> ThreadPoolExecutor:
     """One thread at the lowest priority, for periodic work no request waits for."""
     return ThreadPoolExecutor(1, thread_name_prefix=name, initializer=lower_priority)
+
+
+async def stop(task: asyncio.Task[Any] | None) -> None:
+    """Cancel a periodic task (if it was started) and wait until it has ended."""
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

@@ -104,7 +104,7 @@ async def test_with_sync_os_rows_are_written_by_the_loop_and_a_failed_write_fail
     def full(fd: int, data: object) -> int:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("gateway.accounts.ledger._wal.os.write", full)
+    monkeypatch.setattr("gateway.accounts.storage._segments.os.write", full)
     with pytest.raises(OSError, match="No space left"):
         await book.record(row())
     monkeypatch.undo()

@@ -1,6 +1,8 @@
 """The stored responses' table (gateway/accounts/responses.py) on a real SQLite database: a conversation
 1,000 turns deep is read back in one query, in order and fast; its bounds (turns, bytes) are a 400; a
-chain that lost a turn is a 404 that says so; another tenant finds nothing; expired rows are swept."""
+chain that lost a turn is a 404 that says so; another tenant finds nothing; expired rows are swept.
+Each runs written through, written ahead (every row still held in memory and the write-ahead file) and
+split (the older half of the chain in the table, the newer half held)."""
 
 from __future__ import annotations
 
@@ -17,25 +19,34 @@ from gateway.errors import InvalidRequest, NotFound
 TURNS = 1000
 
 
-def store(tmp_path: Path, **settings: object) -> ResponseStore:
+MODES = pytest.mark.parametrize("mode", ["through", "ahead", "split"])
+
+
+def store(tmp_path: Path, mode: str = "through", **settings: object) -> ResponseStore:
     engine = open_database(f"sqlite:///{tmp_path / 'tiergate.db'}")
-    return ResponseStore(engine, ResponseSettings(**settings))  # type: ignore[arg-type]
+    ahead = tmp_path / "responses-wal" if mode != "through" else None
+    # Never flushed on its own here: "ahead" keeps every row held, "split" flushes half way.
+    held = ResponseSettings(flush_interval_s=3600, **settings)  # type: ignore[arg-type]
+    return ResponseStore(engine, held, ahead)
 
 
-async def chain(responses: ResponseStore, turns: int, tenant: str = "acme") -> list[str]:
+async def chain(responses: ResponseStore, turns: int, tenant: str = "acme", mode: str = "") -> list[str]:
     ids: list[str] = []
     for i in range(turns):
+        if i == turns // 2 and mode == "split":
+            await responses.flush()
         ids.append(f"resp_{i:032d}")
         parent = ids[-2] if len(ids) > 1 else None
         await responses.put(tenant, ids[-1], Stored(b"{}", f"[{i}]".encode(), parent))
     return ids
 
 
-def test_a_thousand_turns_are_read_in_one_query_in_order(tmp_path: Path) -> None:
-    responses = store(tmp_path)
+@MODES
+def test_a_thousand_turns_are_read_in_one_query_in_order(tmp_path: Path, mode: str) -> None:
+    responses = store(tmp_path, mode)
 
     async def run() -> None:
-        ids = await chain(responses, TURNS)
+        ids = await chain(responses, TURNS, mode=mode)
         started = time.perf_counter()
         added = await responses.conversation("acme", ids[-1])
         seconds = time.perf_counter() - started
@@ -49,11 +60,12 @@ def test_a_thousand_turns_are_read_in_one_query_in_order(tmp_path: Path) -> None
     asyncio.run(run())
 
 
-def test_the_bounds_are_a_400_and_a_cut_chain_a_404(tmp_path: Path) -> None:
-    responses = store(tmp_path, max_turns=10, max_conversation_bytes=1000)
+@MODES
+def test_the_bounds_are_a_400_and_a_cut_chain_a_404(tmp_path: Path, mode: str) -> None:
+    responses = store(tmp_path, mode, max_turns=10, max_conversation_bytes=1000)
 
     async def run() -> None:
-        ids = await chain(responses, 10)
+        ids = await chain(responses, 10, mode=mode)
         with pytest.raises(InvalidRequest, match="start a new one"):
             await responses.conversation("acme", ids[-1])  # its 11th turn would be one too many
         assert len(await responses.conversation("acme", ids[-2])) == 9
@@ -68,11 +80,12 @@ def test_the_bounds_are_a_400_and_a_cut_chain_a_404(tmp_path: Path) -> None:
     asyncio.run(run())
 
 
-def test_expired_responses_are_neither_read_nor_kept(tmp_path: Path) -> None:
-    responses = store(tmp_path, retention_s=0.05)
+@MODES
+def test_expired_responses_are_neither_read_nor_kept(tmp_path: Path, mode: str) -> None:
+    responses = store(tmp_path, mode, retention_s=0.05)
 
     async def run() -> None:
-        ids = await chain(responses, 3)
+        ids = await chain(responses, 3, mode=mode)
         await asyncio.sleep(0.1)
         with pytest.raises(NotFound):
             await responses.get("acme", ids[0])

@@ -18,11 +18,13 @@ from gateway.accounts.storage._schema import (
     tenant_policies,
     tenants,
 )
+from gateway.accounts.storage._segments import WriteAheadLog, segment_number
 
 __all__ = [
     "SCHEMA_VERSION",
     "DataFolderInUse",
     "DataFolderLock",
+    "WriteAheadLog",
     "api_keys",
     "ledger",
     "ledger_tags",
@@ -31,6 +33,7 @@ __all__ = [
     "policy_versions",
     "prices",
     "responses",
+    "segment_number",
     "tenant_policies",
     "tenants",
 ]

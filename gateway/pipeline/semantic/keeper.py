@@ -20,6 +20,7 @@ import os
 from pathlib import Path
 
 import cache
+from gateway.ops import background
 
 log = logging.getLogger(__name__)
 RETRY_S = 2.0
@@ -60,10 +61,7 @@ class DiskKeeper:
                 log.warning("semantic cache: cannot save %s: %s", self._path, exc)
 
     async def aclose(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await background.stop(self._task)
         try:
             await self.save()
         except OSError as exc:
@@ -119,8 +117,5 @@ class FeedKeeper:
                 await asyncio.sleep(RETRY_S)
 
     async def aclose(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await background.stop(self._task)
         await self._feed.aclose()
