@@ -109,9 +109,14 @@ class VLLMPool:
             detail += "".join(f"; {e}" for e in errors[:3])
         if self._local is not None and not up:
             detail += f"; local server: {self._local.status}"
-        queued = sum(int(r.engine.waiting) for r in members)
-        in_flight = sum(r.in_flight for r in members)
-        return TierState(self.name, health, in_flight, queued, detail, self.replicas())
+        # Serving and queued apart (vLLM's waiting requests are ours in flight too), and the batch
+        # vLLM was measured to run at once: the router's wait for it is then its queue's, shared
+        # among those slots, and none once it has drained below them.
+        queued = sum(r.waiting_ours() for r in members)
+        in_flight = sum(r.in_flight for r in members) - queued
+        batches = [r.batch for r in members]
+        slots = sum(batches) if all(batches) else 0
+        return TierState(self.name, health, in_flight, queued, detail, self.replicas(), slots=slots)
 
     def replicas(self) -> list[dict[str, Any]]:
         return [r.as_dict() for r in self._replicas]

@@ -15,6 +15,7 @@ import pytest
 from tests.fakes import FakeVLLM
 from tiers import Finished, Generation, Health, Started, TextDelta, Usage, collect
 from tiers.cloud import CloudConfig, VLLMPool
+from tiers.cloud._replica import EngineLoad
 
 
 def _gen(stream: bool) -> Generation:
@@ -86,3 +87,24 @@ async def test_closing_a_stream_early_drops_the_upstream_request() -> None:
                     break
                 await asyncio.sleep(0.05)
             assert fake.disconnects == 1
+
+
+async def test_vllms_waiting_requests_are_queued_not_also_in_flight_and_its_full_batch_is_its_slots(
+    fake: FakeVLLM,
+) -> None:
+    # The router's wait for the cloud comes from these counts: vLLM's waiting requests counted in
+    # in_flight and again as queued, at no slot count, read the cloud's queue two to three times
+    # over (after a saturated replay, predictions 5x what it then answered in).
+    async with _pool(fake.url) as pool:
+        replica = pool._replicas[0]
+        state = pool.state()
+        assert (state.in_flight, state.queued, state.slots) == (0, 0, 0)  # never seen full: not said
+        replica.in_flight = 7
+        replica.scraped(EngineLoad(waiting=4, running=3))
+        state = pool.state()
+        assert (state.in_flight, state.queued, state.slots) == (3, 4, 3)
+        replica.in_flight = 2  # drained: what it ran at once when full stays its slots
+        replica.scraped(EngineLoad(waiting=0, running=2))
+        state = pool.state()
+        assert (state.in_flight, state.queued, state.slots) == (2, 0, 3)
+        replica.in_flight = 0
