@@ -109,13 +109,16 @@ class VLLMPool:
             detail += "".join(f"; {e}" for e in errors[:3])
         if self._local is not None and not up:
             detail += f"; local server: {self._local.status}"
-        # Serving and queued apart (vLLM's waiting requests are ours in flight too), and the batch
-        # vLLM was measured to run at once: the router's wait for it is then its queue's, shared
-        # among those slots, and none once it has drained below them.
+        # Serving and queued apart (vLLM's waiting requests are ours in flight too), and its slots:
+        # while it queues none of ours, one more than it serves (a request sent now starts at once,
+        # beside the others: vLLM batches up to max_num_seqs), else the batch it ran when some
+        # waited.  The router's book then waits for vLLM's queue, not for the longest request
+        # in flight (which it read as a one-slot tier's: after a saturated replay the cloud's
+        # predictions ran to 5x what it answered in).
         queued = sum(r.waiting_ours() for r in members)
         in_flight = sum(r.in_flight for r in members) - queued
-        batches = [r.batch for r in members]
-        slots = sum(batches) if all(batches) else 0
+        batch = sum(r.batch for r in members)
+        slots = batch if queued else max(batch, in_flight + 1)
         return TierState(self.name, health, in_flight, queued, detail, self.replicas(), slots=slots)
 
     def replicas(self) -> list[dict[str, Any]]:

@@ -92,18 +92,20 @@ async def test_closing_a_stream_early_drops_the_upstream_request() -> None:
 async def test_vllms_waiting_requests_are_queued_not_also_in_flight_and_its_full_batch_is_its_slots(
     fake: FakeVLLM,
 ) -> None:
-    # The router's wait for the cloud comes from these counts: vLLM's waiting requests counted in
-    # in_flight and again as queued, at no slot count, read the cloud's queue two to three times
-    # over (after a saturated replay, predictions 5x what it then answered in).
+    # The router's wait for the cloud comes from these counts.  Without slots its book read vLLM,
+    # which batches everything it is sent, as one slot serving its requests in turn, and vLLM's
+    # waiting requests were counted in in_flight and again as queued.
     async with _pool(fake.url) as pool:
         replica = pool._replicas[0]
+        replica.in_flight = 5
+        replica.scraped(EngineLoad(waiting=0, running=5))
         state = pool.state()
-        assert (state.in_flight, state.queued, state.slots) == (0, 0, 0)  # never seen full: not said
+        assert (state.in_flight, state.queued, state.slots) == (5, 0, 6)  # none queued: one starts now
         replica.in_flight = 7
-        replica.scraped(EngineLoad(waiting=4, running=3))
+        replica.scraped(EngineLoad(waiting=4, running=3))  # full: it runs 3 at once
         state = pool.state()
         assert (state.in_flight, state.queued, state.slots) == (3, 4, 3)
-        replica.in_flight = 2  # drained: what it ran at once when full stays its slots
+        replica.in_flight = 2  # drained below its batch: a free slot
         replica.scraped(EngineLoad(waiting=0, running=2))
         state = pool.state()
         assert (state.in_flight, state.queued, state.slots) == (2, 0, 3)
