@@ -42,7 +42,9 @@ Method
         [--requests 60] [--rate 1.0] [--slo-ms 15000] [--calibrate 8] [--edge-max-sequences 1,4] \\
         [--strategies always-cloud,always-edge,learned]
 
-Prints a table and writes bench/results/route_replay_batch.json.
+Prints a table and writes bench/results/route_replay_batch.json.  From a git worktree other than
+the checkout installed in the venv, prefix ``PYTHONPATH=$PWD``: the gateway is started with the
+venv's ``tiergate`` script, which otherwise imports the installed checkout's code, not this one's.
 """
 
 from __future__ import annotations
