@@ -115,8 +115,9 @@ class VLLMPool:
         # waited.  The router's book then waits for vLLM's queue, not for the longest request
         # in flight (which it read as a one-slot tier's: after a saturated replay the cloud's
         # predictions ran to 5x what it answered in).
-        queued = sum(r.waiting_ours() for r in members)
-        in_flight = sum(r.in_flight for r in members) - queued
+        # (queued: all vLLM's waiting requests, other clients' too, as the scaling signal wants.)
+        queued = sum(int(r.engine.waiting) for r in members)
+        in_flight = sum(r.in_flight - r.waiting_ours() for r in members)
         batch = sum(r.batch for r in members)
         slots = batch if queued else max(batch, in_flight + 1)
         return TierState(self.name, health, in_flight, queued, detail, self.replicas(), slots=slots)

@@ -105,6 +105,9 @@ async def test_vllms_waiting_requests_are_queued_not_also_in_flight_and_its_full
         replica.scraped(EngineLoad(waiting=4, running=3))  # full: it runs 3 at once
         state = pool.state()
         assert (state.in_flight, state.queued, state.slots) == (3, 4, 3)
+        replica.scraped(EngineLoad(waiting=9, running=3))  # other clients' wait too: all are queued
+        state = pool.state()
+        assert (state.in_flight, state.queued, state.slots) == (0, 9, 3)
         replica.in_flight = 2  # drained below its batch: a free slot
         replica.scraped(EngineLoad(waiting=0, running=2))
         state = pool.state()
