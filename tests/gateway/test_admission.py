@@ -5,7 +5,7 @@ from collections.abc import AsyncGenerator
 
 import pytest
 
-from gateway.pipeline.admission import AdmissionSettings, AdmittedTier, Gate, Lane, LaneSettings
+from gateway.pipeline.admission import AdmissionSettings, AdmittedTier, Gate, Lane, LaneSettings, admit
 from tiers import (
     Capabilities,
     Event,
@@ -239,3 +239,32 @@ def test_a_batching_tiers_rate_counts_its_slots_at_their_width_never_below_one_s
     assert serial.rate() == pytest.approx(1.0)
     assert batched.rate() == pytest.approx(1.6)
     assert batched.bound(Lane.FAST) >= serial.bound(Lane.FAST)
+
+
+class Batching(Counting):
+    """A tier that runs two at once, each token of two together taking twice as long: it records the
+    widths it was asked the slowdown of."""
+
+    concurrency = 2
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: list[int] = []
+
+    def slowdown_at(self, width: int) -> float:
+        self.asked.append(width)
+        return float(min(width, 2))
+
+
+async def test_admit_takes_each_hold_at_the_width_it_ran_at_from_the_tiers_slowdown() -> None:
+    inner = Batching()
+    tier = admit({"edge": inner}, settings(slots={}))["edge"]
+    assert isinstance(tier, AdmittedTier) and tier.gate.slots == 2
+    gen = Generation(messages=[], max_tokens=1)
+    alone = tier.generate(gen)
+    await anext(alone)  # one runs alone ...
+    beside = tier.generate(gen)
+    await anext(beside)  # ... and one beside it: width 2
+    await collect(beside)
+    await collect(alone)
+    assert inner.asked == [2, 1]  # each hold taken back to alone by the slowdown at its width
