@@ -33,12 +33,18 @@ Method
   saw each tier's wait and slowdown as they were.
 * After each gateway's replays the edge's readiness detail (``/readyz``) is kept: it says how many
   sequences the batch sustains, as measured during the run.
+* ``timeline`` (per strategy): ``/readyz`` read every 0.5 s during the replay, per tier
+  ``[seconds since the replay began, in_flight, queued, slots]``: where a request's time went
+  (waiting for a slot that the measured count took away, or in a batch that slowed) can be read
+  beside its row.
 
     flock /tmp/tiergate-heavy.lock .venv/bin/python -m bench.route_replay_batch \\
         [--requests 60] [--rate 1.0] [--slo-ms 15000] [--calibrate 8] [--edge-max-sequences 1,4] \\
         [--strategies always-cloud,always-edge,learned]
 
-Prints a table and writes bench/results/route_replay_batch.json.
+Prints a table and writes bench/results/route_replay_batch.json.  From a git worktree other than
+the checkout installed in the venv, prefix ``PYTHONPATH=$PWD``: the gateway is started with the
+venv's ``tiergate`` script, which otherwise imports the installed checkout's code, not this one's.
 """
 
 from __future__ import annotations
@@ -49,6 +55,7 @@ import json
 import statistics
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -92,7 +99,9 @@ def run_one(
             run["calibration"] = calibration
             print(f"max_sequences {max_sequences}: calibrated in {calibration['seconds']:.0f} s", flush=True)
         for strategy in strategies:
-            row = asyncio.run(replay(url, keys, trace, strategy, args.slo_ms))
+            with Timeline(url) as timeline:
+                row = asyncio.run(replay(url, keys, trace, strategy, args.slo_ms))
+            row["timeline"] = timeline.samples
             row["predicted_vs_actual"] = predicted_vs_actual(row["results"])
             rows.append(row)
             run["edge_ready"] = _edge_ready(url)
@@ -109,6 +118,38 @@ def run_one(
             proc.wait(60)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+class Timeline:
+    """Reads ``/readyz`` every ``every_s`` on a thread while the block runs: per tier, samples of
+    ``[seconds since start, in_flight, queued, slots]``."""
+
+    def __init__(self, url: str, every_s: float = 0.5) -> None:
+        self._url, self._every = url, every_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.samples: dict[str, list[list[float]]] = {}
+
+    def __enter__(self) -> Timeline:
+        self._started = time.monotonic()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        with httpx.Client(timeout=5) as client:
+            while not self._stop.wait(self._every):
+                try:
+                    tiers = client.get(f"{self._url}/readyz").json().get("tiers", [])
+                except (httpx.HTTPError, ValueError):
+                    continue
+                at = round(time.monotonic() - self._started, 2)
+                for t in tiers:
+                    sample = [at, t.get("in_flight", 0), t.get("queued", 0), t.get("slots", 0)]
+                    self.samples.setdefault(t["name"], []).append(sample)
 
 
 def predicted_vs_actual(results: list[dict[str, Any]]) -> dict[str, dict[str, float | int]]:

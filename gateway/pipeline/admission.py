@@ -5,9 +5,9 @@ works on at once: configured, or read live from the tier, so a batching edge's s
 what its batch is measured to sustain).  A request that finds no free slot waits in a lane chosen by
 its predicted cost: the *fast* lane for short requests, the *slow* lane for long
 ones.  A lane holds at most ``service rate × tolerable queueing delay`` requests
-(the service rate is measured live: slots / the mean time a request holds one); a
-request beyond that is refused at once with 429 and a ``Retry-After`` of the
-expected wait, so latency cannot explode.  A freed slot goes to the fast lane
+(the service rate is measured live: slots / the mean time a request holds one at
+that many slots, :meth:`Gate.rate`); a request beyond that is refused at once with
+429 and a ``Retry-After`` of the expected wait, so latency cannot explode.  A freed slot goes to the fast lane
 first, but every ``slow_share``-th one to the slow lane when it has waiters, so
 short requests never starve behind video and long ones still move.
 """
@@ -67,6 +67,7 @@ class Gate:
         slots: int | Callable[[], int],
         settings: AdmissionSettings,
         metrics: Metrics | None = None,
+        slowdown: Callable[[int], float] | None = None,
     ) -> None:
         self._tier = tier
         self._metrics = metrics or Metrics(enabled=False)
@@ -83,7 +84,10 @@ class Gate:
         }
         self._priority = frozenset(settings.priority_tenants)
         self._delay = {Lane.FAST: settings.fast.max_queue_delay_s, Lane.SLOW: settings.slow.max_queue_delay_s}
-        # How long each of the last 64 completed requests held its slot.
+        # How many times longer a request holds its slot beside ``width - 1`` others than alone (a
+        # batching tier's measured slowdown; 1 for a tier whose requests do not slow each other).
+        self._slowdown = slowdown or (lambda width: 1.0)
+        # How long each of the last 64 completed requests would have held its slot alone.
         self._service_s: collections.deque[float] = collections.deque(maxlen=64)
         self._grants = 0
 
@@ -102,14 +106,25 @@ class Gate:
     def lane_of(self, cost: float) -> Lane:
         return Lane.SLOW if cost > self._settings.slow_cost else Lane.FAST
 
+    @property
+    def busy(self) -> int:
+        """Slots taken now."""
+        return self._busy
+
     def rate(self) -> float:
-        """The tier's service rate: slots / the mean time a request holds one (last 64 completed),
-        or the configured guess until 8 have completed. A service rate, not the rate requests
-        happened to arrive at: idle time does not lower it."""
+        """The tier's service rate: slots / the mean time a request holds one *at that many slots*
+        (last 64 completed), or the configured guess until 8 have completed.  Each hold is taken
+        back to what it would have been alone (divided by the slowdown at the width it ran at)
+        and then stretched by the slowdown at the full width: holds measured in a wide batch,
+        divided by a slot count that has since come down, read a batched edge as slower than a
+        serial one (the 1.0/s replay's lane filled at 4 waiting, "0.2 requests/s").  A batch of
+        4 at 1.6x the tokens/s of one serves 1.6x the rate of one slot, never less.  A service
+        rate, not the rate requests happened to arrive at: idle time does not lower it."""
         if len(self._service_s) < 8:
             return self._settings.initial_rate_per_s
-        mean = sum(self._service_s) / len(self._service_s)
-        return self.slots / mean if mean > 0 else self._settings.initial_rate_per_s
+        slots = self.slots
+        mean = sum(self._service_s) / len(self._service_s) * max(1.0, self._slowdown(slots))
+        return slots / mean if mean > 0 else self._settings.initial_rate_per_s
 
     def bound(self, lane: Lane) -> int:
         return max(self._settings.min_queue, 1, math.floor(self.rate() * self._delay[lane]))
@@ -147,10 +162,11 @@ class Gate:
                     queue.remove(slot)
             raise
 
-    def release(self, *, service_s: float | None = None) -> None:
-        """Free a slot; ``service_s``: how long a request that completed held it."""
+    def release(self, *, service_s: float | None = None, width: int = 1) -> None:
+        """Free a slot; ``service_s``: how long a request that completed held it, ``width``: the
+        slots taken when it was granted one (itself included)."""
         if service_s is not None:
-            self._service_s.append(service_s)
+            self._service_s.append(service_s / max(1.0, self._slowdown(width)))
         self._busy -= 1
         # Waiters take the free slots: none when the slots shrank below the busy ones, more than
         # this one when they grew.
@@ -200,7 +216,7 @@ class AdmittedTier:
 
     async def generate(self, gen: Generation) -> AsyncGenerator[Event, None]:
         await self._gate.acquire(gen.cost, gen.tenant)
-        started = time.monotonic()
+        started, width = time.monotonic(), self._gate.busy
         completed = False
         events = self._tier.generate(gen)
         try:
@@ -209,7 +225,8 @@ class AdmittedTier:
                 yield event
         finally:
             await events.aclose()
-            self._gate.release(service_s=time.monotonic() - started if completed else None)
+            held = time.monotonic() - started if completed else None
+            self._gate.release(service_s=held, width=width)
 
 
 def _slots(name: str, tier: Tier, settings: AdmissionSettings) -> int | Callable[[], int]:
@@ -222,12 +239,18 @@ def _slots(name: str, tier: Tier, settings: AdmissionSettings) -> int | Callable
     return 16
 
 
+def _slowdown(tier: Tier) -> Callable[[int], float] | None:
+    """The tier's measured slowdown at a width (a batching edge's), else none."""
+    slowdown: Callable[[int], float] | None = getattr(tier, "slowdown_at", None)
+    return slowdown
+
+
 def admit(
     tiers: dict[str, Tier], settings: AdmissionSettings, metrics: Metrics | None = None
 ) -> dict[str, Tier]:
     if not settings.enabled:
         return tiers
     return {
-        name: AdmittedTier(tier, Gate(name, _slots(name, tier, settings), settings, metrics))
+        name: AdmittedTier(tier, Gate(name, _slots(name, tier, settings), settings, metrics, _slowdown(tier)))
         for name, tier in tiers.items()
     }

@@ -22,7 +22,11 @@ a set of slots: a request that finds one free starts at once (no wait; its token
 by the tier's measured ``slowdown``, which the predictor's features carry), and one that finds
 them full waits for the earliest of those being served to finish, then for the queued ones
 ahead to be served ``slots`` at a time.  Counting the batch's running requests as work ahead,
-as one slot serving them in turn would, made a batched edge with free slots look busy.
+as one slot serving them in turn would, made a batched edge with free slots look busy.  The
+measured count can come down below the requests running (a width stopped paying on loaded
+cores): a new one then waits until enough of them have finished to leave a slot free, not for
+the first of them (the 1.0/s replay: short chats waited 9-10 s for a long generation predicted
+to take 1 s).
 """
 
 from __future__ import annotations
@@ -119,7 +123,17 @@ class WorkBook:
         serving, waiting = known[: in_flight - unknown_busy], known[in_flight - unknown_busy :]
         lefts = [mean_service_s] * unknown_busy + [e.left(now) for e in serving]
         ahead = (unknown - unknown_busy) * mean_service_s + sum(e.service_s for e in waiting)
-        if slots:  # the first slot to free up, then the queue served that many at a time
-            return min(lefts, default=0.0), ahead / slots
+        if slots:  # a slot to free up, then the queue served that many at a time
+            return _freed(lefts, slots), ahead / slots
         busy = unknown_busy * mean_service_s + max(lefts[unknown_busy:], default=0.0)
         return busy, ahead
+
+
+def _freed(lefts: list[float], slots: int) -> float:
+    """When a slot frees up for a request that finds ``len(lefts)`` running on ``slots`` slots:
+    once all but ``slots - 1`` of them have finished (the first to finish, when as many run as
+    there are slots)."""
+    if not lefts:
+        return 0.0
+    finishing = sorted(lefts)
+    return finishing[max(0, min(len(finishing) - slots, len(finishing) - 1))]

@@ -5,7 +5,7 @@ from collections.abc import AsyncGenerator
 
 import pytest
 
-from gateway.pipeline.admission import AdmissionSettings, AdmittedTier, Gate, Lane, LaneSettings
+from gateway.pipeline.admission import AdmissionSettings, AdmittedTier, Gate, Lane, LaneSettings, admit
 from tiers import (
     Capabilities,
     Event,
@@ -21,6 +21,7 @@ from tiers import (
     Usage,
     collect,
 )
+from tiers._slots import SustainedSlots
 
 
 def settings(**kw: object) -> AdmissionSettings:
@@ -215,3 +216,55 @@ async def test_slots_read_live_follow_the_tier_down_and_up() -> None:
     await asyncio.wait_for(asyncio.gather(*waiters), 1)
     assert gate.waiting == 0 and gate.slots == 3
     assert Gate("edge", lambda: 0, settings()).slots == 1  # never below one
+
+
+def test_a_batching_tiers_rate_counts_its_slots_at_their_width_never_below_one_slot() -> None:
+    # Measured steps: alone 10 ms (100 tokens/s), 2 together 12.5 ms (160/s: 1.6x), 4 together
+    # 18.75 and 25 ms (160/s: no gain over 2), so the batch sustains 2 slots.  Requests that ran 4 wide
+    # held their slots 2.5 s each (1 s alone): slots / mean hold read 2 / 2.5 = 0.8 requests/s,
+    # less than the serial edge's 1/s; at the width it sustains it serves 2 / 1.25 = 1.6/s.
+    sustained = SustainedSlots(4, clock=lambda: 0.0)
+    for _ in range(16):
+        sustained.step(1, 0.010)
+        sustained.step(2, 0.0125)
+        sustained.step(3, 0.01875)
+        sustained.step(4, 0.025)
+    assert sustained.slots == 2
+    serial = Gate("edge", 1, settings())
+    batched = Gate("edge", lambda: sustained.slots, settings(), slowdown=sustained.slowdown)
+    for _ in range(8):
+        serial._busy = batched._busy = 1
+        serial.release(service_s=1.0)
+        batched.release(service_s=2.5, width=4)
+    assert serial.rate() == pytest.approx(1.0)
+    assert batched.rate() == pytest.approx(1.6)
+    assert batched.bound(Lane.FAST) >= serial.bound(Lane.FAST)
+
+
+class Batching(Counting):
+    """A tier that runs two at once, each token of two together taking twice as long: it records the
+    widths it was asked the slowdown of."""
+
+    concurrency = 2
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: list[int] = []
+
+    def slowdown_at(self, width: int) -> float:
+        self.asked.append(width)
+        return float(min(width, 2))
+
+
+async def test_admit_takes_each_hold_at_the_width_it_ran_at_from_the_tiers_slowdown() -> None:
+    inner = Batching()
+    tier = admit({"edge": inner}, settings(slots={}))["edge"]
+    assert isinstance(tier, AdmittedTier) and tier.gate.slots == 2
+    gen = Generation(messages=[], max_tokens=1)
+    alone = tier.generate(gen)
+    await anext(alone)  # one runs alone ...
+    beside = tier.generate(gen)
+    await anext(beside)  # ... and one beside it: width 2
+    await collect(beside)
+    await collect(alone)
+    assert inner.asked == [2, 1]  # each hold taken back to alone by the slowdown at its width

@@ -83,6 +83,18 @@ def test_a_full_batched_edge_predicts_the_wait_for_the_first_slot_to_free() -> N
     assert WorkBook().wait("edge", 4, 3, now=0.0, mean_service_s=2.0, slots=4) == (2.0, 1.5)
 
 
+def test_when_the_measured_slots_fall_below_the_running_a_request_waits_for_enough_to_finish() -> None:
+    # Four running (10, 4, 7 and 9 s, begun at 0 s) and the batch now measured to sustain two: a
+    # slot frees up once three have finished (at 9 s), not when the first does (at 4 s).
+    book = WorkBook()
+    for service in (10.0, 4.0, 7.0, 9.0):
+        book.add("edge", service, now=0.0, wait=(0.0, 0.0), queues=False)
+    assert book.queues("edge", 4, 0, slots=2)
+    assert book.wait("edge", 4, 0, now=1.0, mean_service_s=2.0, slots=2) == (8.0, 0.0)
+    assert book.wait("edge", 4, 0, now=1.0, mean_service_s=2.0, slots=1) == (9.0, 0.0)  # the last
+    assert book.wait("edge", 4, 0, now=1.0, mean_service_s=2.0, slots=3) == (6.0, 0.0)
+
+
 def test_the_full_batched_edge_in_the_router_waits_and_its_tokens_come_at_the_full_width() -> None:
     clock = [0.0]
     learner = fitted_edge(clock)

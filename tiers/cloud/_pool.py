@@ -109,9 +109,18 @@ class VLLMPool:
             detail += "".join(f"; {e}" for e in errors[:3])
         if self._local is not None and not up:
             detail += f"; local server: {self._local.status}"
+        # Serving and queued apart (vLLM's waiting requests are ours in flight too), and its slots:
+        # while it queues none of ours, one more than it serves (a request sent now starts at once,
+        # beside the others: vLLM batches up to max_num_seqs), else the batch it ran when some
+        # waited.  The router's book then waits for vLLM's queue, not for the longest request
+        # in flight (which it read as a one-slot tier's: after a saturated replay the cloud's
+        # predictions ran to 5x what it answered in).
+        # (queued: all vLLM's waiting requests, other clients' too, as the scaling signal wants.)
         queued = sum(int(r.engine.waiting) for r in members)
-        in_flight = sum(r.in_flight for r in members)
-        return TierState(self.name, health, in_flight, queued, detail, self.replicas())
+        in_flight = sum(r.in_flight - r.waiting_ours() for r in members)
+        batch = sum(r.batch for r in members)
+        slots = batch if queued else max(batch, in_flight + 1)
+        return TierState(self.name, health, in_flight, queued, detail, self.replicas(), slots=slots)
 
     def replicas(self) -> list[dict[str, Any]]:
         return [r.as_dict() for r in self._replicas]

@@ -44,8 +44,7 @@ class Prober:
         try:
             async with self._session.get(replica.url + "/metrics", timeout=_PROBE_TIMEOUT) as resp:
                 if resp.status == 200:
-                    replica.engine = parse_engine_load(await resp.text())
-                    replica.finished_since_scrape = 0
+                    replica.scraped(parse_engine_load(await resp.text()))
         except (TimeoutError, aiohttp.ClientError):
             pass  # health checks decide availability; a missed scrape keeps the last reading
 

@@ -73,6 +73,9 @@ class Replica:
     served: int = 0
     # Requests that ended since the last /metrics scrape: that scrape still counts them as running.
     finished_since_scrape: int = 0
+    # Requests vLLM ran at once the last time some also waited (its batch was full): how many it
+    # serves at once, measured; 0 until it has been seen full.
+    batch: int = 0
 
     def available(self, now: float) -> bool:
         return self.healthy and not self.draining and now >= self.ejected_until
@@ -92,6 +95,19 @@ class Replica:
         others = max(0.0, self.engine.waiting + self.engine.running - ours)
         kv_pressure = max(0.0, self.engine.kv_cache_usage - KV_PRESSURE_FROM) / (1 - KV_PRESSURE_FROM)
         return self.outstanding_cost + (others + 4 * kv_pressure) * mean_cost
+
+    def scraped(self, engine: EngineLoad) -> None:
+        """A reading of vLLM's ``/metrics``."""
+        self.engine = engine
+        self.finished_since_scrape = 0
+        if engine.waiting > 0 and engine.running > 0:
+            self.batch = int(engine.running)
+
+    def waiting_ours(self) -> int:
+        """Of our requests in flight here, those vLLM has not begun: its waiting ones, at most ours.
+        They are part of ``in_flight`` (sent, not finished), so a tier state that counted them as
+        queued beside it counted vLLM's queue twice."""
+        return min(int(self.engine.waiting), self.in_flight)
 
     def observe(self, seconds: float) -> None:
         self.latency_ewma_s = (

@@ -23,6 +23,7 @@ import msgspec
 from tiers._errors import InvalidModel, NothingToRollBack, UnknownModel
 from tiers._events import EventStream
 from tiers._types import Capabilities, Generation, Health, TierState
+from tiers.edge._batch import BatchedLlamaTier
 from tiers.edge._config import EdgeConfig, EdgeModel
 from tiers.edge._instances import InstanceSet
 from tiers.edge._llamacpp import shipped_model_path
@@ -79,6 +80,20 @@ class EdgeRegistry:
     def concurrency(self) -> int:
         """How many requests it works on at once (admission's slots for the edge)."""
         return sum(i.slots for i in self._active.instances)
+
+    def slowdown_at(self, width: int) -> float:
+        """How many times longer a request holds its slot beside ``width - 1`` others than alone
+        (admission's service rate at a width): a batch's measured slowdown, the width shared
+        among the instances (the balancer spreads it), at most their slots; 1 for serial ones."""
+        instances = self._active.instances
+        each = -(-width // max(len(instances), 1))
+        return min(
+            (
+                i.sustained.slowdown(min(each, i.slots)) if isinstance(i, BatchedLlamaTier) else 1.0
+                for i in instances
+            ),
+            default=1.0,
+        )
 
     def state(self) -> TierState:
         sets = [self._active, *self._retiring]

@@ -15,6 +15,7 @@ import pytest
 from tests.fakes import FakeVLLM
 from tiers import Finished, Generation, Health, Started, TextDelta, Usage, collect
 from tiers.cloud import CloudConfig, VLLMPool
+from tiers.cloud._replica import EngineLoad
 
 
 def _gen(stream: bool) -> Generation:
@@ -86,3 +87,29 @@ async def test_closing_a_stream_early_drops_the_upstream_request() -> None:
                     break
                 await asyncio.sleep(0.05)
             assert fake.disconnects == 1
+
+
+async def test_vllms_waiting_requests_are_queued_not_also_in_flight_and_its_full_batch_is_its_slots(
+    fake: FakeVLLM,
+) -> None:
+    # The router's wait for the cloud comes from these counts.  Without slots its book read vLLM,
+    # which batches everything it is sent, as one slot serving its requests in turn, and vLLM's
+    # waiting requests were counted in in_flight and again as queued.
+    async with _pool(fake.url) as pool:
+        replica = pool._replicas[0]
+        replica.in_flight = 5
+        replica.scraped(EngineLoad(waiting=0, running=5))
+        state = pool.state()
+        assert (state.in_flight, state.queued, state.slots) == (5, 0, 6)  # none queued: one starts now
+        replica.in_flight = 7
+        replica.scraped(EngineLoad(waiting=4, running=3))  # full: it runs 3 at once
+        state = pool.state()
+        assert (state.in_flight, state.queued, state.slots) == (3, 4, 3)
+        replica.scraped(EngineLoad(waiting=9, running=3))  # other clients' wait too: all are queued
+        state = pool.state()
+        assert (state.in_flight, state.queued, state.slots) == (0, 9, 3)
+        replica.in_flight = 2  # drained below its batch: a free slot
+        replica.scraped(EngineLoad(waiting=0, running=2))
+        state = pool.state()
+        assert (state.in_flight, state.queued, state.slots) == (2, 0, 3)
+        replica.in_flight = 0
