@@ -20,7 +20,6 @@ tried again at the next flush and nothing answered is lost.  Memory is bounded: 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -52,12 +51,18 @@ _decode = msgspec.json.Decoder(HeldRow).decode
 
 
 def read_rows(path: Path) -> list[HeldRow]:
-    """A segment's rows; a torn last line (killed mid-append: its answer was never sent) is skipped."""
+    """A segment's rows; a torn last line (killed mid-append: its answer was never sent) is skipped,
+    and so is any other line that is not a row, with a warning (only a damaged disk makes one)."""
     rows = []
-    for line in path.read_bytes().split(b"\n"):
-        if line:
-            with contextlib.suppress(msgspec.DecodeError):
-                rows.append(_decode(line))
+    lines = path.read_bytes().split(b"\n")
+    for i, line in enumerate(lines):
+        if not line:
+            continue
+        try:
+            rows.append(_decode(line))
+        except msgspec.DecodeError as exc:
+            if i != len(lines) - 1:
+                log.warning("%s, line %d, is not a stored response (skipped): %s", path, i + 1, exc)
     return rows
 
 

@@ -90,7 +90,7 @@ class Turn:
 def _storage_errors() -> Iterator[None]:
     try:
         yield
-    except SQLAlchemyError as exc:
+    except (SQLAlchemyError, OSError) as exc:  # OSError: the write-ahead file's folder
         problem = exc.__class__.__name__
         raise StorageUnavailable(f"stored responses cannot be read or written: {problem}") from exc
 

@@ -30,7 +30,9 @@ def ahead(tmp_path: Path) -> tuple[ResponseStore, Engine]:
     return ResponseStore(engine, settings, tmp_path / "responses-wal"), engine
 
 
-def test_what_a_killed_run_held_is_in_the_table_after_the_next_start(tmp_path: Path) -> None:
+def test_what_a_killed_run_held_is_in_the_table_after_the_next_start(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     async def killed_run() -> None:
         first, engine = ahead(tmp_path)  # not started: no sweep (which flushes first) runs meanwhile
         await first.put("acme", "resp_1", Stored(b'{"id":"resp_1"}', b"[1]"))
@@ -40,6 +42,7 @@ def test_what_a_killed_run_held_is_in_the_table_after_the_next_start(tmp_path: P
         assert table_rows(engine) == 0  # only in memory and the file: no aclose, as if killed
         (segment,) = (tmp_path / "responses-wal").glob("segment-*.jsonl")
         with segment.open("ab") as f:
+            f.write(b"not a row\n")  # a damaged line: skipped with a warning
             f.write(b'{"id":"resp_3","tenant":"ac')  # killed mid-append: never answered
 
     async def next_start() -> None:
@@ -54,6 +57,8 @@ def test_what_a_killed_run_held_is_in_the_table_after_the_next_start(tmp_path: P
 
     asyncio.run(killed_run())
     asyncio.run(next_start())
+    assert "line 3, is not a stored response" in caplog.text
+    assert "line 4" not in caplog.text  # the torn last line is no warning
 
 
 def test_a_deleted_response_stays_deleted_after_a_restart(tmp_path: Path) -> None:
