@@ -26,7 +26,7 @@ from pathlib import Path
 
 import msgspec
 
-from gateway.accounts.storage import WriteAheadLog
+from gateway.accounts.storage import WriteAheadLog, read_lines
 from gateway.ops import background
 
 log = logging.getLogger(__name__)
@@ -53,17 +53,11 @@ _decode = msgspec.json.Decoder(HeldRow).decode
 def read_rows(path: Path) -> list[HeldRow]:
     """A segment's rows; a torn last line (killed mid-append: its answer was never sent) is skipped,
     and so is any other line that is not a row, with a warning (only a damaged disk makes one)."""
-    rows = []
-    lines = path.read_bytes().split(b"\n")
-    for i, line in enumerate(lines):
-        if not line:
-            continue
-        try:
-            rows.append(_decode(line))
-        except msgspec.DecodeError as exc:
-            if i != len(lines) - 1:
-                log.warning("%s, line %d, is not a stored response (skipped): %s", path, i + 1, exc)
-    return rows
+
+    def refused(number: int, _line: bytes, why: str) -> None:
+        log.warning("%s, line %d, is not a stored response (skipped): %s", path, number, why)
+
+    return read_lines(path, _decode, refused)
 
 
 class HeldResponses:

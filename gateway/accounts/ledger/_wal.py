@@ -11,10 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import msgspec
-
 from gateway.accounts.ledger._row import LedgerRow, decode_row
-from gateway.accounts.storage import WriteAheadLog, segment_number
+from gateway.accounts.storage import WriteAheadLog, read_lines, segment_number
 
 __all__ = ["WriteAheadLog", "read_segment", "segment_number"]
 
@@ -22,16 +20,9 @@ __all__ = ["WriteAheadLog", "read_segment", "segment_number"]
 def read_segment(path: Path, bad: list[tuple[bytes, str]] | None = None) -> list[LedgerRow]:
     """The rows of a segment; a torn last line (killed mid-write, never acknowledged) is skipped.
     Other lines that are not rows are skipped too, and added to ``bad`` with the reason."""
-    rows = []
-    data = path.read_bytes()
-    lines = data.split(b"\n")
-    for i, line in enumerate(lines):
-        if not line:
-            continue
-        try:
-            rows.append(decode_row(line))
-        except msgspec.DecodeError as exc:
-            torn = i == len(lines) - 1  # no newline after it: the write never finished
-            if bad is not None and not torn:
-                bad.append((line, f"not a ledger row: {exc}"))
-    return rows
+
+    def refused(_number: int, line: bytes, why: str) -> None:
+        if bad is not None:
+            bad.append((line, f"not a ledger row: {why}"))
+
+    return read_lines(path, decode_row, refused)

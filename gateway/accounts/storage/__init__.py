@@ -18,7 +18,7 @@ from gateway.accounts.storage._schema import (
     tenant_policies,
     tenants,
 )
-from gateway.accounts.storage._segments import WriteAheadLog, segment_number
+from gateway.accounts.storage._segments import WriteAheadLog, read_lines, segment_number
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -32,6 +32,7 @@ __all__ = [
     "open_database",
     "policy_versions",
     "prices",
+    "read_lines",
     "responses",
     "segment_number",
     "tenant_policies",

@@ -11,7 +11,13 @@ each keep their rows in a folder of them.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
+
+import msgspec
+
+T = TypeVar("T")
 
 _PATTERN = "segment-*.jsonl"
 
@@ -74,3 +80,22 @@ def _fsync_dir(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def read_lines(
+    path: Path, decode: Callable[[bytes], T], refused: Callable[[int, bytes, str], None]
+) -> list[T]:
+    """A segment's lines, decoded.  A torn last line (no newline after it: the process was killed in
+    that write, which was never acknowledged) is skipped; ``refused`` hears of any other line that
+    ``decode`` refuses (its number, the line, why), which only a damaged disk makes."""
+    decoded = []
+    lines = path.read_bytes().split(b"\n")
+    for i, line in enumerate(lines):
+        if not line:
+            continue
+        try:
+            decoded.append(decode(line))
+        except msgspec.DecodeError as exc:
+            if i != len(lines) - 1:
+                refused(i + 1, line, str(exc))
+    return decoded
