@@ -69,9 +69,8 @@ class HeldResponses:
         self._bytes = 0
         self._lock = asyncio.Lock()  # one flush at a time
         self._task: asyncio.Task[None] | None = None
-        self._thread = background.background_thread(
-            "responses-flush"
-        )  # at the lowest priority, beside the loop
+        # The flushes' thread runs at the lowest priority, beside the event loop.
+        self._thread = background.background_thread("responses-flush")
 
     @property
     def full(self) -> bool:
