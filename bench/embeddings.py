@@ -13,6 +13,12 @@ Method
   ``OnnxEmbedder.load``, so with the same session options as in the gateway) called directly:
   ``encode_batch``, padding to the longest row, one ``run`` per batch — the least any caller of the
   model does, with none of the tier's batcher or the gateway around it.  One caller, calls back to back.
+* ``floor``: ``bench/embeddings_floor.py`` in a child process, the least HTTP server around the same
+  model (a bare ASGI app on uvicorn with uvloop and httptools, as tiergate serves; ``Raw``'s tokenizer
+  and session on one worker thread; no key, limits, cache or ledger): what any Python server pays for
+  the HTTP round trip and the hand-off to the model's thread.  ``floor-inline`` runs the model on that
+  server's event loop instead (blocking it, which no server of many clients may do): the HTTP round
+  trip alone.  Same client as the gateway's.
 * ``gateway``: a real ``tiergate serve`` child process (no chat tier, open-mode auth, the default disk
   cache and ledger: a ledger row per request, durable before the answer), called over loopback HTTP with
   keep-alive connections on plain sockets (``Client``: the least client CPU on the shared cores), JSON
@@ -22,8 +28,9 @@ Method
   batcher may merge requests into one call: that is what it is for).
 * Rounds: each (path, batch) cell runs ``--seconds`` of calls per round, cells interleaved, ``--repeats``
   rounds; the table shows the median over rounds of embeddings/s, and ``vs raw`` is the median over
-  rounds of (gateway / raw in the same round).  The machine is shared (2 cores with other work, the HTTP
-  client on the same cores as the gateway): read ratios, not absolute numbers.
+  rounds of (path / raw in the same round); ``vs floor`` the same of (gateway c1 / floor c1).  The
+  machine is shared (2 cores with other work, the HTTP client on the same cores as the gateway): read
+  ratios, not absolute numbers.
 
     .venv/bin/python -m bench.embeddings [--repeats 5] [--seconds 2] [--batches 1,16,64]
 
@@ -33,6 +40,7 @@ Prints a table and writes bench/results/embeddings.json.
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import json
 import socket
@@ -81,7 +89,9 @@ class Raw:
         self.session = embedder.session()
 
     def embed(self, batch: list[str]) -> np.ndarray:
-        rows = self.tokenize(batch)
+        return self.run(self.tokenize(batch))
+
+    def run(self, rows: list[list[int]]) -> np.ndarray:
         width = max(map(len, rows))
         ids = np.zeros((len(rows), width), dtype=np.int64)
         for i, row in enumerate(rows):
@@ -90,37 +100,48 @@ class Raw:
         return np.asarray(out)
 
 
-class Gateway:
-    def __init__(self, tmp: Path, extra_toml: str = "") -> None:
+class Server:
+    """A child process serving ``POST /v1/embeddings`` on a free loopback port, stopped by :meth:`stop`."""
+
+    def __init__(self, command: list[str], log: Path) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        config = tmp / "embeddings.toml"
-        config.write_text(
-            f'data_dir = "{tmp / "data"}"\n[edge]\nenabled = false\n[cloud]\nenabled = false\n'
-            '[auth]\nopen_mode = true\n[observability]\nlog_format = "text"\n'
-            + extra_toml.replace("\\n", "\n")
-        )
-        tiergate = str(Path(sys.executable).with_name("tiergate"))
         self.process = subprocess.Popen(
-            [tiergate, "serve", "--config", str(config), "--port", str(self.port)],
-            stdout=(tmp / "gateway.log").open("wb"),
-            stderr=subprocess.STDOUT,
+            [*command, "--port", str(self.port)], stdout=log.open("wb"), stderr=subprocess.STDOUT
         )
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"the gateway exited; see {tmp / 'gateway.log'}")
+                raise RuntimeError(f"{command[0]} exited; see {log}")
             try:
                 if httpx.post(f"{self.url}/v1/embeddings", json={"model": MODEL, "input": "hi"}).is_success:
                     return
             except httpx.HTTPError:
                 pass
             time.sleep(0.25)
-        raise RuntimeError("the gateway did not answer embeddings")
+        raise RuntimeError(f"{command[0]} did not answer embeddings; see {log}")
 
     def stop(self) -> None:
         self.process.terminate()
         self.process.wait(30)
+
+
+def gateway(tmp: Path, extra_toml: str = "") -> Server:
+    """``tiergate serve``: no chat tier, open-mode auth, the default cache and ledger."""
+    config = tmp / "embeddings.toml"
+    config.write_text(
+        f'data_dir = "{tmp / "data"}"\n[edge]\nenabled = false\n[cloud]\nenabled = false\n'
+        '[auth]\nopen_mode = true\n[observability]\nlog_format = "text"\n' + extra_toml.replace("\\n", "\n")
+    )
+    tiergate = str(Path(sys.executable).with_name("tiergate"))
+    return Server([tiergate, "serve", "--config", str(config)], tmp / "gateway.log")
+
+
+def floor(tmp: Path, folder: Path, threads: int, inline: bool) -> Server:
+    """``bench/embeddings_floor.py``: a bare HTTP server around the same model (``inline``: on its loop)."""
+    command = [sys.executable, "-m", "bench.embeddings_floor", str(folder), str(threads)]
+    name = "floor-inline" if inline else "floor"
+    return Server(command + ["--inline"] * inline, tmp / f"{name}.log")
 
 
 def timed(seconds: float, call: Callable[[], int]) -> float:
@@ -205,47 +226,60 @@ def main(argv: list[str] | None = None) -> int:
     folder = Path(load_settings().build_cache_dir).expanduser() / DEFAULT_EMBEDDING_MODEL_DIR
     raw = Raw(folder, args.threads)
     extra = args.gateway_toml + (f"\n[embedding]\nthreads = {args.threads}\n" if args.threads else "")
-    paths = ("raw", "gateway c1", "gateway c4")
+    paths = ("raw", "floor-inline c1", "floor c1", "gateway c1", "gateway c4")
     rates: dict[tuple[str, int], list[float]] = {(p, b): [] for p in paths for b in batches}
     with tempfile.TemporaryDirectory(prefix="bench-embeddings-") as tmp:
-        gateway = Gateway(Path(tmp), extra)
+        servers = {
+            "floor-inline": floor(Path(tmp), folder, args.threads, inline=True),
+            "floor": floor(Path(tmp), folder, args.threads, inline=False),
+            "gateway": gateway(Path(tmp), extra),
+        }
         try:
-            client = Client(gateway.port)
-            for batch in batches:  # warm both sides up
+            for batch in batches:  # warm every side up
                 raw.embed(texts(batch))
-                client.embed(batch)
+                for server in servers.values():
+                    Client(server.port).embed(batch)
             for round_ in range(args.repeats):
                 for batch in batches:
                     order = paths if round_ % 2 == 0 else tuple(reversed(paths))
                     for path in order:
+                        name, _, width = path.partition(" ")
                         if path == "raw":
                             rate = timed(args.seconds, lambda b=batch: len(raw.embed(texts(b))))
-                        elif path == "gateway c1":
-                            rate = timed(args.seconds, lambda b=batch: client.embed(b))
+                        elif width == "c1":  # a new connection: an idle one is closed after 5 s
+                            c1 = Client(servers[name].port)
+                            rate = timed(args.seconds, functools.partial(c1.embed, batch))
                         else:
-                            rate = concurrent(gateway.port, batch, 4, args.seconds)
+                            rate = concurrent(servers[name].port, batch, 4, args.seconds)
                         rates[(path, batch)].append(rate)
         finally:
-            gateway.stop()
+            for server in servers.values():
+                server.stop()
     rows = []
-    print(f"{'batch':>5} {'path':<11} {'embeddings/s':>12} {'vs raw':>7}")
+    print(f"{'batch':>5} {'path':<15} {'embeddings/s':>12} {'vs raw':>7} {'vs floor':>8}")
     for batch in batches:
-        base = rates[("raw", batch)]
         for path in paths:
             got = rates[(path, batch)]
-            paired = statistics.median(g / r for g, r in zip(got, base, strict=True))
             row: dict[str, Any] = {
                 "batch": batch,
                 "path": path,
                 "embeddings_per_s": round(statistics.median(got), 1),
-                "vs_raw": round(paired, 3),
+                "vs_raw": paired(got, rates[("raw", batch)]),
+                # the gateway against the bare server with the same clients: its own work's share
+                "vs_floor": paired(got, rates[("floor c1", batch)]) if path == "gateway c1" else None,
                 "rounds": [round(r, 1) for r in got],
             }
             rows.append(row)
-            print(f"{batch:>5} {path:<11} {row['embeddings_per_s']:>12} {row['vs_raw']:>7.1%}")
+            floor_ratio = f"{row['vs_floor']:>8.1%}" if row["vs_floor"] is not None else ""
+            print(f"{batch:>5} {path:<15} {row['embeddings_per_s']:>12} {row['vs_raw']:>7.1%} {floor_ratio}")
     fields = {"model": MODEL, "repeats": args.repeats, "seconds_per_cell": args.seconds, "rows": rows}
     write_results(RESULTS, "bench.embeddings", argv, fields)
     return 0
+
+
+def paired(got: list[float], base: list[float]) -> float:
+    """The median over rounds of got / base in the same round."""
+    return round(statistics.median(g / b for g, b in zip(got, base, strict=True)), 3)
 
 
 def write_results(path: Path, module: str, argv: list[str] | None, fields: dict[str, Any]) -> None:
