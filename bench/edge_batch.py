@@ -28,7 +28,7 @@ Method
 
     .venv/bin/python -m bench.edge_batch [--repeats 3] [--max-tokens 64] [--concurrency 1,2,4,8]
                                          [--prompts shared|distinct] [--engines serial,batched]
-                                         [--chunks 16,32,64,128] [--skip-http]
+                                         [--chunks 16,32,64,128] [--skip-http] [--batch-threads N]
 
 Prints a table and writes the run under ``runs.<prompts>`` of bench/results/edge_batch.json.
 """
@@ -219,6 +219,9 @@ async def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prompts", choices=["shared", "distinct"], default="shared")
     parser.add_argument("--engines", default="serial,batched")
     parser.add_argument("--chunks", default="16,32,64,128")
+    parser.add_argument(
+        "--batch-threads", type=int, default=0, help="edge.batch_threads of every engine (0: its default)"
+    )
     args = parser.parse_args(argv)
     widths = [int(c) for c in args.concurrency.split(",")]
     engines = args.engines.split(",")
@@ -230,7 +233,7 @@ async def main(argv: list[str] | None = None) -> int:
     )
     wide = await asyncio.to_thread(decode_ceiling, widths, 40, threads, os.cpu_count() or 1)
     print(f"llama_decode alone ({os.cpu_count()} batch threads):", {c: round(v, 1) for c, v in wide.items()})
-    chunks = [int(c) for c in args.chunks.split(",")]
+    chunks = [int(c) for c in args.chunks.split(",") if c]
     costs = await asyncio.to_thread(step_costs, chunks, 3, threads) if chunks else {}
     print("one step, ms:", {k: round(1000 * v, 1) for k, v in costs.items()})
     batches = 0
@@ -242,9 +245,13 @@ async def main(argv: list[str] | None = None) -> int:
 
     tiers: dict[str, Tier] = {}
     if "serial" in engines:
-        tiers["tier/serial"] = LlamaCppTier(EdgeConfig(threads=threads, max_sequences=1, prefix_cache_mb=0))
+        batch_threads = args.batch_threads
+        one = EdgeConfig(threads=threads, max_sequences=1, prefix_cache_mb=0, batch_threads=batch_threads)
+        tiers["tier/serial"] = LlamaCppTier(one)
     if "batched" in engines:
-        config = EdgeConfig(threads=threads, max_sequences=max(widths), prefix_cache_mb=0)
+        config = EdgeConfig(
+            threads=threads, batch_threads=args.batch_threads, max_sequences=max(widths), prefix_cache_mb=0
+        )
         tiers["tier/batched"] = BatchedLlamaTier(config)
     for tier in tiers.values():
         await tier.start()
@@ -253,6 +260,7 @@ async def main(argv: list[str] | None = None) -> int:
     if not args.skip_http:
         for name, seqs in ((f"http/{e}", 1 if e == "serial" else max(widths)) for e in engines):
             toml = f"threads = {threads}\nmax_sequences = {seqs}\nprefix_cache_mb = 0\n"
+            toml += f"batch_threads = {args.batch_threads}\n"
             gateways[name] = GatewayProcess(tmp, name.replace("/", "-"), toml)
         for gateway in gateways.values():
             gateway.wait_ready()
@@ -307,7 +315,7 @@ async def main(argv: list[str] | None = None) -> int:
         "max_tokens": args.max_tokens,
         "repeats": args.repeats,
         "prompt": ESSAY[0]["content"] if args.prompts == "shared" else distinct_prompts("r", 1)[0],
-        "batch_threads": threads,
+        "batch_threads": args.batch_threads or threads,
         "llama_decode_tokens_per_s": {str(c): v for c, v in ceiling.items()},
         "llama_decode_tokens_per_s_batch_threads_every_core": {str(c): v for c, v in wide.items()},
         "step_seconds": costs,
