@@ -28,6 +28,7 @@ from tiers._events import (
 )
 from tiers._types import Generation, Usage
 from tiers.cloud._checks import OutputCheck, greedy_copies
+from tiers.cloud._eos import counted, ended_at_eos, without_eos
 
 
 class WirePromptDetails(msgspec.Struct):
@@ -87,6 +88,8 @@ class WireChoice(msgspec.Struct):
     message: WireMessage | None = None
     text: str | None = None  # /v1/completions
     finish_reason: str | None = None
+    # vLLM's: the stop string or token id; null at the end token (_eos.py); absent from other servers
+    stop_reason: int | str | msgspec.UnsetType | None = msgspec.UNSET
     logprobs: WireLogprobs | None = None
 
 
@@ -105,6 +108,7 @@ class WireChunkChoice(msgspec.Struct):
     delta: WireMessage | None = None
     text: str | None = None  # /v1/completions
     finish_reason: str | None = None
+    stop_reason: int | str | msgspec.UnsetType | None = msgspec.UNSET
     logprobs: WireLogprobs | None = None
 
 
@@ -306,12 +310,18 @@ def body_events(body: bytes, instance: str, model: str, check: OutputCheck) -> t
     events: list[Event] = [Started(instance, answer.model or model)]
     reasons: dict[int, str] = {}
     called: set[int] = set()
+    ended = 0  # choices that ended at the end token (_eos.py)
     for choice in answer.choices:
         if choice.message is not None and choice.message.tool_calls:
             called.update(range(check.copies) if check.copies > 1 else (choice.index,))
+        logprobs = choice.logprobs
+        if ended_at_eos(choice.finish_reason, choice.stop_reason):
+            ended += 1
+            said = choice.text or (choice.message.content if choice.message else None)
+            logprobs = without_eos(logprobs, said)
         pieces = [
             c
-            for p in _pieces(choice.index, choice.message, choice.logprobs, choice.text)
+            for p in _pieces(choice.index, choice.message, logprobs, choice.text)
             for c in _copies(p, check.copies)
         ]
         check.whole(pieces)
@@ -322,7 +332,7 @@ def body_events(body: bytes, instance: str, model: str, check: OutputCheck) -> t
     check.finished(reasons)
     done, reason = _ending(reasons, check.n, called)
     usage = answer.usage or WireUsage()
-    return (*events, *done, Finished(reason, usage.usage()))
+    return (*events, *done, Finished(reason, counted(usage.usage(), ended)))
 
 
 async def stream_events(
@@ -336,6 +346,7 @@ async def stream_events(
     reasons: dict[int, str] = {}
     called: set[int] = set()
     usage: WireUsage | None = None
+    ended = 0  # choices that ended at the end token (_eos.py)
     answering = ""  # the model the chunks name
     started = False
     rest = b""
@@ -365,7 +376,12 @@ async def stream_events(
                     reasons[choice.index] = choice.finish_reason
                 if choice.delta is not None and choice.delta.tool_calls:
                     called.update(range(check.copies) if check.copies > 1 else (choice.index,))
-                for piece in _pieces(choice.index, choice.delta, choice.logprobs, choice.text):
+                logprobs = choice.logprobs
+                if ended_at_eos(choice.finish_reason, choice.stop_reason):
+                    ended += 1
+                    said = choice.text or (choice.delta.content if choice.delta else None)
+                    logprobs = without_eos(logprobs, said)
+                for piece in _pieces(choice.index, choice.delta, logprobs, choice.text):
                     if not started:
                         started = True
                         yield Started(instance, answering or model)
@@ -378,4 +394,4 @@ async def stream_events(
     done, reason = _ending(reasons, check.n, called)
     for event in done:
         yield event
-    yield Finished(reason, usage.usage() if usage else Usage(0, 0))
+    yield Finished(reason, counted(usage.usage(), ended) if usage else Usage(0, 0))
