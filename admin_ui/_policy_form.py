@@ -130,9 +130,9 @@ def fields(tiers: list[str]) -> list[tuple[str, list[Field]]]:
                     "semantic_cache.enabled",
                     "Answer paraphrases from the semantic cache",
                     "checkbox",
-                    "a request whose last user turn embeds close to a stored one's, all else equal; on "
-                    "unseen questions that differ by a word (capital of France / of Germany) 2.6-4.7 % got "
-                    "the stored answer in tests (docs/cache.md)",
+                    "the last user turn embeds close to a stored one's, all else equal; 2.6-4.7 % of "
+                    "unseen near misses (capital of France / of Germany) got the stored answer in tests "
+                    "(docs/cache.md)",
                 ),
                 Field(
                     "semantic_cache.threshold",

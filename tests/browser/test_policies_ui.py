@@ -44,6 +44,13 @@ def test_edit_a_policy_and_the_next_request_follows_it_then_roll_it_back(
     page.get_by_role("link", name="ops", exact=True).click()
     expect(page).to_have_url(f"{ui_gateway.url}/admin/policies/ops")
     expect(page.locator("#f-cache")).to_be_checked()
+    # A checkbox's help is shown under it and read with it (it was dropped before).
+    sampled = page.locator("#f-semantic_cache-allow_sampling")
+    expect(sampled).to_have_attribute("aria-describedby", "f-semantic_cache-allow_sampling-help")
+    expect(page.locator("#f-semantic_cache-allow_sampling-help")).to_have_text(
+        "temperature above 0 without a seed"
+    )
+    expect(page.locator("#f-semantic_cache-enabled-help")).to_contain_text("near misses")
 
     # Bad input is refused, with the message next to the field and what was typed kept.
     page.fill("#f-quality_floor", "high")
