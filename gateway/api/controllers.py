@@ -10,6 +10,7 @@ from litestar import Request, Response, asgi, get
 from litestar.datastructures import State
 from litestar.di import NamedDependency
 from litestar.exceptions import MethodNotAllowedException
+from litestar.params import FromPath
 from litestar.types import Receive, Scope, Send
 
 from gateway.api import completions as legacy
@@ -129,7 +130,7 @@ async def list_models(
 
 @get("/v1/models/{model:path}")
 async def retrieve_model(
-    request: Request[object, object, State], services: NamedDependency[Services], model: str
+    request: Request[object, object, State], services: NamedDependency[Services], model: FromPath[str]
 ) -> Response[bytes]:
     """One model card (``client.models.retrieve``); an unknown name is a 404 as for chat."""
     await services.auth.caller(request.headers)

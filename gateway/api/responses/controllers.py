@@ -15,6 +15,7 @@ from litestar import Request, Response, asgi, delete, get
 from litestar.datastructures import State
 from litestar.di import NamedDependency
 from litestar.exceptions import MethodNotAllowedException
+from litestar.params import FromPath
 from litestar.types import Receive, Scope, Send
 
 from gateway.accounts.responses import ResponseStore, Stored
@@ -163,7 +164,7 @@ async def _tenant(request: Request[object, object, State], services: Services) -
 
 @get("/v1/responses/{response_id:str}")
 async def retrieve_response(
-    request: Request[object, object, State], services: NamedDependency[Services], response_id: str
+    request: Request[object, object, State], services: NamedDependency[Services], response_id: FromPath[str]
 ) -> Response[bytes]:
     body = await services.responses.get(await _tenant(request, services), response_id)
     return Response(body, media_type=JSON)
@@ -171,7 +172,7 @@ async def retrieve_response(
 
 @delete("/v1/responses/{response_id:str}", status_code=200)
 async def delete_response(
-    request: Request[object, object, State], services: NamedDependency[Services], response_id: str
+    request: Request[object, object, State], services: NamedDependency[Services], response_id: FromPath[str]
 ) -> Response[bytes]:
     await services.responses.delete(await _tenant(request, services), response_id)
     body = {"id": response_id, "object": "response.deleted", "deleted": True}
