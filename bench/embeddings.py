@@ -229,12 +229,11 @@ def main(argv: list[str] | None = None) -> int:
     paths = ("raw", "floor-inline c1", "floor c1", "gateway c1", "gateway c4")
     rates: dict[tuple[str, int], list[float]] = {(p, b): [] for p in paths for b in batches}
     with tempfile.TemporaryDirectory(prefix="bench-embeddings-") as tmp:
-        servers = {
-            "floor-inline": floor(Path(tmp), folder, args.threads, inline=True),
-            "floor": floor(Path(tmp), folder, args.threads, inline=False),
-            "gateway": gateway(Path(tmp), extra),
-        }
-        try:
+        servers: dict[str, Server] = {}
+        try:  # each started one is stopped, also when a later one fails to start
+            servers["floor-inline"] = floor(Path(tmp), folder, args.threads, inline=True)
+            servers["floor"] = floor(Path(tmp), folder, args.threads, inline=False)
+            servers["gateway"] = gateway(Path(tmp), extra)
             for batch in batches:  # warm every side up
                 raw.embed(texts(batch))
                 for server in servers.values():
