@@ -18,12 +18,15 @@ import msgspec
 from tiers._types import Usage
 
 if TYPE_CHECKING:
-    from tiers.cloud._wire import WireLogprobs
+    from tiers.cloud._wire import WireChoice, WireChunkChoice, WireLogprobs, WireMessage
 
 
-def ended_at_eos(finish_reason: str | None, stop_reason: object) -> bool:
-    """Whether vLLM says the answer ended at the end token (``stop_reason`` sent, and null)."""
-    return finish_reason in ("stop", "tool_calls") and stop_reason is None
+def scored(choice: WireChoice | WireChunkChoice, said: WireMessage | None) -> tuple[WireLogprobs | None, int]:
+    """A choice's logprobs (its ``message`` or ``delta`` is ``said``), less the end token's entry when
+    vLLM says the choice ended at it (``stop_reason`` sent, and null); and 1 when it did, else 0."""
+    if choice.finish_reason not in ("stop", "tool_calls") or choice.stop_reason is not None:
+        return choice.logprobs, 0
+    return without_eos(choice.logprobs, choice.text or (said.content if said else None)), 1
 
 
 def without_eos(logprobs: WireLogprobs | None, text: str | None) -> WireLogprobs | None:

@@ -28,7 +28,7 @@ from tiers._events import (
 )
 from tiers._types import Generation, Usage
 from tiers.cloud._checks import OutputCheck, greedy_copies
-from tiers.cloud._eos import counted, ended_at_eos, without_eos
+from tiers.cloud._eos import counted, scored
 
 
 class WirePromptDetails(msgspec.Struct):
@@ -314,11 +314,8 @@ def body_events(body: bytes, instance: str, model: str, check: OutputCheck) -> t
     for choice in answer.choices:
         if choice.message is not None and choice.message.tool_calls:
             called.update(range(check.copies) if check.copies > 1 else (choice.index,))
-        logprobs = choice.logprobs
-        if ended_at_eos(choice.finish_reason, choice.stop_reason):
-            ended += 1
-            said = choice.text or (choice.message.content if choice.message else None)
-            logprobs = without_eos(logprobs, said)
+        logprobs, eos = scored(choice, choice.message)
+        ended += eos
         pieces = [
             c
             for p in _pieces(choice.index, choice.message, logprobs, choice.text)
@@ -376,11 +373,8 @@ async def stream_events(
                     reasons[choice.index] = choice.finish_reason
                 if choice.delta is not None and choice.delta.tool_calls:
                     called.update(range(check.copies) if check.copies > 1 else (choice.index,))
-                logprobs = choice.logprobs
-                if ended_at_eos(choice.finish_reason, choice.stop_reason):
-                    ended += 1
-                    said = choice.text or (choice.delta.content if choice.delta else None)
-                    logprobs = without_eos(logprobs, said)
+                logprobs, eos = scored(choice, choice.delta)
+                ended += eos
                 for piece in _pieces(choice.index, choice.delta, logprobs, choice.text):
                     if not started:
                         started = True
