@@ -53,7 +53,7 @@ TIMED = {
     "tokenize": (stages.EmbeddingPipeline, "_tokens"),
     "cache lookup": (stages.EmbeddingPipeline, "_get_many"),
     "model": (OnnxEmbedder, "embed"),
-    "ledger": (record.Recorder, "finished"),
+    "ledger": (record.Recorder, "ended"),
     "pipeline": (stages.EmbeddingPipeline, "run"),
 }
 _counter = itertools.count()

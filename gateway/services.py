@@ -48,6 +48,7 @@ from gateway.pipeline.admission import admit
 from gateway.pipeline.caching import AnswerCache
 from gateway.pipeline.chat import ChatPipeline, ChatService
 from gateway.pipeline.embeddings.stages import EmbeddingPipeline, embedding_config
+from gateway.pipeline.front import Front
 from gateway.pipeline.record import Recorder
 from gateway.pipeline.routing import RoutingService, tier_prices
 from gateway.pipeline.semantic import semantic_cache
@@ -249,6 +250,8 @@ async def open_services(
         if semantic is not None:
             await semantic.start()
             stack.push_async_callback(semantic.aclose)
+        activity = Activity(settings.admin_ui.recent_decisions)
+        recorder = Recorder(limiter, ledger, prices, metrics, tracing, activity)
         chat = ChatService(
             tier_set,
             metrics,
@@ -257,6 +260,7 @@ async def open_services(
             answers=AnswerCache(settings.cache, store_, settings.routing, metrics),
             semantic=semantic,
             routing=routing,
+            recorder=recorder,
             fail_instead_of_degrade=settings.degradation.fail_instead,
         )
         stack.push_async_callback(chat.aclose)
@@ -264,9 +268,8 @@ async def open_services(
         if settings.media.enabled:
             targets = media_targets(admitted)
             media = MediaPipeline(settings.media, settings.data_path, targets, metrics=MediaMetrics(metrics))
-        activity = Activity(settings.admin_ui.recent_decisions)
-        recorder = Recorder(limiter, ledger, prices, metrics, tracing, activity)
-        pipeline = ChatPipeline(chat, auth, policies, limiter, recorder, tracing, media)
+        front = Front(auth, policies, limiter, recorder, tracing, metrics)  # every endpoint's way in
+        pipeline = ChatPipeline(chat, front, tracing, media)
         # Written ahead where the ledger's rows are too (SQLite, ledger.sync = "os"): the same promise.
         write_ahead = settings.data_path / "responses-wal" if settings.ledger.sync == "os" else None
         responses = ResponseStore(engine, settings.responses, write_ahead)
@@ -275,7 +278,7 @@ async def open_services(
         embeddings = None
         if embedder is not None:
             embeddings = EmbeddingPipeline(
-                embedder, auth, policies, limiter, recorder, tracing, metrics, store_, settings.cache.ttl_s
+                embedder, front, recorder, tracing, metrics, store_, settings.cache.ttl_s
             )
             stack.push_async_callback(embeddings.aclose)  # its held cache writes, before the store closes
         await _start_tiers(admitted, stack)

@@ -70,7 +70,7 @@ class JSONAnswer:
         await send({"type": "http.response.body", "body": self.body, "more_body": False})
 
 
-async def _until_disconnect(receive: Receive) -> None:
+async def until_disconnect(receive: Receive) -> None:
     while (await receive())["type"] != "http.disconnect":
         pass
 
@@ -103,7 +103,7 @@ class EventStream:
                 left = True
                 task.cancel()
 
-        watch = asyncio.ensure_future(_until_disconnect(receive))
+        watch = asyncio.ensure_future(until_disconnect(receive))
         watch.add_done_callback(on_disconnect)
         try:
             await send({"type": "http.response.start", "status": 200, "headers": self.headers})

@@ -9,20 +9,18 @@ import msgspec
 from litestar import Request, Response, asgi, get
 from litestar.datastructures import State
 from litestar.di import NamedDependency
-from litestar.exceptions import MethodNotAllowedException
 from litestar.params import FromPath
 from litestar.types import Receive, Scope, Send
 
 from gateway.api import completions as legacy
-from gateway.api.asgi_io import EventStream, JSONAnswer, read_body
-from gateway.api.framing import chat_headers, event_stream, json_body, route_headers
+from gateway.api.asgi_io import EventStream, JSONAnswer
+from gateway.api.door import door, respond
+from gateway.api.framing import event_stream, json_body, route_headers
 from gateway.api.protocol import encode
-from gateway.api.request_id import request_id
 from gateway.api.responses import ROUTES as RESPONSES_ROUTES
 from gateway.errors import GatewayError, NotFound, PermissionDenied
-from gateway.pipeline.chat import Incoming
 from gateway.pipeline.embeddings.stages import ENDPOINT as EMBEDDINGS
-from gateway.services import Services, services_of
+from gateway.services import Services
 
 JSON = "application/json"
 
@@ -33,79 +31,57 @@ async def chat_completions(scope: Scope, receive: Receive, send: Send) -> None:
     (gateway/api/asgi_io.py), so Litestar's request parsing and response conversion are skipped;
     its routing, middleware and exception handlers still apply.  The stages are the pipeline's
     (gateway/pipeline/chat.py); this frames what it answers."""
-    if scope["method"] != "POST":  # type: ignore[typeddict-item]
-        raise MethodNotAllowedException(headers={"Allow": "POST"})
-    services = services_of(scope["app"].state)  # a raw ASGI handler: no dependency injection
-    headers = chat_headers(scope)
-    limit = services.settings.server.max_body_bytes
+    services, incoming, departure = door(scope, receive)
 
-    def noted(tenant: str, model: str) -> None:
-        services.observer.note(scope, tenant, model)
+    async def make() -> JSONAnswer | EventStream:
+        answer = await services.pipeline.run(incoming)
+        if answer.stream:
+            return EventStream(event_stream(answer), route_headers(answer.routed))
+        return JSONAnswer(await json_body(answer), route_headers(answer.routed))
 
-    incoming = Incoming(
-        headers, lambda: read_body(receive, headers.get("content-length"), limit), request_id(scope), noted
-    )
-    answer = await services.pipeline.run(incoming)
-    response: JSONAnswer | EventStream
-    if answer.stream:
-        response = EventStream(event_stream(answer), route_headers(answer.routed))
-    else:
-        response = JSONAnswer(await json_body(answer), route_headers(answer.routed))
-    await response(scope, receive, send)
+    await respond(scope, receive, send, departure, make)
 
 
 @asgi("/v1/completions", copy_scope=False)
 async def completions(scope: Scope, receive: Receive, send: Send) -> None:
     """POST only: OpenAI's legacy completions (gateway/api/completions/), each prompt a run of the
     chat pipeline in its raw-prompt mode; framed as ``text_completion``."""
-    if scope["method"] != "POST":  # type: ignore[typeddict-item]
-        raise MethodNotAllowedException(headers={"Allow": "POST"})
-    services = services_of(scope["app"].state)
-    headers = chat_headers(scope)
-    limit = services.settings.server.max_body_bytes
-    rid = request_id(scope)
+    services, incoming, departure = door(scope, receive)
+    rid = incoming.request_id
 
-    def noted(tenant: str, model: str) -> None:
-        services.observer.note(scope, tenant, model)
-
-    asked, answers, later = await legacy.start(
-        services.pipeline,
-        services.auth,
-        headers,
-        lambda: read_body(receive, headers.get("content-length"), limit),
-        rid,
-        noted,
-    )
-    first = answers[0]
-    response: JSONAnswer | EventStream
-    if asked.stream:
-        events = legacy.event_stream(
-            first, later, asked.prompts, asked.n, echo=asked.echo, include_usage=asked.include_usage, rid=rid
-        )
-        response = EventStream(events, route_headers(first.routed))
-    else:
+    async def make() -> JSONAnswer | EventStream:
+        asked, answers, later = await legacy.start(services.pipeline, services.auth, incoming)
+        first = answers[0]
+        if asked.stream:
+            events = legacy.event_stream(
+                first,
+                later,
+                asked.prompts,
+                asked.n,
+                echo=asked.echo,
+                include_usage=asked.include_usage,
+                rid=rid,
+            )
+            return EventStream(events, route_headers(first.routed))
         body = await legacy.json_body(answers, asked.prompts, asked.n, asked.echo, rid)
-        response = JSONAnswer(body, route_headers(first.routed))
-    await response(scope, receive, send)
+        return JSONAnswer(body, route_headers(first.routed))
+
+    await respond(scope, receive, send, departure, make)
 
 
 @asgi(EMBEDDINGS, copy_scope=False)
 async def embeddings(scope: Scope, receive: Receive, send: Send) -> None:
     """POST only; raw ASGI like chat. The stages are gateway/pipeline/embeddings/stages.py's."""
-    if scope["method"] != "POST":  # type: ignore[typeddict-item]
-        raise MethodNotAllowedException(headers={"Allow": "POST"})
-    services = services_of(scope["app"].state)
-    if services.embeddings is None:
+    services, incoming, departure = door(scope, receive, endpoint="embeddings")
+    pipeline = services.embeddings
+    if pipeline is None:
         raise NotFound(f"{EMBEDDINGS} is off here (embedding.enabled = false)")
-    headers = chat_headers(scope)
-    limit = services.settings.server.max_body_bytes
 
-    def noted(tenant: str, model: str) -> None:
-        services.observer.note(scope, tenant, model)
+    async def make() -> JSONAnswer:
+        answer = await pipeline.run(incoming)
+        return JSONAnswer(answer.body, route_headers(answer.routed))
 
-    body = lambda: read_body(receive, headers.get("content-length"), limit)  # noqa: E731
-    answer = await services.embeddings.run(Incoming(headers, body, request_id(scope), noted))
-    await JSONAnswer(answer.body, route_headers(answer.routed))(scope, receive, send)
+    await respond(scope, receive, send, departure, make)
 
 
 def _embedding_cards(services: Services) -> list[dict[str, object]]:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import router
 from gateway.pipeline.caching import CacheStatus
-from tiers import Event, Finished
+from tiers import Event, EventStream, Finished
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +55,7 @@ def predicted_header(decision: router.Decision, served: str) -> str:
     )
 
 
-async def chain(head: Iterable[Event], rest: AsyncGenerator[Event, None]) -> AsyncGenerator[Event, None]:
+async def chain(head: Iterable[Event], rest: EventStream) -> AsyncGenerator[Event, None]:
     """The events already read (``head``), then the rest; ``rest`` is closed however this ends."""
     try:
         for event in head:

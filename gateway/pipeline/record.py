@@ -8,10 +8,10 @@ cut off by the tier and clients that leave mid-stream get a row too, written wit
 
 from __future__ import annotations
 
-import dataclasses
+import asyncio
 import math
 import time
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import msgspec
@@ -27,16 +27,14 @@ from gateway.accounts.ledger import (
 )
 from gateway.accounts.tenants import Caller, Demand, RateLimiter, Tenant
 from gateway.api.protocol import AudioPart, ChatCompletionRequest, ImagePart, VideoPart
-from gateway.errors import PermissionDenied, error_body, to_gateway_error
+from gateway.errors import PermissionDenied, to_gateway_error
 from gateway.ops.activity import Activity, Decision
 from gateway.ops.metrics import Metrics
 from gateway.ops.tracing import Tracing
-from gateway.pipeline.answer import Answer, Routed
+from gateway.pipeline.answer import Routed
 from gateway.pipeline.caching import CacheStatus
 from router import NO_MEDIA, MediaSummary
-from tiers import Event, Finished, Usage
-
-CLIENT_GONE = "the client went away before the stream ended"
+from tiers import Usage
 
 
 def demand_of(request: ChatCompletionRequest, media: MediaSummary = NO_MEDIA) -> Demand:
@@ -76,6 +74,8 @@ class Call:
     model_asked: str = ""
     endpoint: str = "chat"  # the ledger's endpoint column: chat, responses, completions, embeddings
     residency: tuple[tuple[str, str], ...] = ()  # the residency rules that matched: (label, action)
+    ttft_ms: float | None = None  # a stream's: when its first byte was ready
+    ended: bool = False  # its ending ran (gateway/pipeline/ending.py): it runs once
 
 
 def _begun(
@@ -122,6 +122,7 @@ class Recorder:
         self._metrics = metrics
         self._tracing = tracing
         self._activity = activity
+        self._charging: set[asyncio.Task[None]] = set()  # tokens charged after a cancelled ending
 
     def begin(
         self,
@@ -141,61 +142,49 @@ class Recorder:
         """A request of another endpoint than chat (embeddings): counted as one request, no media."""
         return _begun(caller, request_id, model, endpoint, None, tags_header)
 
-    async def finished(self, call: Call, routed: Routed, model: str, usage: Usage) -> None:
-        """Another endpoint's answer, read whole: tokens charged, its row durable before it is sent."""
-        await self._finished(call, routed, model, usage, None)
-
-    async def recorded(self, call: Call, answer: Answer) -> Answer:
-        """``answer`` with its end recorded: at once when it was read whole, else as its stream ends
-        (a stream's first byte is ready now: its ttft)."""
-        stream = call.request is not None and call.request.stream
-        ttft_ms = (time.perf_counter() - call.started) * 1000 if stream else None
-        if answer.finished is not None and not stream:
-            await self._finished(call, answer.routed, answer.model, answer.finished.usage, ttft_ms)
-            return answer
-        return dataclasses.replace(answer, events=self._recording(call, answer, ttft_ms))
-
-    async def _recording(
-        self, call: Call, answer: Answer, ttft_ms: float | None
-    ) -> AsyncGenerator[Event, None]:
-        routed, events = answer.routed, answer.events
-        ended: Finished | None = None
-        status, error = 499, CLIENT_GONE
-        try:
-            try:
-                async for event in events:
-                    if isinstance(event, Finished):
-                        ended = event
-                        break
-                    yield event
-            except Exception as exc:  # the tier failed after the answer began
-                body = msgspec.json.encode(error_body(to_gateway_error(exc))).decode()
-                status, error = 502, f"the tier failed mid-stream: {body}"
-                raise
-            ended = ended or Finished("stop", Usage(0, 0))  # a stream that ended without saying why
-            await self._finished(call, routed, answer.model, ended.usage, ttft_ms)
-            status = 200
-            yield ended
-        finally:
-            if status != 200:
-                self._note(call, routed, status)
-                if self._ledger is not None:
-                    self._ledger.submit(
-                        self._row(call, routed, answer.model, Usage(0, 0), ttft_ms, error=error)
-                    )
-            await events.aclose()
-
-    async def _finished(
-        self, call: Call, routed: Routed, model: str, usage: Usage, ttft_ms: float | None
+    async def ended(
+        self,
+        call: Call,
+        routed: Routed | None,
+        model: str,
+        usage: Usage,
+        status: int = 200,
+        error: str | None = None,
+        *,
+        durable: bool = True,
     ) -> None:
-        self._note(call, routed, 200)
+        """The request ended (gateway/pipeline/ending.py says how): the tokens it produced are charged
+        to the tenant's limits and written in its ledger row; ``durable``: the row is on disk before
+        this returns (a completed answer's, before its last event goes on), else it is handed to the
+        writer without waiting (a client that left is not kept waiting for it)."""
+        self._note(call, routed, status)
         await self._limiter.charge_tokens(call.tenant, usage.total_tokens)
+        if self._ledger is None:
+            return
+        row = self._row(call, routed, model, usage, call.ttft_ms, status=status, error=error)
+        if not durable:
+            self._ledger.submit(row)
+            return
+        started = time.perf_counter()
+        with self._tracing.span("ledger.write"):
+            await self._ledger.record(row)
+        self._metrics.ledger_written(time.perf_counter() - started)
+
+    def ended_now(
+        self, call: Call, routed: Routed | None, model: str, usage: Usage, status: int, error: str | None
+    ) -> None:
+        """:meth:`ended` without waiting for anything (its task is being cancelled): the row is
+        handed to the writer and the tokens are charged in the background."""
+        self._note(call, routed, status)
+        task = asyncio.get_running_loop().create_task(
+            self._limiter.charge_tokens(call.tenant, usage.total_tokens)
+        )
+        self._charging.add(task)
+        task.add_done_callback(self._charging.discard)
         if self._ledger is not None:
-            row = self._row(call, routed, model, usage, ttft_ms)
-            started = time.perf_counter()
-            with self._tracing.span("ledger.write"):
-                await self._ledger.record(row)
-            self._metrics.ledger_written(time.perf_counter() - started)
+            self._ledger.submit(
+                self._row(call, routed, model, usage, call.ttft_ms, status=status, error=error)
+            )
 
     def failed(self, call: Call, exc: Exception) -> None:
         error = to_gateway_error(exc)

@@ -16,6 +16,7 @@ from gateway.api.completions import IN_FLIGHT, event_stream, json_body, parse_co
 from gateway.errors import InvalidRequest
 from gateway.pipeline.answer import Answer, Routed, whole
 from gateway.pipeline.chat import RequestContext
+from gateway.pipeline.front import Incoming
 from tests.gateway.test_chat_service import service
 from tests.openai_schema import COMPLETION, validate
 from tiers import (
@@ -304,12 +305,14 @@ def _body(**kw: Any) -> Callable[[], Awaitable[bytes]]:
     return read
 
 
+def _incoming(**kw: Any) -> Incoming:
+    return Incoming({}, _body(**kw), "rid")
+
+
 async def test_a_json_request_runs_at_most_four_prompts_at_once_each_with_its_own_id() -> None:
     pipeline = FakePipeline()
     prompts = [f"p{i}" for i in range(9)]
-    asked, answers, later = await start(
-        pipeline, FakeAuth(), {}, _body(prompt=prompts), "rid", lambda t, m: None
-    )  # type: ignore[arg-type]
+    asked, answers, later = await start(pipeline, FakeAuth(), _incoming(prompt=prompts))  # type: ignore[arg-type]
     assert later == [] and len(answers) == 9 and pipeline.most == IN_FLIGHT == 4
     assert sorted(pipeline.ids) == sorted(["rid", *(f"rid-{i}" for i in range(1, 9))])
     body = json.loads(await json_body(answers, asked.prompts, asked.n, asked.echo, "rid"))
@@ -319,18 +322,15 @@ async def test_a_json_request_runs_at_most_four_prompts_at_once_each_with_its_ow
 async def test_one_failing_prompt_fails_a_json_request() -> None:
     pipeline = FakePipeline(failing="p1")
     with pytest.raises(InvalidRequest, match="p1 refused"):
-        await start(pipeline, FakeAuth(), {}, _body(prompt=["p0", "p1", "p2"]), "rid", lambda t, m: None)  # type: ignore[arg-type]
+        await start(pipeline, FakeAuth(), _incoming(prompt=["p0", "p1", "p2"]))  # type: ignore[arg-type]
 
 
 async def test_a_stream_begins_the_next_prompt_only_after_the_one_before() -> None:
     pipeline = FakePipeline()
     asked, answers, later = await start(
-        pipeline,
-        FakeAuth(),
-        {},
-        _body(prompt=["p0", "p1"], stream=True),
-        "rid",
-        lambda t, m: None,  # type: ignore[arg-type]
+        pipeline,  # type: ignore[arg-type]
+        FakeAuth(),  # type: ignore[arg-type]
+        _incoming(prompt=["p0", "p1"], stream=True),
     )
     assert len(answers) == 1 and len(later) == 1 and pipeline.ids == ["rid"]
     frames = [

@@ -249,3 +249,49 @@ def test_a_real_vllm_behind_a_recording_proxy_never_sees_a_detected_value(
                 assert value not in seen
         finally:
             gw.stop()
+
+
+# -- one front: the same rule on every endpoint -------------------------------------------------------
+
+EMBEDDING_MODEL = "all-MiniLM-L6-v2"
+
+
+def _ask(c: openai.OpenAI, endpoint: str, model: str, text: str) -> Any:
+    """``text`` sent to ``endpoint`` as its client would send it; the raw response (headers too)."""
+    if endpoint == "chat":
+        return c.chat.completions.with_raw_response.create(
+            model=model, messages=[{"role": "user", "content": text}], max_tokens=4
+        )
+    if endpoint == "responses":
+        return c.responses.with_raw_response.create(model=model, input=text, max_output_tokens=16)
+    if endpoint == "completions":
+        return c.completions.with_raw_response.create(model=model, prompt=text, max_tokens=4)
+    return c.embeddings.with_raw_response.create(model=EMBEDDING_MODEL, input=[text, "plain words"])
+
+
+ENDPOINTS = ["chat", "responses", "completions", "embeddings"]
+
+
+@pytest.mark.parametrize("endpoint", ENDPOINTS)
+def test_refuse_holds_on_every_endpoint(gw: Gateway, fake: FakeVLLM, endpoint: str) -> None:
+    before = len(fake.requests)
+    with pytest.raises(openai.BadRequestError) as caught:
+        _ask(client(gw), endpoint, "tiergate-auto", f"my key is {KEY}")
+    assert caught.value.code == "residency_refused"
+    assert caught.value.param == ("messages" if endpoint == "chat" else "input")
+    assert len(fake.requests) == before  # nothing sent anywhere
+
+
+@pytest.mark.parametrize("endpoint", ENDPOINTS)
+def test_keep_local_holds_on_every_endpoint(gw: Gateway, fake: FakeVLLM, endpoint: str) -> None:
+    """The IBAN never reaches the remote tier: served locally (the edge, or the in-process embedding
+    model), and the route reason names the rule; a request pinned to the remote tier is refused."""
+    before = len(fake.requests)
+    raw = _ask(client(gw), endpoint, "tiergate-auto", f"Is {IBAN} a valid IBAN?")
+    assert raw.headers["x-tiergate-tier"] == ("embedding" if endpoint == "embeddings" else "edge")
+    assert "iban -> keep_local" in raw.headers["x-tiergate-route-reason"]
+    if endpoint != "embeddings":
+        with pytest.raises(openai.BadRequestError) as caught:
+            _ask(client(gw), endpoint, "cloud", f"Pay to {IBAN}.")
+        assert caught.value.code == "residency_keep_local"
+    assert IBAN not in sent(fake, before) and IBAN.replace(" ", "") not in sent(fake, before)

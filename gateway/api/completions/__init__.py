@@ -10,14 +10,16 @@ merged in order (:mod:`.answer`). The handler itself is in gateway/api/controlle
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+import dataclasses
+from collections.abc import Awaitable, Callable, Sequence
 
 from gateway.accounts.tenants import Authenticator
 from gateway.api.completions.answer import event_stream, json_body
 from gateway.api.completions.request import Completions, parse_completions
 from gateway.api.protocol import ChatCompletionRequest
 from gateway.pipeline.answer import Answer
-from gateway.pipeline.chat import ChatPipeline, Incoming, Parse
+from gateway.pipeline.chat import ChatPipeline
+from gateway.pipeline.front import Incoming, Parse
 
 __all__ = ["Completions", "Run", "event_stream", "json_body", "parse_completions", "start"]
 
@@ -33,12 +35,7 @@ Run = Callable[[], Awaitable[Answer]]  # one prompt's pipeline run, begun when c
 
 
 async def start(
-    pipeline: ChatPipeline,
-    auth: Authenticator,
-    headers: Mapping[str, str],
-    read: Callable[[], Awaitable[bytes]],
-    rid: str,
-    noted: Callable[[str, str], None],
+    pipeline: ChatPipeline, auth: Authenticator, incoming: Incoming
 ) -> tuple[Completions, list[Answer], list[Run]]:
     """Authenticate (before the body is read, as the chat path does), parse, and run the pipeline
     once per prompt; each run authenticates again (a cached look-up) and is counted by the limits and
@@ -49,24 +46,24 @@ async def start(
     time, so one request cannot fill a tier's admission lanes by itself; any failure fails it. A
     stream begins with the first prompt's answer; the others are the runs returned, each begun when
     the one before has been streamed (a begun stream holds its admission slot until it is read)."""
-    await auth.caller(headers)
-    body = await read()
+    await auth.caller(incoming.headers)
+    body = await incoming.body()
     completions = parse_completions(body)
 
     async def given() -> bytes:
         return body
 
     def run(i: int, request: ChatCompletionRequest) -> Run:
-        incoming = Incoming(
-            headers,
-            given,
-            f"{rid}-{i}" if i else rid,
-            noted,
+        rid = incoming.request_id
+        one = dataclasses.replace(
+            incoming,
+            body=given,
+            request_id=f"{rid}-{i}" if i else rid,
             parse=_given(request),
             raw_prompt=True,
             endpoint="completions",
         )
-        return lambda: pipeline.run(incoming)
+        return lambda: pipeline.run(one)
 
     runs = [run(i, request) for i, request in enumerate(completions.requests)]
     if completions.stream:

@@ -9,21 +9,21 @@ sees it finish (``response.completed``, or the JSON body), so it can be continue
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncGenerator
 
 from litestar import Request, Response, asgi, delete, get
 from litestar.datastructures import State
 from litestar.di import NamedDependency
-from litestar.exceptions import MethodNotAllowedException
 from litestar.params import FromPath
 from litestar.types import Receive, Scope, Send
 
 from gateway.accounts.responses import ResponseStore, Stored
 from gateway.accounts.tenants import DEFAULT_TENANT
-from gateway.api.asgi_io import EventStream, JSONAnswer, read_body
-from gateway.api.framing import chat_headers, route_headers, tiergate_info
+from gateway.api.asgi_io import EventStream, JSONAnswer
+from gateway.api.door import door, respond
+from gateway.api.framing import route_headers, tiergate_info
 from gateway.api.protocol import ChatCompletionRequest, Message
-from gateway.api.request_id import request_id
 from gateway.api.responses import objects as ro
 from gateway.api.responses.protocol import FunctionTool, ResponsesRequest, parse_responses_request
 from gateway.api.responses.stream import ResponseEvents
@@ -36,8 +36,7 @@ from gateway.api.responses.translate import (
 )
 from gateway.errors import PermissionDenied, to_gateway_error
 from gateway.pipeline.answer import Answer
-from gateway.pipeline.chat import Incoming
-from gateway.services import Services, services_of
+from gateway.services import Services
 from tiers import Event, Finished, assemble
 
 JSON = "application/json"
@@ -127,31 +126,17 @@ async def _stream(turn: Turn, answer: Answer) -> AsyncGenerator[bytes, None]:
 @asgi("/v1/responses", copy_scope=False)
 async def create_response(scope: Scope, receive: Receive, send: Send) -> None:
     """POST only; a raw ASGI handler as the chat endpoint is (gateway/api/controllers.py)."""
-    if scope["method"] != "POST":  # type: ignore[typeddict-item]
-        raise MethodNotAllowedException(headers={"Allow": "POST"})
-    services = services_of(scope["app"].state)
-    headers = chat_headers(scope)
-    limit = services.settings.server.max_body_bytes
-    turn = Turn(services.responses)
+    services, incoming, departure = door(scope, receive, endpoint="responses")
+    turn = Turn(services.responses)  # reads the stored conversation it continues, keeps this one
+    incoming = dataclasses.replace(incoming, parse=turn.parse)
 
-    def noted(tenant: str, model: str) -> None:
-        services.observer.note(scope, tenant, model)
+    async def make() -> JSONAnswer | EventStream:
+        answer = await services.pipeline.run(incoming)
+        if answer.stream:
+            return EventStream(_stream(turn, answer), route_headers(answer.routed))
+        return JSONAnswer(await _json(turn, answer), route_headers(answer.routed))
 
-    incoming = Incoming(
-        headers,
-        lambda: read_body(receive, headers.get("content-length"), limit),
-        request_id(scope),
-        noted,
-        parse=turn.parse,
-        endpoint="responses",
-    )
-    answer = await services.pipeline.run(incoming)
-    response: JSONAnswer | EventStream
-    if answer.stream:
-        response = EventStream(_stream(turn, answer), route_headers(answer.routed))
-    else:
-        response = JSONAnswer(await _json(turn, answer), route_headers(answer.routed))
-    await response(scope, receive, send)
+    await respond(scope, receive, send, departure, make)
 
 
 async def _tenant(request: Request[object, object, State], services: Services) -> str:

@@ -1,11 +1,12 @@
 """The path of one embeddings request (``POST /v1/embeddings``): the chat pipeline's stages, in its order
-(gateway/pipeline/chat.py), with the same objects: the authenticator, the tenant's policy and limits, the
-result store, the recorder.
+(gateway/pipeline/chat.py), through the same front (gateway/pipeline/front.py: the key, the tenant's
+policy, limits and residency rules) and the same recorder.
 
      1 authenticate   the API key → the caller and its tenant        Authenticator
      2 parse          OpenAI's request, strictly                      gateway/pipeline/embeddings/protocol.py
        model          the embedding model's name or an alias, else 404; dimensions, input count: 400
      3 limit          the tenant's request limit (its tokens are charged at 10, as for chat)
+       residency      the tenant's rules on the inputs' text, as for chat (gateway/pipeline/front.py)
        tokenize       texts → the model's token ids; an empty or too long input: 400
      5 cache          per input, by tenant + model + token ids: a batch computes only its misses
                       (and a text repeated inside one request once); Cache-Control as for chat
@@ -29,21 +30,21 @@ from pathlib import Path
 import numpy as np
 
 import cache
-from gateway.accounts.policies import PolicyBook
-from gateway.accounts.tenants import Authenticator, Demand, RateLimiter
+from gateway.accounts.tenants import Demand
 from gateway.errors import InvalidRequest, ModelNotFound
 from gateway.ops.metrics import Metrics
 from gateway.ops.tracing import Tracing
 from gateway.pipeline.answer import Routed
 from gateway.pipeline.caching import CacheStatus, cache_directives
-from gateway.pipeline.chat import Incoming
 from gateway.pipeline.embeddings.protocol import (
     EmbeddingRequest,
     encode_embeddings,
     inputs_of,
     parse_embedding_request,
 )
-from gateway.pipeline.record import Recorder
+from gateway.pipeline.front import Front, Incoming
+from gateway.pipeline.record import Call, Recorder
+from gateway.residency import Redaction, Verdict
 from tiers import Usage
 from tiers.embedding import DEFAULT_EMBEDDING_MODEL_DIR, Embedder, EmbeddingConfig, Vectors
 
@@ -77,9 +78,7 @@ class EmbeddingPipeline:
     def __init__(
         self,
         embedder: Embedder,
-        auth: Authenticator,
-        policies: PolicyBook,
-        limiter: RateLimiter,
+        front: Front,
         recorder: Recorder,
         tracing: Tracing,
         metrics: Metrics,
@@ -88,9 +87,7 @@ class EmbeddingPipeline:
     ) -> None:
         self.embedder = embedder
         self._names = frozenset({embedder.model, *embedder.config.aliases})
-        self._auth = auth
-        self._policies = policies
-        self._limiter = limiter
+        self._front = front
         self._recorder = recorder
         self._tracing = tracing
         # Vectors are stored in batches, a moment later: one write for many requests (cache/_buffered.py).
@@ -105,32 +102,58 @@ class EmbeddingPipeline:
 
     async def run(self, incoming: Incoming) -> EmbeddingAnswer:
         started = time.perf_counter()
-        with self._tracing.span("auth"):
-            caller = await self._auth.caller(incoming.headers)  # 1 authenticate
+        caller = await self._front.caller(incoming)  # 1 authenticate
         request = parse_embedding_request(await incoming.body())  # 2 parse
         items = inputs_of(request)
-        tags = incoming.headers.get("x-tiergate-tags")  # cost tags; a malformed header: 400
-        call = self._recorder.begin_other(caller, request.model, incoming.request_id, "embeddings", tags)
+        call = self._front.begin(caller, incoming, request.model)  # the ledger's; its cost tags
         incoming.noted(call.tenant.name, request.model)
         try:
             self._check(request, len(items))  # the model: 404; dimensions and the input count: 400
-            with self._tracing.span("rate_limit"):
-                await self._limiter.admit(call.tenant, Demand())  # 3 limit
+            await self._front.admit(call, Demand())  # 3 limit
             await self.embedder.loaded()  # the first request loads the model (embedding.preload = false)
+            items = self._residency(call, items)  # the tenant's rules, on the texts
             rows = await self._tokens(items)
             headers = incoming.headers
-            use_cache = self._policies.policy(call.tenant.name).cache
+            use_cache = self._front.policies.policy(call.tenant.name).cache
             found = await self._vectors(rows, call.tenant.name, headers.get("cache-control", ""), use_cache)
         except Exception as exc:
             self._recorder.failed(call, exc)
             raise
         tokens = sum(map(len, rows))
         routed = Routed(
-            self.embedder.name, "embeddings", found.status, (), time.perf_counter() - started, found.seconds
+            self.embedder.name,
+            "embeddings" + Verdict(call.residency).note,  # the residency rules that fired
+            found.status,
+            (),
+            time.perf_counter() - started,
+            found.seconds,
         )
-        await self._recorder.finished(call, routed, self.embedder.model, Usage(tokens, 0))  # 10 record
+        await self._recorder.ended(call, routed, self.embedder.model, Usage(tokens, 0))  # 10 the ending
         body = encode_embeddings(found.vectors, self.embedder.model, tokens, request.encoding_format)
         return EmbeddingAnswer(body, routed)
+
+    def _residency(self, call: Call, items: list[str] | list[list[int]]) -> list[str] | list[list[int]]:
+        """The tenant's residency rules on the inputs' text (token ids are read back to text first).
+        ``refuse``: 400.  The in-process model is local; vLLM pooling servers are remote: for them
+        ``keep_local`` is a 400 (no local embedding tier can take it) and ``redact`` embeds the text
+        with placeholders where the rules matched."""
+        if not self._front.rules(call.tenant.name):
+            return items
+        texts = [i if isinstance(i, str) else self.embedder.detokenize(i) for i in items]
+        verdict = self._front.residency(call, [{"role": "user", "content": t} for t in texts], "input")
+        if self.embedder.local or not verdict.fired:
+            return items
+        if kept := verdict.first("keep_local"):
+            raise InvalidRequest(
+                f"residency rule {kept!r} keeps this request on local tiers, and the embedding model "
+                f"here runs on remote servers ({self.embedder.name})",
+                param="input",
+                code="residency_refused",
+            )
+        if not verdict.redact:
+            return items
+        redaction = Redaction()
+        return [redaction.text(t, verdict.redact) for t in texts]
 
     def _check(self, request: EmbeddingRequest, count: int) -> None:
         if request.model not in self.model_names:

@@ -1,0 +1,140 @@
+"""Every endpoint's way in, the same for each: the key, the tenant's policy, the ledger's call, the
+tenant's limits, its residency rules.
+
+Chat Completions, the Responses API and legacy completions (gateway/pipeline/chat.py) and embeddings
+(gateway/pipeline/embeddings/stages.py) each call these in this order, so a rule a tenant sets holds
+on every endpoint by construction, and an endpoint added later takes the same front:
+
+     1 authenticate   the API key → the caller; an admin key may not call a model      caller()
+     2 parse          the endpoint's own (OpenAI's shape, strictly)
+       the call       the request as the ledger will see it; its cost tags             begin()
+     3 limit          the tenant's per-minute limits → 429 + Retry-After               admit()
+       residency      the tenant's rules on the request's text: a ``refuse`` is a 400  residency()
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+import router
+from gateway.accounts.policies import PolicyBook
+from gateway.accounts.tenants import Authenticator, Caller, Demand, RateLimiter
+from gateway.api.protocol import ChatCompletionRequest, parse_chat_request
+from gateway.errors import InvalidRequest, PermissionDenied
+from gateway.ops.metrics import Metrics
+from gateway.ops.tracing import Tracing
+from gateway.pipeline.record import Call, Recorder
+from gateway.residency import NOTHING, Rule, Verdict, compiled, scan
+
+# Stage 2 for one endpoint: its request body, for a known tenant, as the chat request the stages
+# take. Chat Completions' is a plain decode; the Responses API reads the tenant's stored conversation
+# (previous_response_id), so it needs the tenant.
+Parse = Callable[[bytes, str], Awaitable[ChatCompletionRequest]]
+
+
+async def parse_chat(body: bytes, tenant: str) -> ChatCompletionRequest:
+    return parse_chat_request(body)
+
+
+@dataclass(frozen=True, slots=True)
+class Incoming:
+    """A request as the HTTP face hands it over: Chat Completions', or another endpoint's with the
+    translation to it (``parse``)."""
+
+    headers: Mapping[str, str]  # the few the pipeline reads, lower-case names
+    body: Callable[[], Awaitable[bytes]]  # reads the body (bounded); called once the caller is known
+    request_id: str
+    # Told the tenant and the model as soon as they are known (metric labels, the log context).
+    noted: Callable[[str, str], None] = lambda tenant, model: None
+    parse: Parse = parse_chat
+    raw_prompt: bool = False  # legacy completions: the one user turn is the prompt (no chat template)
+    endpoint: str = "chat"  # the API it came by, for the ledger: chat, responses, completions, embeddings
+
+
+class RuleBook:
+    """Each policy's residency rules, compiled once (policies change rarely; at most LIMIT kept)."""
+
+    LIMIT = 1024
+
+    def __init__(self) -> None:
+        self._compiled: dict[bytes, tuple[Rule, ...]] = {}
+
+    def of(self, rules: list[router.ResidencyRule]) -> tuple[Rule, ...]:
+        if not rules:
+            return ()
+        key = msgspec.json.encode(rules)
+        found = self._compiled.get(key)
+        if found is None:
+            if len(self._compiled) >= self.LIMIT:
+                self._compiled.clear()
+            found = self._compiled[key] = compiled(rules)
+        return found
+
+
+class Front:
+    def __init__(
+        self,
+        auth: Authenticator,
+        policies: PolicyBook,
+        limiter: RateLimiter,
+        recorder: Recorder,
+        tracing: Tracing,
+        metrics: Metrics,
+    ) -> None:
+        self.policies = policies
+        self._auth = auth
+        self._limiter = limiter
+        self._recorder = recorder
+        self._tracing = tracing
+        self._metrics = metrics
+        self._rules = RuleBook()
+
+    async def caller(self, incoming: Incoming) -> Caller:
+        """1 authenticate: the key's caller, a tenant's (before any of a tenant's data is read)."""
+        with self._tracing.span("auth"):
+            caller = await self._auth.caller(incoming.headers)
+        if caller.tenant is None:
+            raise PermissionDenied(f"admin keys manage tenants; call {incoming.endpoint} with a tenant's key")
+        return caller
+
+    def begin(
+        self, caller: Caller, incoming: Incoming, model: str, request: ChatCompletionRequest | None = None
+    ) -> Call:
+        """The request as the ledger will see it, with its cost tags (a malformed X-Tiergate-Tags: 400).
+        ``request``: a chat request (its metadata and media parts count); None for another endpoint's."""
+        tags = incoming.headers.get("x-tiergate-tags")
+        if request is not None:
+            return self._recorder.begin(caller, request, incoming.request_id, tags, incoming.endpoint)
+        return self._recorder.begin_other(caller, model, incoming.request_id, incoming.endpoint, tags)
+
+    async def admit(self, call: Call, demand: Demand | None = None) -> None:
+        """3 limit: the tenant's per-minute limits (``demand``: what it asks beyond the call's own)."""
+        with self._tracing.span("rate_limit"):
+            await self._limiter.admit(call.tenant, call.demand if demand is None else demand)
+
+    def residency(self, call: Call, messages: list[dict[str, Any]], param: str) -> Verdict:
+        """What the tenant's residency rules find in the request's text (``messages``: OpenAI's
+        message dicts; another endpoint's texts as user turns).  The live view counts the rules that
+        matched, refused requests too; a ``refuse`` is a 400 naming ``param``."""
+        rules = self._rules.of(self.policies.policy(call.tenant.name).residency)
+        if not rules:
+            return NOTHING
+        with self._tracing.span("residency"):
+            verdict = scan(messages, rules)
+        call.residency = verdict.fired
+        for label, action in verdict.fired:
+            self._metrics.residency.labels(label, action).inc()
+        if refused := verdict.first("refuse"):
+            raise InvalidRequest(
+                f"this request contains data that residency rule {refused!r} does not allow to be sent",
+                param=param,
+                code="residency_refused",
+            )
+        return verdict
+
+    def rules(self, tenant: str) -> tuple[Rule, ...]:
+        return self._rules.of(self.policies.policy(tenant).residency)
