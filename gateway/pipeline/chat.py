@@ -40,7 +40,6 @@ import msgspec
 import router
 from gateway.accounts.policies import PolicyBook
 from gateway.accounts.tenants import DEFAULT_TENANT, Authenticator, Caller, RateLimiter
-from gateway.api.protocol import ChatCompletionRequest, parse_chat_request
 from gateway.errors import InvalidRequest, PermissionDenied
 from gateway.media import MediaPipeline, has_media
 from gateway.ops.metrics import Metrics
@@ -54,6 +53,7 @@ from gateway.pipeline.routing import RoutingService
 from gateway.pipeline.semantic import Asked, SemanticCache
 from gateway.pipeline.tierset import TierSet
 from gateway.residency import NOTHING, Rule, Verdict, compiled, scan
+from gateway.wire.chat import ChatCompletionRequest, parse_chat_request
 from tiers import Event, ToolCallDelta
 
 OFF = router.SemanticCachePolicy()

@@ -15,11 +15,11 @@ from gateway.accounts.budgets import BudgetBook, period_bounds, spent_usd
 from gateway.accounts.ledger import LedgerRow, insert_rows
 from gateway.accounts.storage import open_database
 from gateway.accounts.tenants import TenantStore
-from gateway.api.protocol import parse_chat_request
 from gateway.ops.metrics import Metrics
 from gateway.pipeline.chat import ChatService, RequestContext
 from gateway.pipeline.routing import RoutingService, builtin_difficulty, load_difficulty, tier_prices
 from gateway.settings import DEFAULT_PRICES, RouterSettings, TenantLimits
+from gateway.wire.chat import parse_chat_request
 from tests.pipeline import chat_service, complete, streamed
 from tiers import (
     Capabilities,

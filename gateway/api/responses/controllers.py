@@ -22,10 +22,8 @@ from gateway.accounts.responses import ResponseStore, Stored
 from gateway.accounts.tenants import DEFAULT_TENANT
 from gateway.api.asgi_io import EventStream, JSONAnswer, read_body
 from gateway.api.framing import chat_headers, route_headers, tiergate_info
-from gateway.api.protocol import ChatCompletionRequest, Message
 from gateway.api.request_id import request_id
 from gateway.api.responses import objects as ro
-from gateway.api.responses.protocol import FunctionTool, ResponsesRequest, parse_responses_request
 from gateway.api.responses.stream import ResponseEvents
 from gateway.api.responses.translate import (
     chat_request,
@@ -38,6 +36,8 @@ from gateway.errors import PermissionDenied, to_gateway_error
 from gateway.pipeline.answer import Answer
 from gateway.pipeline.chat import Incoming
 from gateway.services import Services, services_of
+from gateway.wire.chat import ChatCompletionRequest, Message
+from gateway.wire.responses import FunctionTool, ResponsesRequest, parse_responses_request
 from tiers import Event, Finished, assemble
 
 JSON = "application/json"

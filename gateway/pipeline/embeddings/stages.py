@@ -37,13 +37,13 @@ from gateway.ops.tracing import Tracing
 from gateway.pipeline.answer import Routed
 from gateway.pipeline.caching import CacheStatus, cache_directives
 from gateway.pipeline.chat import Incoming
-from gateway.pipeline.embeddings.protocol import (
+from gateway.pipeline.record import Recorder
+from gateway.wire.embeddings import (
     EmbeddingRequest,
     encode_embeddings,
     inputs_of,
     parse_embedding_request,
 )
-from gateway.pipeline.record import Recorder
 from tiers import Usage
 from tiers.embedding import DEFAULT_EMBEDDING_MODEL_DIR, Embedder, EmbeddingConfig, Vectors
 

@@ -26,12 +26,12 @@ import numpy as np
 
 import cache
 import router
-from gateway.api.protocol import ChatCompletionRequest
 from gateway.pipeline.caching import CacheStatus, Lookup, Pending, replay
 from gateway.pipeline.semantic.context import last_text, skipped, without_last_text
 from gateway.pipeline.semantic.guard import agree, terms
 from gateway.pipeline.semantic.judge import Judge, judge_in
 from gateway.pipeline.semantic.keeper import DiskKeeper, FeedKeeper
+from gateway.wire.chat import ChatCompletionRequest
 from tiers import Event, TierError
 from tiers.embedding import Embedder, Vectors
 

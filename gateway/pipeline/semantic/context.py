@@ -12,8 +12,8 @@ from __future__ import annotations
 import msgspec
 
 import router
-from gateway.api.protocol import ChatCompletionRequest, Message, TextPart
 from gateway.pipeline.caching import deterministic
+from gateway.wire.chat import ChatCompletionRequest, Message, TextPart
 
 
 def skipped(request: ChatCompletionRequest, policy: router.SemanticCachePolicy) -> str | None:
