@@ -204,7 +204,7 @@ async def open_services(
     admitted = admit(tiers, settings.admission, metrics)
     async with AsyncExitStack() as stack:
         stack.callback(tracing.shutdown)
-        shared = open_shared(settings)
+        shared = open_shared(settings.shared, settings.breakers)
         breakers = _breakers(settings, metrics, shared)
         engine, store = await _open_database(settings, stack)
         auth = await _started_auth(settings, store)

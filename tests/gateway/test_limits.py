@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.accounts.tenants import Demand, LocalLimiter, RateLimiter, RedisLimiter, Tenant
+from gateway.accounts.tenants import Demand, LocalLimiter, RateLimiter, RedisLimiter, Tenant, TenantLimits
 from gateway.errors import RateLimited
-from gateway.settings import TenantLimits
 
 
 def _tenant(tid: int, **limits: int) -> Tenant:
