@@ -24,9 +24,9 @@ from cache import CacheConfig
 from gateway.accounts.ledger import PricingSettings
 from gateway.accounts.responses import ResponseSettings
 from gateway.accounts.tenants import LimitSettings
-from gateway.api.httpguard import HttpSettings
 from gateway.media import MediaSettings
 from gateway.ops.clients import proxy_networks
+from gateway.ops.httpguard import HttpSettings
 from gateway.ops.observe import ObservabilitySettings
 from gateway.ops.scaling import ScalingSettings
 from gateway.ops.shared import SharedSettings

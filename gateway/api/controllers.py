@@ -16,9 +16,9 @@ from litestar.types import Receive, Scope, Send
 from gateway.api import completions as legacy
 from gateway.api.asgi_io import EventStream, JSONAnswer, read_body
 from gateway.api.framing import chat_headers, event_stream, json_body, route_headers
-from gateway.api.request_id import request_id
 from gateway.api.responses import ROUTES as RESPONSES_ROUTES
 from gateway.errors import GatewayError, NotFound, PermissionDenied
+from gateway.ops.request_id import request_id
 from gateway.pipeline.chat import Incoming
 from gateway.pipeline.embeddings.stages import ENDPOINT as EMBEDDINGS
 from gateway.services import Services, services_of

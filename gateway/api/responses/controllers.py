@@ -22,7 +22,6 @@ from gateway.accounts.responses import ResponseStore, Stored
 from gateway.accounts.tenants import DEFAULT_TENANT
 from gateway.api.asgi_io import EventStream, JSONAnswer, read_body
 from gateway.api.framing import chat_headers, route_headers, tiergate_info
-from gateway.api.request_id import request_id
 from gateway.api.responses import objects as ro
 from gateway.api.responses.stream import ResponseEvents
 from gateway.api.responses.translate import (
@@ -33,6 +32,7 @@ from gateway.api.responses.translate import (
     messages_of,
 )
 from gateway.errors import PermissionDenied, to_gateway_error
+from gateway.ops.request_id import request_id
 from gateway.pipeline.answer import Answer
 from gateway.pipeline.chat import Incoming
 from gateway.services import Services, services_of
