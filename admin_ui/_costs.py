@@ -18,8 +18,8 @@ from litestar.response import Template
 from admin_ui._context import SECURITY_HEADERS, UI, page, services
 from admin_ui._guard import AnyRequest, Operator, operator
 from gateway.accounts.ledger import report_csv, valid_tag_key
-from gateway.api.protocol import encode
 from gateway.errors import GatewayError, InvalidRequest
+from gateway.wire.chat import encode
 
 SPLITS = ("tier", "model")
 TAG = "tag:"  # by=tag:<key>: split by the value of one cost tag

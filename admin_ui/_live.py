@@ -15,7 +15,7 @@ from litestar.response import Template
 
 from admin_ui._context import SECURITY_HEADERS, UI, page, services
 from admin_ui._guard import AnyRequest, operator
-from gateway.api.protocol import encode
+from gateway.wire.chat import encode
 
 WINDOW_S = 60.0
 RECENT = 25

@@ -12,9 +12,8 @@ from litestar.response import Redirect, Template
 from admin_ui._context import UI, page, services
 from admin_ui._guard import AnyRequest, Operator, checked_form, operator
 from gateway.accounts.admin import AdminService
-from gateway.accounts.tenants import check_tenant_name
+from gateway.accounts.tenants import TenantLimits, check_tenant_name
 from gateway.errors import GatewayError
-from gateway.settings import TenantLimits
 
 LIMIT_FIELDS = tuple(TenantLimits.__struct_fields__)
 

@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     off = [p for p in args.off.split(",") if p]
     logging.getLogger().handlers[:] = [logs.handler("text", open(os.devnull, "w"))]  # noqa: SIM115
-    sys.setswitchinterval(0.0005)  # as gateway/server.py sets it
+    sys.setswitchinterval(0.0005)  # as gateway/tools/server.py sets it
     rounds = asyncio.run(measure(off, args.repeats, args.requests))
     table = {name: round(statistics.median(values), 3) for name, values in rounds.items()}
     print(f"{'stage':<14} {'ms (median)':>11}")

@@ -529,7 +529,7 @@ def summarise(
 def cloud_cost_by_kind(results: list[dict[str, Any]]) -> dict[str, float]:
     """What each kind of request cost on the cloud (an always-cloud run's usage at the default
     cloud price): how much of always-cloud's bill only the cloud can serve."""
-    from gateway.settings import DEFAULT_PRICES
+    from gateway.accounts.ledger import DEFAULT_PRICES
 
     price = next(p for p in DEFAULT_PRICES if p.tier == "cloud")
     out: dict[str, float] = {}

@@ -31,9 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.cache import pct
-from gateway.pipeline.semantic.guard import Terms, _unmatched, agree, terms
-from gateway.pipeline.semantic.judge import Judge, judge_in
-from gateway.pipeline.semantic.wordnet import WordNet
+from gateway.pipeline.answers.semantic.guard import Terms, _unmatched, agree, terms
+from gateway.pipeline.answers.semantic.judge import Judge, judge_in
+from gateway.pipeline.answers.semantic.wordnet import WordNet
 from gateway.settings import load_settings
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -14,7 +14,7 @@ than ``candidates`` nearer entries of other contexts exist, never a wrong answer
 never be handed another's entry, whatever a search returns.
 
 The index knows no policy: what an entry's context is, and which candidate may answer, is the
-gateway's business (gateway/pipeline/semantic/).  Entries carry the key of their answer in the result
+gateway's business (gateway/pipeline/answers/semantic/).  Entries carry the key of their answer in the result
 store; the answer itself stays there.  Bounded: ``max_entries`` in all and ``max_per_tenant`` for one
 tenant, the oldest going first; an expired entry is never returned and is dropped when met.
 """

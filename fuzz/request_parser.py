@@ -29,12 +29,12 @@ def _imports() -> None:
     import msgspec
 
     from cache import CacheConfig
-    from gateway.api.protocol import parse_chat_request
     from gateway.errors import InvalidRequest, error_body
     from gateway.ops.metrics import Metrics
-    from gateway.pipeline.caching import AnswerCache
+    from gateway.pipeline.answers.exact import AnswerCache
     from gateway.pipeline.plan import conversation_key, features_of
     from gateway.pipeline.record import demand_of
+    from gateway.wire.chat import parse_chat_request
     from router import AutoRule
 
 

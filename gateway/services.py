@@ -45,13 +45,13 @@ from gateway.ops.scaling import ReplicaSignal, run_signal
 from gateway.ops.shared import SharedPool, SharedState, open_shared
 from gateway.ops.tracing import Tracing
 from gateway.pipeline.admission import admit
-from gateway.pipeline.caching import AnswerCache
+from gateway.pipeline.answers.exact import AnswerCache
+from gateway.pipeline.answers.semantic import semantic_cache
 from gateway.pipeline.chat import ChatPipeline, ChatService
 from gateway.pipeline.embeddings.stages import EmbeddingPipeline, embedding_config
 from gateway.pipeline.front import Front
 from gateway.pipeline.record import Recorder
 from gateway.pipeline.routing import RoutingService, tier_prices
-from gateway.pipeline.semantic import semantic_cache
 from gateway.pipeline.tierset import TierSet
 from gateway.settings import Settings, SettingsError
 from tiers import Modality, ModelRegistry, Pool, Tier
@@ -205,7 +205,7 @@ async def open_services(
     admitted = admit(tiers, settings.admission, metrics)
     async with AsyncExitStack() as stack:
         stack.callback(tracing.shutdown)
-        shared = open_shared(settings)
+        shared = open_shared(settings.shared, settings.breakers)
         breakers = _breakers(settings, metrics, shared)
         engine, store = await _open_database(settings, stack)
         auth = await _started_auth(settings, store)

@@ -21,14 +21,18 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from cache import CacheConfig
+from gateway.accounts.ledger import PricingSettings
 from gateway.accounts.responses import ResponseSettings
-from gateway.api.httpguard import HttpSettings
+from gateway.accounts.tenants import LimitSettings
 from gateway.media import MediaSettings
 from gateway.ops.clients import proxy_networks
+from gateway.ops.httpguard import HttpSettings
 from gateway.ops.observe import ObservabilitySettings
 from gateway.ops.scaling import ScalingSettings
+from gateway.ops.shared import SharedSettings
 from gateway.pipeline.admission import AdmissionSettings
-from router import AutoRule, BreakerConfig, PredictorConfig, TenantPolicy
+from gateway.pipeline.routing import RouterSettings
+from router import AutoRule, BreakerConfig, TenantPolicy
 from tiers import split_cpus, usable_cpus
 from tiers.cloud import DEFAULT_VLLM_PYTHON, DEFAULT_VLM_DIR, CloudConfig, LocalServer
 from tiers.edge import DEFAULT_ONNX_MODEL_DIR, EdgeConfig
@@ -95,41 +99,10 @@ class AuthSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     key_cache_s: float = 2.0
 
 
-class TenantLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """Per-minute limits of one tenant; 0 means unlimited."""
-
-    requests_per_min: int = 0
-    tokens_per_min: int = 0
-    # Media per minute: parts, and seconds of video and audio (as preprocessing measured them).
-    images_per_min: int = 0
-    audio_per_min: int = 0
-    video_per_min: int = 0
-    video_seconds_per_min: int = 0
-    audio_seconds_per_min: int = 0
-
-
-class LimitSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    # Empty: counted in this process. A redis:// URL: shared by every gateway using it.
-    redis_url: str = ""
-    # Limits of tenants that set none of their own.
-    default: TenantLimits = msgspec.field(default_factory=TenantLimits)
-
-
 class StorageSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     # SQLAlchemy URL of the tenants/keys/ledger database; empty: SQLite (WAL) at
     # <data_dir>/tiergate.db. PostgreSQL: postgresql+psycopg://user@host:port/db
     database_url: str = ""
-
-
-class SharedSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """State several gateway instances share (the cache, limits and database have their own URLs)."""
-
-    # Empty: breaker states, replica health and config changes stay in this process. A redis:// URL:
-    # every gateway on it sees them (a breaker one opens is open in all; a reload reaches all).
-    redis_url: str = ""
-    prefix: str = "tiergate:shared:"
-    # This gateway's name in what it shares; empty: <hostname>-<pid>.
-    instance: str = ""
 
 
 class LedgerSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -147,32 +120,6 @@ class LedgerSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     sync: Literal["os", "disk"] = "os"
 
 
-class Price(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """What a tier (and optionally one model of it; "*" is any) charges, in USD."""
-
-    tier: str
-    model: str = "*"
-    prompt_per_1k: float = 0.0
-    completion_per_1k: float = 0.0
-    per_image: float = 0.0
-    per_media_second: float = 0.0
-    per_gpu_second: float = 0.0
-
-
-DEFAULT_PRICES = (
-    Price(tier="edge", prompt_per_1k=0.00002, completion_per_1k=0.00004),
-    Price(tier="cloud", prompt_per_1k=0.0005, completion_per_1k=0.0015, per_image=0.001),
-    *(Price(tier=t, prompt_per_1k=0.00001) for t in ("embedding", "embedding-vllm")),  # /v1/embeddings
-)
-
-
-class PricingSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    # A changed price becomes a new version; rows keep the version they were charged.
-    prices: list[Price] = msgspec.field(default_factory=lambda: list(DEFAULT_PRICES))
-    # The reports' counterfactual: what the same requests would have cost on this tier.
-    counterfactual_tier: str = "cloud"
-
-
 class PolicySettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Tenant routing policies (edited through /admin/api/.../policy; stored in the database)."""
 
@@ -180,17 +127,6 @@ class PolicySettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     refresh_s: float = 1.0
     # The policy of tenants without one of their own, until an admin edits it (/admin/api/policies/default).
     default: TenantPolicy = msgspec.field(default_factory=TenantPolicy)
-
-
-class RouterSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """The learned router (policies choose the strategy; this tunes how it learns)."""
-
-    # Share of learned-strategy requests sent to another able tier, so every tier stays measured.
-    exploration: float = 0.02
-    directory: str = ""  # empty: <data_dir>/router
-    save_interval_s: float = 30.0
-    budget_refresh_s: float = 2.0
-    predictor: PredictorConfig = msgspec.field(default_factory=PredictorConfig)
 
 
 class AdminUISettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

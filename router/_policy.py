@@ -119,7 +119,7 @@ class TagBudget(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
 
 
 class SemanticCachePolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """When a paraphrase of a stored request may get its answer (gateway/pipeline/semantic/)."""
+    """When a paraphrase of a stored request may get its answer (gateway/pipeline/answers/semantic/)."""
 
     enabled: bool = False
     # The least cosine similarity of the two last user turns (all-MiniLM-L6-v2); chosen on half of

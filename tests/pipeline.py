@@ -7,16 +7,16 @@ from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
 
 import router
-from gateway.api.answers import ChatCompletion
 from gateway.api.framing import completion, event_stream
-from gateway.api.protocol import ChatCompletionRequest
 from gateway.ops.metrics import Metrics
 from gateway.ops.tracing import Tracing
 from gateway.pipeline.answer import Routed
-from gateway.pipeline.caching import AnswerCache
+from gateway.pipeline.answers.exact import AnswerCache
 from gateway.pipeline.chat import ChatService, RequestContext
 from gateway.pipeline.routing import RoutingService
 from gateway.pipeline.tierset import TierSet
+from gateway.wire.chat import ChatCompletionRequest
+from gateway.wire.chat_response import ChatCompletion
 from tiers import Tier
 
 

@@ -1,9 +1,11 @@
-"""The house rules of DESIGN.md that code review alone lets slip: which way imports run, no cycles,
-no reaching into another package's private modules, small modules and folders.
+"""The house rules of DESIGN.md that code review alone lets slip: which way imports run, the floors
+inside ``gateway/``, no cycles, no reaching into another package's private modules, small modules and
+folders.
 
 Read from the source with ``ast`` (nothing is imported), so a violation anywhere fails here even
-in a module no other test loads.  Imports under ``if TYPE_CHECKING:`` are left out: they are for
-the type checker and run nothing.
+in a module no other test loads.  Imports under ``if TYPE_CHECKING:`` are left out of the package
+layering and the first cycle check (they are for the type checker and run nothing), but counted by
+the floors and by a second cycle check: a type-only import still ties two modules together.
 """
 
 from __future__ import annotations
@@ -31,6 +33,25 @@ FORBIDDEN = {
     "tiers.embedding": ("tiers.edge", "tiers.cloud"),
     "admin_ui": ("router", "tiers", "cache"),
 }
+
+# The floors inside gateway/, bottom first (docs/architecture.md, "Floors inside gateway/"): a module
+# may import its own floor and those below it, never one above, type-only imports included.  Each name
+# is a sub-package or module of gateway/; "" is gateway/__init__.py itself.
+GATEWAY_FLOORS: tuple[tuple[str, ...], ...] = (
+    ("errors",),  # the one exception tree
+    ("wire",),  # the OpenAI wire shapes: chat, Responses, completions, embeddings
+    ("ops", "residency"),  # metrics, logs, tracing, background work; the residency rules
+    ("accounts", "media"),  # tenants, keys, limits, ledger, budgets; media fetch and decode
+    ("pipeline",),  # the stages of a request
+    ("settings",),  # the aggregator of every part's settings struct
+    ("services",),  # the composition root: builds the parts from the settings
+    ("api",),  # the HTTP face: controllers take the Services, frame the answers
+    ("app",),  # the Litestar app: routes, middleware, plugins
+    ("tools", "__main__", ""),  # the CLI and what it starts: the server (uvicorn), the appliance
+)
+
+# Upward imports inside gateway/ not removed yet, as (importer, imported) modules, each with why.
+UPWARD_ALLOWED: frozenset[tuple[str, str]] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -64,6 +85,11 @@ def _is_type_checking(node: ast.If) -> bool:
     )
 
 
+def _all_nodes(tree: ast.AST) -> Iterator[ast.AST]:
+    """Every node, those under ``if TYPE_CHECKING:`` included."""
+    return ast.walk(tree)
+
+
 def _runtime_nodes(tree: ast.AST) -> Iterator[ast.AST]:
     """Every node but those under ``if TYPE_CHECKING:``."""
     for node in ast.iter_child_nodes(tree):
@@ -76,10 +102,11 @@ def _runtime_nodes(tree: ast.AST) -> Iterator[ast.AST]:
         yield from _runtime_nodes(node)
 
 
-def imports_of(path: Path) -> Iterator[Import]:
+def imports_of(path: Path, *, type_only_too: bool = False) -> Iterator[Import]:
     importer = module_name(path)
     package = package_of(importer, path)
-    for node in _runtime_nodes(ast.parse(path.read_text(), str(path))):
+    nodes = _all_nodes if type_only_too else _runtime_nodes
+    for node in nodes(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield Import(importer, alias.name, node.lineno)
@@ -97,6 +124,8 @@ def imports_of(path: Path) -> Iterator[Import]:
 
 IMPORTS = [imp for path in MODULES.values() for imp in imports_of(path)]
 FIRST_PARTY = [imp for imp in IMPORTS if imp.target.split(".")[0] in PACKAGES]
+EVERY_IMPORT = [imp for path in MODULES.values() for imp in imports_of(path, type_only_too=True)]
+FIRST_PARTY_TYPED_TOO = [imp for imp in EVERY_IMPORT if imp.target.split(".")[0] in PACKAGES]
 
 
 def _within(module: str, package: str) -> bool:
@@ -111,6 +140,61 @@ def test_imports_run_one_way() -> None:
         if _within(imp.importer, owner) and any(_within(imp.target, b) for b in banned)
     ]
     assert not wrong, "imports against the layering of DESIGN.md:\n" + "\n".join(wrong)
+
+
+def gateway_floor(module: str) -> str:
+    """The floor name of a gateway module: its sub-package or module under gateway/ ("" for gateway)."""
+    return module.split(".")[1] if "." in module else ""
+
+
+FLOOR_OF = {name: level for level, names in enumerate(GATEWAY_FLOORS) for name in names}
+
+
+def upward(imports: list[Import], floors: dict[str, int]) -> list[str]:
+    """The imports inside gateway/ from a lower floor to a higher one."""
+    return [
+        f"{imp.importer}:{imp.line} imports {imp.target} "
+        f"({gateway_floor(imp.importer) or 'gateway'} is below {gateway_floor(imp.target) or 'gateway'})"
+        for imp in imports
+        if _within(imp.importer, "gateway")
+        and _within(imp.target, "gateway")
+        and floors[gateway_floor(imp.importer)] < floors[gateway_floor(imp.target)]
+        and (imp.importer, imp.target) not in UPWARD_ALLOWED
+    ]
+
+
+def test_floor_check_sees_an_upward_import() -> None:
+    floors = {"wire": 0, "pipeline": 1, "": 2}
+    down = Import("gateway.pipeline.chat", "gateway.wire.chat", 1)
+    up = Import("gateway.wire.chat", "gateway.pipeline.chat", 2)
+    to_root = Import("gateway.wire.chat", "gateway", 3)
+    assert upward([down], floors) == []
+    assert upward([up, to_root], floors) == [
+        "gateway.wire.chat:2 imports gateway.pipeline.chat (wire is below pipeline)",
+        "gateway.wire.chat:3 imports gateway (wire is below gateway)",
+    ]
+
+
+def test_every_part_of_gateway_stands_on_a_floor() -> None:
+    parts = {gateway_floor(m) for m in MODULES if _within(m, "gateway")}
+    assert not parts - FLOOR_OF.keys(), f"put these in GATEWAY_FLOORS: {sorted(parts - FLOOR_OF.keys())}"
+    assert not FLOOR_OF.keys() - parts, (
+        f"GATEWAY_FLOORS names what is gone: {sorted(FLOOR_OF.keys() - parts)}"
+    )
+
+
+def test_no_import_runs_up_the_floors_of_gateway() -> None:
+    wrong = upward(FIRST_PARTY_TYPED_TOO, FLOOR_OF)
+    assert not wrong, "imports up the floors of gateway/ (tests/test_architecture.py, GATEWAY_FLOORS):\n" + (
+        "\n".join(wrong)
+    )
+
+
+def test_upward_allowances_are_still_needed() -> None:
+    seen = {(imp.importer, imp.target) for imp in FIRST_PARTY_TYPED_TOO}
+    assert not UPWARD_ALLOWED - seen, (
+        f"allowed upward imports no longer made: {sorted(UPWARD_ALLOWED - seen)}"
+    )
 
 
 def test_no_module_imports_another_packages_private_module() -> None:
@@ -166,13 +250,24 @@ def test_cycle_finder_sees_a_cycle() -> None:
     assert _cycles({"a": {"b"}, "b": set()}) == []
 
 
-def test_no_import_cycles() -> None:
+def _graph(imports: list[Import]) -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {m: set() for m in MODULES}
-    for imp in FIRST_PARTY:
+    for imp in imports:
         if imp.target in MODULES and imp.target != imp.importer:
             graph[imp.importer].add(imp.target)
-    cycles = _cycles(graph)
+    return graph
+
+
+def test_no_import_cycles() -> None:
+    cycles = _cycles(_graph(FIRST_PARTY))
     assert not cycles, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def test_no_import_cycles_type_only_imports_included() -> None:
+    cycles = _cycles(_graph(FIRST_PARTY_TYPED_TOO))
+    assert not cycles, "import cycles, counting imports under TYPE_CHECKING:\n" + "\n".join(
+        " <-> ".join(c) for c in cycles
+    )
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))

@@ -16,11 +16,11 @@ from gateway.api import completions as legacy
 from gateway.api.asgi_io import EventStream, JSONAnswer
 from gateway.api.door import door, respond
 from gateway.api.framing import event_stream, json_body, route_headers
-from gateway.api.protocol import encode
 from gateway.api.responses import ROUTES as RESPONSES_ROUTES
 from gateway.errors import GatewayError, NotFound, PermissionDenied
 from gateway.pipeline.embeddings.stages import ENDPOINT as EMBEDDINGS
 from gateway.services import Services
+from gateway.wire.chat import encode
 
 JSON = "application/json"
 

@@ -20,7 +20,7 @@ from litestar.types import ASGIApp, Receive, Scope, Send
 
 from gateway.api.asgi_io import read_body, until_disconnect
 from gateway.api.framing import chat_headers
-from gateway.api.request_id import request_id
+from gateway.ops.request_id import request_id
 from gateway.pipeline.front import Incoming
 from gateway.services import Services, services_of
 

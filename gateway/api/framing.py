@@ -8,7 +8,10 @@ from collections.abc import AsyncGenerator
 import msgspec
 from litestar.types import Scope
 
-from gateway.api.answers import (
+from gateway.api.sse import ChunkWriter
+from gateway.pipeline.answer import Answer, Routed
+from gateway.wire.chat import encode
+from gateway.wire.chat_response import (
     ChatCompletion,
     Choice,
     FunctionCallBody,
@@ -18,9 +21,6 @@ from gateway.api.answers import (
     logprobs_body,
     usage_body,
 )
-from gateway.api.protocol import encode
-from gateway.api.sse import ChunkWriter
-from gateway.pipeline.answer import Answer, Routed
 from tiers import collect
 
 VERSION = "0.1.0"  # keep in step with pyproject.toml (the fingerprint names it)

@@ -1,7 +1,7 @@
 """The OpenAPI 3.1 description of the OpenAI-compatible endpoints, served at ``/schema/openapi.json``.
 
-Built from the same msgspec models the gateway decodes and encodes with (``gateway/api/protocol.py``,
-``gateway/api/answers.py``),
+Built from the same msgspec models the gateway decodes and encodes with (``gateway/wire/chat.py``,
+``gateway/wire/chat_response.py``),
 so the schema cannot drift from what the handlers accept and send.  The chat handler reads its
 body itself (one msgspec decode, no framework validation on the hot path), which is why the
 request body is described here rather than inferred by Litestar.  The admin API is not in it.
@@ -16,12 +16,12 @@ import msgspec
 from litestar import Response, get
 from litestar.di import NamedDependency
 
-from gateway.api.answers import ChatCompletion, ModelCard, ModelList
 from gateway.api.completions.answer import TextCompletion
-from gateway.api.completions.request import MAX_PROMPTS, CompletionRequest
-from gateway.api.protocol import MAX_CHOICES, ChatCompletionRequest
-from gateway.pipeline.embeddings.protocol import EmbeddingList, EmbeddingRequest
 from gateway.services import Services
+from gateway.wire.chat import MAX_CHOICES, ChatCompletionRequest
+from gateway.wire.chat_response import ChatCompletion, ModelCard, ModelList
+from gateway.wire.completions import MAX_PROMPTS, CompletionRequest
+from gateway.wire.embeddings import EmbeddingList, EmbeddingRequest
 
 
 class ErrorDetail(msgspec.Struct):

@@ -12,7 +12,9 @@ from collections.abc import AsyncGenerator, AsyncIterator
 
 import msgspec
 
-from gateway.api.answers import (
+from gateway.errors import error_body, to_gateway_error
+from gateway.wire.chat import encode
+from gateway.wire.chat_response import (
     ChatCompletionChunk,
     ChoiceLogprobs,
     ChunkChoice,
@@ -23,8 +25,6 @@ from gateway.api.answers import (
     logprobs_body,
     usage_body,
 )
-from gateway.api.protocol import encode
-from gateway.errors import error_body, to_gateway_error
 from tiers import ChoiceDone, Event, Finished, Logprobs, TextDelta, TokenLogprob, ToolCallDelta, Usage
 
 DONE = b"data: [DONE]\n\n"

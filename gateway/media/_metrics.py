@@ -2,11 +2,27 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from gateway.media.pipeline import Prepared
     from gateway.ops.metrics import Metrics
+    from router import MediaSummary
+
+
+class Measured(Protocol):
+    """What preparing one request's media measured (``media.pipeline.Prepared`` is one)."""
+
+    @property
+    def timings(self) -> dict[str, float]: ...  # stage -> seconds, over all parts
+
+    @property
+    def cache_hits(self) -> int: ...
+
+    @property
+    def cache_misses(self) -> int: ...
+
+    @property
+    def summary(self) -> MediaSummary: ...
 
 
 class MediaMetrics:
@@ -15,7 +31,7 @@ class MediaMetrics:
     def __init__(self, metrics: Metrics) -> None:
         self._metrics = metrics
 
-    def observe(self, prepared: Prepared) -> None:
+    def observe(self, prepared: Measured) -> None:
         m = self._metrics
         for stage, seconds in prepared.timings.items():
             m.preprocess_observed(stage.removesuffix("_s"), seconds)

@@ -21,15 +21,6 @@ from typing import Any
 
 import msgspec
 
-from gateway.api.protocol import (
-    AudioPart,
-    ChatCompletionRequest,
-    FramesPart,
-    ImagePart,
-    ImageURL,
-    InputAudio,
-    VideoPart,
-)
 from gateway.errors import (
     GatewayError,
     InvalidRequest,
@@ -45,6 +36,15 @@ from gateway.media._failure import CORRUPT, FORBIDDEN, INVALID, TOO_LARGE, UNSUP
 from gateway.media._metrics import MediaMetrics
 from gateway.media._runner import DecodePool
 from gateway.media.fetch import Fetcher
+from gateway.wire.chat import (
+    AudioPart,
+    ChatCompletionRequest,
+    FramesPart,
+    ImagePart,
+    ImageURL,
+    InputAudio,
+    VideoPart,
+)
 from router import NO_MEDIA, MediaSummary
 
 _ERRORS: dict[str, type[GatewayError]] = {

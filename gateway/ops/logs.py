@@ -6,7 +6,7 @@ The id lives in a context variable (:data:`REQUEST_ID`) that the request middlew
 so whatever logs on a request's behalf, in any module, gets its id without passing it.
 A line written outside any request has no ``request_id`` key.
 
-    {"ts": "2026-11-29T10:58:59.123Z", "level": "WARNING", "logger": "gateway.pipeline.caching",
+    {"ts": "2026-11-29T10:58:59.123Z", "level": "WARNING", "logger": "gateway.pipeline.answers.exact",
      "message": "result cache read failed, serving as a miss: ...", "request_id": "3f2a..."}
 
 Fields given with ``extra={...}`` become keys of the object (the request log uses this).

@@ -20,11 +20,11 @@ import msgspec
 from litestar.enums import ScopeType
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway.api.request_id import request_id
+from gateway.ops.gates import Gated, Lane
 from gateway.ops.logs import REQUEST_ID
 from gateway.ops.metrics import Metrics, tenant_class
+from gateway.ops.request_id import request_id
 from gateway.ops.tracing import Tracing
-from gateway.pipeline.admission import AdmittedTier, Lane
 
 log = logging.getLogger("tiergate.request")
 
@@ -205,13 +205,13 @@ def live_gauges(
             metrics.tier_ready.labels(name).set(1 if state["health"] == "ready" else 0)
             metrics.tier_in_flight.labels(name).set(state.get("in_flight", 0))
             metrics.tier_queued.labels(name).set(state.get("queued", 0))
-            if isinstance(tier, AdmittedTier) or state.get("slots"):
-                slots = tier.gate.slots if isinstance(tier, AdmittedTier) else state["slots"]
+            if isinstance(tier, Gated) or state.get("slots"):
+                slots = tier.gate.slots if isinstance(tier, Gated) else state["slots"]
                 metrics.tier_slots.labels(name).set(slots)
             for replica in state.get("instances", ()):
                 for signal in _REPLICA_SIGNALS:
                     metrics.replica.labels(replica["name"], signal).set(float(replica[signal]))
-            if isinstance(tier, AdmittedTier):
+            if isinstance(tier, Gated):
                 for lane in Lane:
                     metrics.queue_length.labels(name, lane.value).set(tier.gate.waiting_in(lane))
                     metrics.queue_bound.labels(name, lane.value).set(tier.gate.bound(lane))

@@ -31,8 +31,8 @@ from collections.abc import Callable
 import msgspec
 import numpy as np
 
+from gateway.ops.gates import Gated
 from gateway.ops.metrics import Metrics
-from gateway.pipeline.admission import AdmittedTier
 from tiers import Tier
 
 log = logging.getLogger(__name__)
@@ -159,7 +159,7 @@ def replicas_serving(tier: Tier) -> int:
 async def run_signal(signal: ReplicaSignal, tier: Tier, metrics: Metrics) -> None:
     """Recompute the signal every ``interval_s`` from the cloud tier's queue and arrivals."""
     metrics.desired_replicas.set(signal.desired)
-    gate = tier.gate if isinstance(tier, AdmittedTier) else None
+    gate = tier.gate if isinstance(tier, Gated) else None
     while True:
         await asyncio.sleep(signal.settings.interval_s)
         try:

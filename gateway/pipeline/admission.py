@@ -17,20 +17,15 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import enum
 import math
 import time
 from collections.abc import AsyncGenerator, Callable
 
 import msgspec
 
+from gateway.ops.gates import Lane
 from gateway.ops.metrics import Metrics
 from tiers import Capabilities, Event, Finished, Generation, Tier, TierOverloaded, TierState
-
-
-class Lane(enum.StrEnum):
-    FAST = "fast"
-    SLOW = "slow"
 
 
 class LaneSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

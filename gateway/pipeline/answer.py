@@ -6,7 +6,7 @@ from collections.abc import AsyncGenerator, Iterable
 from dataclasses import dataclass
 
 import router
-from gateway.pipeline.caching import CacheStatus
+from gateway.pipeline.answers.exact import CacheStatus
 from tiers import Event, EventStream, Finished
 
 

@@ -2,15 +2,15 @@
 :meth:`ChatService.answer`.
 
      1 authenticate   the API key → the caller and its tenant        gateway/pipeline/front.py
-     2 parse          OpenAI's request shape, strictly               gateway/api/protocol.py
+     2 parse          OpenAI's request shape, strictly               gateway/wire/chat.py
        model          an unknown model is a 404                       gateway/pipeline/tierset.py
      3 limit          the tenant's limits: requests, media parts      gateway/pipeline/front.py
        residency      the tenant's rules on sensitive text: refuse,   gateway/pipeline/front.py
                       keep on local tiers, or redact for remote ones
      4 media          fetch and decode, off the event loop, cached;   gateway/media/
                       then the seconds they measured are charged
-     5 cache          an exact repeat is answered from the cache      gateway/pipeline/caching.py
-                      then, if the policy says so, a paraphrase        gateway/pipeline/semantic/
+     5 cache          an exact repeat is answered from the cache      gateway/pipeline/answers/exact.py
+                      then, if the policy says so, a paraphrase        gateway/pipeline/answers/semantic/
      6 plan           features → the router's decision (+ degrading)  gateway/pipeline/plan.py, router/
      7 admit          bounded lanes per tier → 429 beyond them        gateway/pipeline/admission.py
      8 dispatch       the tier's one generation method, failover      gateway/pipeline/dispatch.py
@@ -41,22 +41,22 @@ import msgspec
 
 import router
 from gateway.accounts.tenants import DEFAULT_TENANT, Caller
-from gateway.api.protocol import ChatCompletionRequest
 from gateway.media import MediaPipeline, has_media
 from gateway.ops.metrics import Metrics
 from gateway.ops.tracing import Tracing
 from gateway.pipeline.answer import Answer, Routed, whole
 from gateway.pipeline.answers import Answers
-from gateway.pipeline.caching import BYPASS, AnswerCache, Lookup
+from gateway.pipeline.answers.exact import BYPASS, AnswerCache, Lookup
+from gateway.pipeline.answers.semantic import SemanticCache
 from gateway.pipeline.dispatch import Dispatcher
 from gateway.pipeline.ending import Ending, How, Tally
 from gateway.pipeline.front import Front, Incoming
 from gateway.pipeline.plan import Planner
 from gateway.pipeline.record import Call, Recorder, demand_of
 from gateway.pipeline.routing import RoutingService
-from gateway.pipeline.semantic import SemanticCache
 from gateway.pipeline.tierset import TierSet
 from gateway.residency import NOTHING, Verdict
+from gateway.wire.chat import ChatCompletionRequest
 from tiers import Event, ToolCallDelta
 
 OFF = router.SemanticCachePolicy()

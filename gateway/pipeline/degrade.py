@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from gateway.api.protocol import (
+from gateway.wire.chat import (
     AudioPart,
     ChatCompletionRequest,
     FramesPart,

@@ -18,7 +18,7 @@ from gateway.errors import to_gateway_error
 from gateway.ops.metrics import Metrics
 from gateway.ops.tracing import Tracing
 from gateway.pipeline.answer import Answer, Routed, chain, predicted_header, whole
-from gateway.pipeline.caching import Lookup
+from gateway.pipeline.answers.exact import Lookup
 from gateway.pipeline.ending import Ending, How, Tally, how_of
 from gateway.pipeline.plan import Plan
 from gateway.pipeline.record import Call

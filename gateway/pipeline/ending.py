@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from gateway.ops.metrics import Metrics
 from gateway.pipeline.answer import Answer, Routed
 from gateway.pipeline.answers import Answers
-from gateway.pipeline.caching import Lookup
+from gateway.pipeline.answers.exact import Lookup
 from gateway.pipeline.plan import Plan
 from gateway.pipeline.record import Call, Recorder
 from gateway.pipeline.routing import RoutingService

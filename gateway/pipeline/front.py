@@ -23,12 +23,12 @@ import msgspec
 import router
 from gateway.accounts.policies import PolicyBook
 from gateway.accounts.tenants import Authenticator, Caller, Demand, RateLimiter
-from gateway.api.protocol import ChatCompletionRequest, parse_chat_request
 from gateway.errors import InvalidRequest, PermissionDenied
 from gateway.ops.metrics import Metrics
 from gateway.ops.tracing import Tracing
 from gateway.pipeline.record import Call, Recorder
 from gateway.residency import NOTHING, Rule, Verdict, compiled, scan
+from gateway.wire.chat import ChatCompletionRequest, parse_chat_request
 
 # Stage 2 for one endpoint: its request body, for a known tenant, as the chat request the stages
 # take. Chat Completions' is a plain decode; the Responses API reads the tenant's stored conversation

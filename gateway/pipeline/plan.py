@@ -12,7 +12,6 @@ from dataclasses import dataclass
 import msgspec
 
 import router
-from gateway.api.protocol import AudioPart, ChatCompletionRequest, FramesPart, ImagePart, TextPart, VideoPart
 from gateway.errors import ModalityUnavailable, to_gateway_error
 from gateway.media import engine_messages
 from gateway.ops.metrics import Metrics
@@ -20,6 +19,7 @@ from gateway.ops.tracing import Tracing
 from gateway.pipeline import degrade
 from gateway.pipeline.tierset import AUTO_MODEL, TierSet
 from gateway.residency import NOTHING, Verdict
+from gateway.wire.chat import AudioPart, ChatCompletionRequest, FramesPart, ImagePart, TextPart, VideoPart
 from tiers import Ability, Generation, Modality
 
 _PART_MODALITY = {

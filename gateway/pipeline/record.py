@@ -26,13 +26,13 @@ from gateway.accounts.ledger import (
     request_tags,
 )
 from gateway.accounts.tenants import Caller, Demand, RateLimiter, Tenant
-from gateway.api.protocol import AudioPart, ChatCompletionRequest, ImagePart, VideoPart
 from gateway.errors import PermissionDenied, to_gateway_error
 from gateway.ops.activity import Activity, Decision
 from gateway.ops.metrics import Metrics
 from gateway.ops.tracing import Tracing
 from gateway.pipeline.answer import Routed
-from gateway.pipeline.caching import CacheStatus
+from gateway.pipeline.answers.exact import CacheStatus
+from gateway.wire.chat import AudioPart, ChatCompletionRequest, ImagePart, VideoPart
 from router import NO_MEDIA, MediaSummary
 from tiers import Usage
 

@@ -33,10 +33,21 @@ import msgspec
 import router
 from gateway.accounts.budgets import BudgetBook
 from gateway.ops.background import lower_priority
-from gateway.settings import RouterSettings
 from tiers import Tier
 
 log = logging.getLogger(__name__)
+
+
+class RouterSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The learned router (policies choose the strategy; this tunes how it learns)."""
+
+    # Share of learned-strategy requests sent to another able tier, so every tier stays measured.
+    exploration: float = 0.02
+    directory: str = ""  # empty: <data_dir>/router
+    save_interval_s: float = 30.0
+    budget_refresh_s: float = 2.0
+    predictor: router.PredictorConfig = msgspec.field(default_factory=router.PredictorConfig)
+
 
 PREDICTOR_FILE = "predictor.json"
 DIFFICULTY_FILE = "difficulty.json"

@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import router
-from gateway.api.answers import ModelCard, ModelList
 from gateway.errors import ModelNotFound
+from gateway.wire.chat_response import ModelCard, ModelList
 from tiers import Tier
 
 AUTO_MODEL = "tiergate-auto"

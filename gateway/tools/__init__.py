@@ -1,1 +1,2 @@
-"""Tools apart from the request path: the command line, calibration, the appliance, model export."""
+"""The command line and what it starts: the server (uvicorn, server.py), calibration, the appliance,
+model export."""

@@ -42,7 +42,7 @@ def serve(
     cloud pool's membership (cloud.urls): new replicas join, removed ones drain.
     """
     from gateway.accounts.storage import DataFolderInUse
-    from gateway.server import run
+    from gateway.tools.server import run
 
     overrides: dict[str, Any] = {
         "server.host": host,

@@ -34,7 +34,7 @@ def bundle(
     """Build an offline bundle: wheels for this platform (at the versions installed here), the edge
     model, the embedding model, WordNet (the semantic cache's), optionally the cloud model, the default
     config, a checksum manifest and install.sh."""
-    from gateway.pipeline.semantic.wordnet import FOLDER as WORDNET_FOLDER
+    from gateway.pipeline.answers.semantic.wordnet import FOLDER as WORDNET_FOLDER
     from gateway.settings import load_settings
     from gateway.tools.appliance.bundle import BundleError, build
     from tiers.embedding import DEFAULT_EMBEDDING_MODEL_DIR

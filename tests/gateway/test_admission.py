@@ -5,7 +5,8 @@ from collections.abc import AsyncGenerator
 
 import pytest
 
-from gateway.pipeline.admission import AdmissionSettings, AdmittedTier, Gate, Lane, LaneSettings, admit
+from gateway.ops.gates import Lane
+from gateway.pipeline.admission import AdmissionSettings, AdmittedTier, Gate, LaneSettings, admit
 from tiers import (
     Capabilities,
     Event,

@@ -11,11 +11,11 @@ import pytest
 
 import cache
 import router
-from gateway.api.protocol import parse_chat_request
 from gateway.errors import ModalityUnavailable
 from gateway.ops.metrics import Metrics
-from gateway.pipeline.caching import AnswerCache, CacheStatus
+from gateway.pipeline.answers.exact import AnswerCache, CacheStatus
 from gateway.pipeline.chat import ChatService, RequestContext
+from gateway.wire.chat import parse_chat_request
 from tests.pipeline import chat_service, complete, streamed
 from tiers import (
     Capabilities,

@@ -15,6 +15,7 @@ from sqlalchemy import Engine, create_engine, func, select
 import router
 from gateway.accounts.budgets import BudgetBook, spent_tag_usd
 from gateway.accounts.ledger import (
+    DEFAULT_PRICES,
     NANO,
     LedgerRow,
     ReportQuery,
@@ -28,12 +29,11 @@ from gateway.accounts.ledger import (
 )
 from gateway.accounts.storage import SCHEMA_VERSION, ledger, ledger_tags, open_database, tenants
 from gateway.accounts.storage._schema import schema_version
-from gateway.api.protocol import parse_chat_request
 from gateway.errors import InvalidRequest
 from gateway.ops.metrics import Metrics
 from gateway.pipeline.chat import RequestContext
-from gateway.pipeline.routing import RoutingService, tier_prices
-from gateway.settings import DEFAULT_PRICES, RouterSettings
+from gateway.pipeline.routing import RouterSettings, RoutingService, tier_prices
+from gateway.wire.chat import parse_chat_request
 from tests.gateway.test_ledger import row
 from tests.gateway.test_routing import Tier, body
 from tests.pipeline import chat_service, complete

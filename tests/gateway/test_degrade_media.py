@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from gateway.api.protocol import ChatCompletionRequest, FramesPart, ImagePart, ImageURL, Message, TextPart
 from gateway.pipeline import degrade
 from gateway.pipeline.plan import features_of
+from gateway.wire.chat import ChatCompletionRequest, FramesPart, ImagePart, ImageURL, Message, TextPart
 from router import MediaSummary
 from tiers import Modality
 

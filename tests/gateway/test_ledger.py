@@ -14,6 +14,7 @@ from sqlalchemy import Engine, func, select
 from gateway.accounts.ledger import (
     Ledger,
     LedgerRow,
+    Price,
     PriceBook,
     ReportQuery,
     WriteAheadLog,
@@ -25,7 +26,6 @@ from gateway.accounts.ledger import (
 from gateway.accounts.ledger._row import EntryIds
 from gateway.accounts.storage import ledger, open_database
 from gateway.errors import InvalidRequest
-from gateway.settings import Price
 
 
 def row(

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.accounts.tenants import Demand, LocalLimiter, RateLimiter, RedisLimiter, Tenant
+from gateway.accounts.tenants import Demand, LocalLimiter, RateLimiter, RedisLimiter, Tenant, TenantLimits
 from gateway.errors import RateLimited
-from gateway.settings import TenantLimits
 
 
 def _tenant(tid: int, **limits: int) -> Tenant:
@@ -94,8 +93,8 @@ async def test_video_and_audio_seconds_per_minute_over_redis(redis_url: str) -> 
 
 
 def test_demand_counts_parts_and_the_measured_seconds() -> None:
-    from gateway.api.protocol import parse_chat_request
     from gateway.pipeline.record import demand_of
+    from gateway.wire.chat import parse_chat_request
     from router import MediaSummary
 
     body = (

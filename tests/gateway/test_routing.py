@@ -12,14 +12,19 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import router
 from gateway.accounts.budgets import BudgetBook, period_bounds, spent_usd
-from gateway.accounts.ledger import LedgerRow, insert_rows
+from gateway.accounts.ledger import DEFAULT_PRICES, LedgerRow, insert_rows
 from gateway.accounts.storage import open_database
-from gateway.accounts.tenants import TenantStore
-from gateway.api.protocol import parse_chat_request
+from gateway.accounts.tenants import TenantLimits, TenantStore
 from gateway.ops.metrics import Metrics
 from gateway.pipeline.chat import ChatService, RequestContext
-from gateway.pipeline.routing import RoutingService, builtin_difficulty, load_difficulty, tier_prices
-from gateway.settings import DEFAULT_PRICES, RouterSettings, TenantLimits
+from gateway.pipeline.routing import (
+    RouterSettings,
+    RoutingService,
+    builtin_difficulty,
+    load_difficulty,
+    tier_prices,
+)
+from gateway.wire.chat import parse_chat_request
 from tests.pipeline import chat_service, complete, streamed
 from tiers import (
     Capabilities,

@@ -10,11 +10,11 @@ import pytest
 
 import cache
 import router
-from gateway.api.protocol import ChatCompletionRequest, parse_chat_request
 from gateway.ops.metrics import Metrics
-from gateway.pipeline.caching import AnswerCache
-from gateway.pipeline.semantic.context import last_text, skipped, without_last_text
-from gateway.pipeline.semantic.guard import agree, terms
+from gateway.pipeline.answers.exact import AnswerCache
+from gateway.pipeline.answers.semantic.context import last_text, skipped, without_last_text
+from gateway.pipeline.answers.semantic.guard import agree, terms
+from gateway.wire.chat import ChatCompletionRequest, parse_chat_request
 
 ON = router.SemanticCachePolicy(enabled=True)
 RED = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg=="

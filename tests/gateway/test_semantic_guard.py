@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.pipeline.semantic.guard import _related, agree, terms
-from gateway.pipeline.semantic.judge import judge_in
+from gateway.pipeline.answers.semantic.guard import _related, agree, terms
+from gateway.pipeline.answers.semantic.judge import judge_in
 from gateway.settings import load_settings
 
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from gateway.pipeline.semantic import judge as judge_module
-from gateway.pipeline.semantic.guard import agree, terms
-from gateway.pipeline.semantic.judge import Judge, judge_in
-from gateway.pipeline.semantic.wordnet import FOLDER, WordNet
+from gateway.pipeline.answers.semantic import judge as judge_module
+from gateway.pipeline.answers.semantic.guard import agree, terms
+from gateway.pipeline.answers.semantic.judge import Judge, judge_in
+from gateway.pipeline.answers.semantic.wordnet import FOLDER, WordNet
 from gateway.settings import load_settings
 
 BUILD_CACHE = Path(load_settings().build_cache_dir).expanduser()

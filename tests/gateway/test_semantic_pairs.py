@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 
 import router
-from gateway.pipeline.semantic.guard import agree, terms
-from gateway.pipeline.semantic.judge import Judge, judge_in
+from gateway.pipeline.answers.semantic.guard import agree, terms
+from gateway.pipeline.answers.semantic.judge import Judge, judge_in
 from gateway.settings import load_settings
 from tiers.embedding import DEFAULT_EMBEDDING_MODEL_DIR, EmbeddingConfig, OnnxEmbedder
 

@@ -9,9 +9,16 @@ import pytest
 from sqlalchemy import select
 
 from gateway.accounts.storage import api_keys, open_database
-from gateway.accounts.tenants import Authenticator, TenantStore, hash_key, key_id_of, matches, new_key
+from gateway.accounts.tenants import (
+    Authenticator,
+    TenantLimits,
+    TenantStore,
+    hash_key,
+    key_id_of,
+    matches,
+    new_key,
+)
 from gateway.errors import AuthenticationFailed, Conflict, InvalidRequest, NotFound
-from gateway.settings import TenantLimits
 
 
 @pytest.fixture

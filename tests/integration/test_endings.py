@@ -12,6 +12,7 @@ the cost report and the tenant's tokens-per-minute counter follow from them:
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -59,7 +60,8 @@ def body(model: str, **kw: Any) -> dict[str, Any]:
 
 
 def read_stream(gw: Gateway, key: str, rid: str, model: str, chunks: int | None) -> list[str]:
-    """Streams an answer, reading ``chunks`` content chunks (None: all), then closes the connection."""
+    """Streams an answer, reading ``chunks`` chunks with text (None: all), then closes the
+    connection; the text chunks and the error events read."""
     headers = {"Authorization": f"Bearer {key}", "X-Request-ID": rid}
     seen: list[str] = []
     with httpx.stream(
@@ -67,12 +69,13 @@ def read_stream(gw: Gateway, key: str, rid: str, model: str, chunks: int | None)
     ) as resp:
         assert resp.status_code == 200, resp.read()
         for line in resp.iter_lines():
-            if line.startswith("data: {") and '"content"' in line:
+            if not line.startswith("data: {"):
+                continue
+            chunk = json.loads(line[6:])
+            if "error" in chunk or any(c["delta"].get("content") for c in chunk.get("choices", ())):
                 seen.append(line)
-                if chunks is not None and len(seen) >= chunks:
-                    break
-            elif line.startswith("data: {") and '"error"' in line:
-                seen.append(line)
+            if chunks is not None and len(seen) >= chunks:
+                break
     return seen
 
 

@@ -163,7 +163,7 @@ def test_a_scripted_mix_shows_in_every_metric_family_and_every_log_line_has_its_
     assert retries and all(str(line.get("request_id", "")).startswith("mix-") for line in retries)
     # and no line written during a request lacks an id
     request_loggers = {
-        "gateway.pipeline.caching",
+        "gateway.pipeline.answers.exact",
         "gateway.errors",
         "tiers.cloud._pool",
         "gateway.services",

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.pipeline.semantic.wordnet import FOLDER
+from gateway.pipeline.answers.semantic.wordnet import FOLDER
 from gateway.settings import load_settings
 from tests.conftest import Gateway, start_gateway
 from tests.integration.test_tenants_api import admin, ledger_rows

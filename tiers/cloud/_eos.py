@@ -11,14 +11,10 @@ sends no ``stop_reason`` at all is taken at its word.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import msgspec
 
 from tiers._types import Usage
-
-if TYPE_CHECKING:
-    from tiers.cloud._wire import WireChoice, WireChunkChoice, WireLogprobs, WireMessage
+from tiers.cloud._shapes import WireChoice, WireChunkChoice, WireLogprobs, WireMessage
 
 
 def scored(choice: WireChoice | WireChunkChoice, said: WireMessage | None) -> tuple[WireLogprobs | None, int]:

@@ -10,10 +10,37 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+import msgspec
 from sqlalchemy import Engine, select
 
 from gateway.accounts.storage import prices
-from gateway.settings import Price
+
+
+class Price(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What a tier (and optionally one model of it; "*" is any) charges, in USD."""
+
+    tier: str
+    model: str = "*"
+    prompt_per_1k: float = 0.0
+    completion_per_1k: float = 0.0
+    per_image: float = 0.0
+    per_media_second: float = 0.0
+    per_gpu_second: float = 0.0
+
+
+DEFAULT_PRICES = (
+    Price(tier="edge", prompt_per_1k=0.00002, completion_per_1k=0.00004),
+    Price(tier="cloud", prompt_per_1k=0.0005, completion_per_1k=0.0015, per_image=0.001),
+    *(Price(tier=t, prompt_per_1k=0.00001) for t in ("embedding", "embedding-vllm")),  # /v1/embeddings
+)
+
+
+class PricingSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    # A changed price becomes a new version; rows keep the version they were charged.
+    prices: list[Price] = msgspec.field(default_factory=lambda: list(DEFAULT_PRICES))
+    # The reports' counterfactual: what the same requests would have cost on this tier.
+    counterfactual_tier: str = "cloud"
+
 
 NANO = 1_000_000_000
 _FIELDS = ("prompt_per_1k", "completion_per_1k", "per_image", "per_media_second", "per_gpu_second")

@@ -20,6 +20,7 @@ from gateway.accounts.tenants._models import (
     NewKey,
     Tenant,
 )
+from gateway.accounts.tenants._settings import LimitSettings, TenantLimits
 from gateway.accounts.tenants._store import TenantStore, check_tenant_name
 from gateway.accounts.tenants._throttle import FailureThrottle
 
@@ -35,11 +36,13 @@ __all__ = [
     "Demand",
     "FailureThrottle",
     "KeyInfo",
+    "LimitSettings",
     "LocalLimiter",
     "NewKey",
     "RateLimiter",
     "RedisLimiter",
     "Tenant",
+    "TenantLimits",
     "TenantStore",
     "check_tenant_name",
     "hash_key",

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from gateway.accounts.tenants._models import Tenant
+from gateway.accounts.tenants._settings import TenantLimits
 from gateway.errors import RateLimited
-from gateway.settings import TenantLimits
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import msgspec
 
-from gateway.settings import TenantLimits
+from gateway.accounts.tenants._settings import TenantLimits
 
 ADMIN = "admin"  # every tenant; the only role that creates tenants, admin keys and tenant-admin keys
 TENANT = "tenant"  # an inference key: chats and reads its own tenant, manages no keys

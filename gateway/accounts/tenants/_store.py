@@ -22,8 +22,8 @@ from gateway.accounts.tenants._models import (
     NewKey,
     Tenant,
 )
+from gateway.accounts.tenants._settings import TenantLimits
 from gateway.errors import Conflict, InvalidRequest, NotFound
-from gateway.settings import TenantLimits
 
 _NAME = re.compile(r"[a-z0-9][a-z0-9_.\-]{0,63}")
 _LIMIT_FIELDS = tuple(TenantLimits.__struct_fields__)

@@ -13,9 +13,9 @@ from litestar.params import FromPath, FromQuery
 from gateway.accounts.admin import AdminService
 from gateway.accounts.ledger import FORMATS, report_csv
 from gateway.accounts.tenants import TENANT, Caller
-from gateway.api.protocol import encode
 from gateway.errors import InvalidRequest
 from gateway.services import Services
+from gateway.wire.chat import encode
 
 JSON = "application/json"
 

@@ -13,9 +13,9 @@ from litestar.datastructures import State
 from litestar.di import NamedDependency
 
 from gateway.api.admin._guard import require_admin
-from gateway.api.protocol import encode
 from gateway.errors import InvalidRequest, NotFound
 from gateway.services import Services
+from gateway.wire.chat import encode
 from tiers import ModelRegistry
 from tiers.edge import EdgeModel
 

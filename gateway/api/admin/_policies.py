@@ -24,9 +24,9 @@ from litestar.params import FromPath, FromQuery
 import router
 from gateway.accounts.policies import DEFAULT_KEY, PolicyBook
 from gateway.accounts.tenants import Caller
-from gateway.api.protocol import encode
 from gateway.errors import InvalidRequest, NotFound, PermissionDenied, to_gateway_error
 from gateway.services import Services
+from gateway.wire.chat import encode
 
 JSON = "application/json"
 

@@ -9,10 +9,10 @@ from litestar.di import NamedDependency
 from litestar.params import FromPath
 
 from gateway.api.admin._guard import require_admin
-from gateway.api.protocol import encode
 from gateway.errors import InvalidRequest, NotFound
 from gateway.ops.shared import check_replica_urls
 from gateway.services import Services
+from gateway.wire.chat import encode
 from tiers import Pool
 
 JSON = "application/json"

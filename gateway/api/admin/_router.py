@@ -12,9 +12,9 @@ from litestar.datastructures import State
 from litestar.di import NamedDependency
 
 from gateway.api.admin._guard import require_admin
-from gateway.api.protocol import encode
 from gateway.pipeline.routing import RoutingService
 from gateway.services import Services
+from gateway.wire.chat import encode
 
 JSON = "application/json"
 

@@ -1,10 +1,10 @@
 """``POST /v1/completions``, OpenAI's legacy completions, on the chat pipeline's stages.
 
-The body is translated once (:mod:`.request`) into one chat request per prompt, run by the same
-pipeline as Chat Completions in its raw-prompt mode (the prompt goes to the model as it is, no chat
-template; the cache keeps raw and chat answers apart): the same key, limits, routing, cache, breakers
-and ledger. A list of prompts is one pipeline run per prompt, all started at once; the answers are
-merged in order (:mod:`.answer`). The handler itself is in gateway/api/controllers.py.
+The body is translated once (:mod:`gateway.wire.completions`) into one chat request per prompt, run
+by the same pipeline as Chat Completions in its raw-prompt mode (the prompt goes to the model as it
+is, no chat template; the cache keeps raw and chat answers apart): the same key, limits, routing,
+cache, breakers and ledger. A list of prompts is one pipeline run per prompt, all started at once;
+the answers are merged in order (:mod:`.answer`). The handler itself is in gateway/api/controllers.py.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from gateway.accounts.tenants import Authenticator
 from gateway.api.completions.answer import event_stream, json_body
-from gateway.api.completions.request import Completions, parse_completions
-from gateway.api.protocol import ChatCompletionRequest
 from gateway.pipeline.answer import Answer
 from gateway.pipeline.chat import ChatPipeline
 from gateway.pipeline.front import Incoming, Parse
+from gateway.wire.chat import ChatCompletionRequest
+from gateway.wire.completions import Completions, parse_completions
 
 __all__ = ["Completions", "Run", "event_stream", "json_body", "parse_completions", "start"]
 

@@ -16,12 +16,12 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 
 import msgspec
 
-from gateway.api.answers import TiergateInfo, UsageBody, usage_body
 from gateway.api.framing import fingerprint
-from gateway.api.protocol import encode
 from gateway.api.sse import DONE, frame
 from gateway.errors import error_body, to_gateway_error
 from gateway.pipeline.answer import Answer
+from gateway.wire.chat import encode
+from gateway.wire.chat_response import TiergateInfo, UsageBody, usage_body
 from tiers import ChoiceDone, Finished, Logprobs, TextDelta, TokenLogprob, Usage, collect
 
 UNSET = msgspec.UNSET

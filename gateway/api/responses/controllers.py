@@ -23,9 +23,7 @@ from gateway.accounts.tenants import DEFAULT_TENANT
 from gateway.api.asgi_io import EventStream, JSONAnswer
 from gateway.api.door import door, respond
 from gateway.api.framing import route_headers, tiergate_info
-from gateway.api.protocol import ChatCompletionRequest, Message
 from gateway.api.responses import objects as ro
-from gateway.api.responses.protocol import FunctionTool, ResponsesRequest, parse_responses_request
 from gateway.api.responses.stream import ResponseEvents
 from gateway.api.responses.translate import (
     chat_request,
@@ -37,6 +35,8 @@ from gateway.api.responses.translate import (
 from gateway.errors import PermissionDenied, to_gateway_error
 from gateway.pipeline.answer import Answer
 from gateway.services import Services
+from gateway.wire.chat import ChatCompletionRequest, Message
+from gateway.wire.responses import FunctionTool, ResponsesRequest, parse_responses_request
 from tiers import Event, Finished, assemble
 
 JSON = "application/json"

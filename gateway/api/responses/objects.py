@@ -9,8 +9,8 @@ from typing import Any
 
 import msgspec
 
-from gateway.api.answers import TiergateInfo
-from gateway.api.responses import protocol as rp
+from gateway.wire import responses as rp
+from gateway.wire.chat_response import TiergateInfo
 from tiers import Choice, Completion, TokenLogprob, Usage
 
 

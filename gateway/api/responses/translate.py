@@ -14,7 +14,9 @@ from typing import Literal
 
 import msgspec
 
-from gateway.api.protocol import (
+from gateway.errors import InvalidRequest
+from gateway.wire import responses as rp
+from gateway.wire.chat import (
     CalledFunction,
     ChatCompletionRequest,
     ChosenFunction,
@@ -33,8 +35,6 @@ from gateway.api.protocol import (
     ToolCallIn,
     check_chat_request,
 )
-from gateway.api.responses import protocol as rp
-from gateway.errors import InvalidRequest
 from tiers import Completion
 
 ToolMode = Literal["none", "auto", "required"]

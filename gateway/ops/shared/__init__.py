@@ -3,21 +3,38 @@ the cloud pool's replica health and membership, configuration reloads."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import msgspec
 
 from gateway.ops.shared._bus import Bus, instance_name, publish_now
 from gateway.ops.shared._state import RELOAD, SharedPool, SharedState, check_replica_urls
+from router import BreakerConfig
 
-if TYPE_CHECKING:
-    from gateway.settings import Settings
+__all__ = [
+    "RELOAD",
+    "Bus",
+    "SharedPool",
+    "SharedSettings",
+    "SharedState",
+    "check_replica_urls",
+    "open_shared",
+    "publish_now",
+]
 
-__all__ = ["RELOAD", "Bus", "SharedPool", "SharedState", "check_replica_urls", "open_shared", "publish_now"]
+
+class SharedSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """State several gateway instances share (the cache, limits and database have their own URLs)."""
+
+    # Empty: breaker states, replica health and config changes stay in this process. A redis:// URL:
+    # every gateway on it sees them (a breaker one opens is open in all; a reload reaches all).
+    redis_url: str = ""
+    prefix: str = "tiergate:shared:"
+    # This gateway's name in what it shares; empty: <hostname>-<pid>.
+    instance: str = ""
 
 
-def open_shared(settings: Settings) -> SharedState | None:
+def open_shared(shared: SharedSettings, breakers: BreakerConfig) -> SharedState | None:
     """The shared state when ``shared.redis_url`` is set, else None (everything in this process)."""
-    shared = settings.shared
     if not shared.redis_url:
         return None
     bus = Bus(shared.redis_url, prefix=shared.prefix, instance=instance_name(shared.instance))
-    return SharedState(bus, settings.breakers)
+    return SharedState(bus, breakers)

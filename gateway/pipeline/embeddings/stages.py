@@ -3,7 +3,7 @@
 policy, limits and residency rules) and the same recorder.
 
      1 authenticate   the API key → the caller and its tenant        Authenticator
-     2 parse          OpenAI's request, strictly                      gateway/pipeline/embeddings/protocol.py
+     2 parse          OpenAI's request, strictly                      gateway/wire/embeddings.py
        model          the embedding model's name or an alias, else 404; dimensions, input count: 400
      3 limit          the tenant's request limit (its tokens are charged at 10, as for chat)
        residency      the tenant's rules on the inputs' text, as for chat (gateway/pipeline/front.py)
@@ -35,16 +35,16 @@ from gateway.errors import InvalidRequest, ModelNotFound
 from gateway.ops.metrics import Metrics
 from gateway.ops.tracing import Tracing
 from gateway.pipeline.answer import Routed
-from gateway.pipeline.caching import CacheStatus, cache_directives
-from gateway.pipeline.embeddings.protocol import (
+from gateway.pipeline.answers.exact import CacheStatus, cache_directives
+from gateway.pipeline.front import Front, Incoming
+from gateway.pipeline.record import Call, Recorder
+from gateway.residency import Redaction, Verdict
+from gateway.wire.embeddings import (
     EmbeddingRequest,
     encode_embeddings,
     inputs_of,
     parse_embedding_request,
 )
-from gateway.pipeline.front import Front, Incoming
-from gateway.pipeline.record import Call, Recorder
-from gateway.residency import Redaction, Verdict
 from tiers import Usage
 from tiers.embedding import DEFAULT_EMBEDDING_MODEL_DIR, Embedder, EmbeddingConfig, Vectors
 

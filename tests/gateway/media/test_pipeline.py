@@ -13,11 +13,11 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from gateway.api.protocol import AudioPart, FramesPart, ImagePart, ImageURL, parse_chat_request
 from gateway.errors import InvalidRequest, PayloadTooLarge, UnprocessableMedia, UnsupportedMediaType
 from gateway.media import MediaPipeline, MediaSettings, MediaTargets, engine_messages
 from gateway.media._failure import MediaFailure
 from gateway.media._runner import DecodePool
+from gateway.wire.chat import AudioPart, FramesPart, ImagePart, ImageURL, parse_chat_request
 from tests import media_files
 
 

@@ -14,11 +14,11 @@ import av
 import msgspec
 import pytest
 
-from gateway.api.protocol import parse_chat_request
 from gateway.errors import PayloadTooLarge
 from gateway.media import MediaPipeline, MediaSettings, MediaTargets, video
 from gateway.media._config import DEFAULT_VIDEO_CODECS, DEFAULT_VIDEO_CONTAINERS
 from gateway.media._failure import TOO_LARGE, UNSUPPORTED, MediaFailure
+from gateway.wire.chat import parse_chat_request
 from tests import media_files
 
 PARAMS = video.VideoParams(

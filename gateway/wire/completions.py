@@ -14,7 +14,8 @@ from typing import Annotated, Any
 
 import msgspec
 
-from gateway.api.protocol import (
+from gateway.errors import InvalidRequest
+from gateway.wire.chat import (
     MAX_CHOICES,
     Bias,
     ChatCompletionRequest,
@@ -26,7 +27,6 @@ from gateway.api.protocol import (
     StreamOptions,
     decode_body,
 )
-from gateway.errors import InvalidRequest
 
 MAX_PROMPTS = 16  # prompts of one request; each is a pipeline run of its own
 MAX_LOGPROBS = 5  # OpenAI's bound for the legacy endpoint

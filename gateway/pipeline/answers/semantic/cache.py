@@ -3,7 +3,7 @@
 Asked only when the tenant's policy turns it on (``semantic_cache.enabled``) and the exact cache
 missed.  The request's last user turn is embedded by the in-process MiniLM tier (batched with every
 other caller's); the index (cache/_semantic.py) gives the tenant's nearest stored turns of the same
-context (gateway/pipeline/semantic/context.py); the most similar one at or above the policy's
+context (gateway/pipeline/answers/semantic/context.py); the most similar one at or above the policy's
 threshold that the near-miss guard lets through (guard.py, with WordNet's judge of a swapped word,
 judge.py, when the build cache has it) answers, its answer read from the result
 store under its exact key and replayed like an exact hit.  A miss carries its embedding on, so the
@@ -26,12 +26,12 @@ import numpy as np
 
 import cache
 import router
-from gateway.api.protocol import ChatCompletionRequest
-from gateway.pipeline.caching import CacheStatus, Lookup, Pending, replay
-from gateway.pipeline.semantic.context import last_text, skipped, without_last_text
-from gateway.pipeline.semantic.guard import agree, terms
-from gateway.pipeline.semantic.judge import Judge, judge_in
-from gateway.pipeline.semantic.keeper import DiskKeeper, FeedKeeper
+from gateway.pipeline.answers.exact import CacheStatus, Lookup, Pending, replay
+from gateway.pipeline.answers.semantic.context import last_text, skipped, without_last_text
+from gateway.pipeline.answers.semantic.guard import agree, terms
+from gateway.pipeline.answers.semantic.judge import Judge, judge_in
+from gateway.pipeline.answers.semantic.keeper import DiskKeeper, FeedKeeper
+from gateway.wire.chat import ChatCompletionRequest
 from tiers import Event, TierError
 from tiers.embedding import Embedder, Vectors
 

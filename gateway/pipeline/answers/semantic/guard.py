@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from gateway.pipeline.semantic.judge import Judge
+    from gateway.pipeline.answers.semantic.judge import Judge
 
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*|\b[IVX]{2,}\b")
 _QUOTED = re.compile(r"\"([^\"]+)\"|“([^”]+)”|'([^']{2,})'(?!\w)")

@@ -30,7 +30,7 @@ import logging
 import threading
 from pathlib import Path
 
-from gateway.pipeline.semantic.wordnet import FOLDER, Synset, WordNet
+from gateway.pipeline.answers.semantic.wordnet import FOLDER, Synset, WordNet
 
 log = logging.getLogger(__name__)
 Lemmas = frozenset[tuple[str, str]]

@@ -4,7 +4,7 @@ Requests are decoded and validated here, strictly: a field tiergate does not kno
 (as OpenAI answers), never dropped, and every string, list and map that can reach storage, logs or a
 tier has a bound.  What a model cannot say (a tool_choice naming no tool, top_logprobs without
 logprobs, a schema that is no schema) is checked after decoding; JSON schemas are checked by
-:mod:`gateway.api.schemas`.  Answers are in :mod:`gateway.api.answers`.
+:mod:`gateway.wire.schemas`.  Answers are in :mod:`gateway.wire.chat_response`.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
 
-from gateway.api import schemas
 from gateway.errors import InvalidRequest
+from gateway.wire import schemas
 
 Role = Literal["system", "developer", "user", "assistant", "tool"]
 

@@ -1,5 +1,5 @@
 """The semantic cache: a paraphrase of a stored request, in the same context, gets its answer."""
 
-from gateway.pipeline.semantic.cache import Asked, SemanticCache, semantic_cache
+from gateway.pipeline.answers.semantic.cache import Asked, SemanticCache, semantic_cache
 
 __all__ = ["Asked", "SemanticCache", "semantic_cache"]

@@ -4,7 +4,7 @@ A request is split in two: its last user turn's text, which is embedded and comp
 its context, everything else, which must be the same to the byte: the model route and the sampling
 parameters, tools, tool choice and response format, the system prompt and every earlier turn, and
 the hashes of any media (the last turn's too).  The context is hashed with the exact cache's own key
-function (gateway/pipeline/caching.py), so it includes the routing rule and the served models.
+function (gateway/pipeline/answers/exact.py), so it includes the routing rule and the served models.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from __future__ import annotations
 import msgspec
 
 import router
-from gateway.api.protocol import ChatCompletionRequest, Message, TextPart
-from gateway.pipeline.caching import deterministic
+from gateway.pipeline.answers.exact import deterministic
+from gateway.wire.chat import ChatCompletionRequest, Message, TextPart
 
 
 def skipped(request: ChatCompletionRequest, policy: router.SemanticCachePolicy) -> str | None:

@@ -10,9 +10,9 @@ from pathlib import Path
 import uvicorn
 
 from gateway.accounts.storage import DataFolderLock
-from gateway.api.httpguard import guarded_protocol
 from gateway.app import create_app
 from gateway.ops import logs
+from gateway.ops.httpguard import guarded_protocol
 from gateway.settings import Settings, SettingsError
 
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import msgspec
 
 import cache
-from gateway.api.protocol import ChatCompletionRequest
 from gateway.ops.metrics import Metrics
+from gateway.wire.chat import ChatCompletionRequest
 from tiers import Event, decode_events, encode_events
 
 log = logging.getLogger(__name__)
@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 class CacheStatus(enum.StrEnum):
     HIT = "hit"
-    SEMANTIC = "semantic"  # a paraphrase's answer (gateway/pipeline/semantic/)
+    SEMANTIC = "semantic"  # a paraphrase's answer (gateway/pipeline/answers/semantic/)
     MISS = "miss"
     BYPASS = "bypass"
 

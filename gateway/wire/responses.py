@@ -1,6 +1,6 @@
 """The Responses API request (``POST /v1/responses``) as typed msgspec models, decoded strictly.
 
-As for Chat Completions (:mod:`gateway.api.protocol`), a field tiergate does not know is a 400 naming
+As for Chat Completions (:mod:`gateway.wire.chat`), a field tiergate does not know is a 400 naming
 it, and every list and string has a bound.  A field OpenAI defines that no tier here can honour
 (built-in tools, ``truncation: "auto"``, reasoning effort, background runs) is a 400 naming it too,
 never accepted and ignored.  ``input`` items are decoded one by one by their ``type`` (a message may
@@ -13,7 +13,8 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from gateway.api.protocol import (
+from gateway.errors import InvalidRequest
+from gateway.wire.chat import (
     MAX_TOOLS,
     MAX_TOP_LOGPROBS,
     Description,
@@ -26,7 +27,6 @@ from gateway.api.protocol import (
     decode_body,
     decode_error,
 )
-from gateway.errors import InvalidRequest
 
 MAX_ITEMS = 2048  # input items in one request (Chat Completions takes 4,096 messages)
 CallId = Annotated[str, msgspec.Meta(min_length=1, max_length=128)]

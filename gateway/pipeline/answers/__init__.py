@@ -1,6 +1,6 @@
 """The one port the request path asks for stored answers and hands fresh ones to: the exact result
-cache (gateway/pipeline/caching.py), and behind it, when a tenant's policy turns it on, the semantic
-cache (gateway/pipeline/semantic/), which may answer a paraphrase of a stored request.
+cache (gateway/pipeline/answers/exact.py), and behind it, when a tenant's policy turns it on, the semantic
+cache (gateway/pipeline/answers/semantic/), which may answer a paraphrase of a stored request.
 
 Nothing else on the path knows there are two: the chat service looks up, the ending keeps.
 """
@@ -8,10 +8,10 @@ Nothing else on the path knows there are two: the chat service looks up, the end
 from __future__ import annotations
 
 import router
-from gateway.api.protocol import ChatCompletionRequest
 from gateway.ops.tracing import Tracing
-from gateway.pipeline.caching import BYPASS, AnswerCache, Lookup, answer_of, cache_directives
-from gateway.pipeline.semantic import Asked, SemanticCache
+from gateway.pipeline.answers.exact import BYPASS, AnswerCache, Lookup, answer_of, cache_directives
+from gateway.pipeline.answers.semantic import Asked, SemanticCache
+from gateway.wire.chat import ChatCompletionRequest
 from tiers import Event
 
 

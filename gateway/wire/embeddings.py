@@ -16,8 +16,8 @@ from typing import Annotated, Literal
 import msgspec
 import numpy as np
 
-from gateway.api.protocol import decode_error
 from gateway.errors import InvalidRequest
+from gateway.wire.chat import decode_error
 from tiers.embedding import Vectors
 
 TokenId = Annotated[int, msgspec.Meta(ge=0)]
