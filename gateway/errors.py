@@ -12,7 +12,7 @@
     ├── UnprocessableMedia            422    invalid_request_error / corrupt_media
     ├── RateLimited                   429    rate_limit_exceeded (with Retry-After)
     ├── UpstreamFailed                502    upstream_error
-    ├── NoTierAvailable               503    service_unavailable
+    ├── ServiceUnavailable            503    service_unavailable
     │   └── ModalityUnavailable       503    service_unavailable / modality_unavailable
     └── StorageUnavailable            503    service_unavailable / storage_unavailable
 
@@ -131,7 +131,7 @@ class UpstreamFailed(GatewayError):
     type = "upstream_error"
 
 
-class NoTierAvailable(GatewayError):
+class ServiceUnavailable(GatewayError):
     """Tiers are starting, down or behind an open breaker: a retry a little later can succeed."""
 
     status = 503
@@ -143,7 +143,7 @@ class NoTierAvailable(GatewayError):
         return {"Retry-After": str(self.retry_after_s)}
 
 
-class ModalityUnavailable(NoTierAvailable):
+class ModalityUnavailable(ServiceUnavailable):
     """A modality's path is broken on every tier that takes it, and the request may not be degraded."""
 
     code = "modality_unavailable"
@@ -232,14 +232,14 @@ def _rejected(exc: tiers.TierRejected) -> GatewayError:
 ERROR_TABLE: dict[type[Exception], Callable[[Any], GatewayError]] = {
     tiers.TierOverloaded: _tier_busy,
     tiers.TierRejected: _rejected,
-    tiers.TierUnavailable: lambda e: NoTierAvailable(f"the {e.tier} tier is unavailable: {e.message}"),
+    tiers.TierUnavailable: lambda e: ServiceUnavailable(f"the {e.tier} tier is unavailable: {e.message}"),
     tiers.OutputRefused: lambda e: UpstreamFailed(
         f"the {e.tier} tier failed: {e.message}", code="invalid_model_output"
     ),
     tiers.TierError: lambda e: UpstreamFailed(f"the {e.tier} tier failed: {e.message}"),
     router.BudgetExhausted: _over_budget,
     router.RequestDoesNotFit: _does_not_fit,
-    router.NoTierAvailable: lambda e: NoTierAvailable(f"no tier can serve this request now: {e}"),
+    router.NoTierAvailable: lambda e: ServiceUnavailable(f"no tier can serve this request now: {e}"),
     router.PolicyInvalid: lambda e: InvalidRequest(e.message, param=e.field or None, code="invalid_policy"),
     tiers.UnknownModel: lambda e: NotFound(e.message, param="name"),
     tiers.NothingToRollBack: lambda e: Conflict(e.message),

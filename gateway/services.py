@@ -34,8 +34,8 @@ from gateway.accounts.admin import AdminService
 from gateway.accounts.budgets import BudgetBook
 from gateway.accounts.ledger import Ledger, PriceBook
 from gateway.accounts.policies import PolicyBook, PolicyStore
-from gateway.accounts.responses import ResponseStore
 from gateway.accounts.storage import open_database
+from gateway.accounts.stored_responses import ResponseStore
 from gateway.accounts.tenants import Authenticator, FailureThrottle, RateLimiter, TenantStore, make_limiter
 from gateway.media import MediaMetrics, MediaPipeline, MediaTargets
 from gateway.ops.activity import Activity

@@ -22,7 +22,7 @@ import msgspec
 
 from cache import CacheConfig
 from gateway.accounts.ledger import PricingSettings
-from gateway.accounts.responses import ResponseSettings
+from gateway.accounts.stored_responses import ResponseSettings
 from gateway.accounts.tenants import LimitSettings
 from gateway.media import MediaSettings
 from gateway.ops.clients import proxy_networks

@@ -8,7 +8,7 @@ append to the file is a page-cache write of a few microseconds on the event loop
 promise the ledger's default ``ledger.sync = "os"`` makes for its rows: a response that was answered
 survives the process being killed (the next start loads the file into the database); a power cut may
 lose the last ones.  With ``ledger.sync = "disk"``, or on PostgreSQL (where other gateways must find a
-response as soon as its answer is out), :class:`~gateway.accounts.responses.ResponseStore` writes
+response as soon as its answer is out), :class:`~gateway.accounts.stored_responses.ResponseStore` writes
 through instead.
 
 Reads see a held row at once (only this gateway writes its SQLite file).  A held row leaves memory

@@ -75,7 +75,7 @@ async def until_disconnect(receive: Receive) -> None:
         pass
 
 
-class EventStream:
+class SSEResponse:
     """A ``text/event-stream`` response sending each event as ``events`` yields it.
 
     When the client leaves, the request's task is cancelled wherever it waits (for the upstream's

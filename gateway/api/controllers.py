@@ -13,7 +13,7 @@ from litestar.params import FromPath
 from litestar.types import Receive, Scope, Send
 
 from gateway.api import completions as legacy
-from gateway.api.asgi_io import EventStream, JSONAnswer
+from gateway.api.asgi_io import JSONAnswer, SSEResponse
 from gateway.api.door import door, respond
 from gateway.api.framing import event_stream, json_body, route_headers
 from gateway.api.responses import ROUTES as RESPONSES_ROUTES
@@ -33,10 +33,10 @@ async def chat_completions(scope: Scope, receive: Receive, send: Send) -> None:
     (gateway/pipeline/chat.py); this frames what it answers."""
     services, incoming, departure = door(scope, receive)
 
-    async def make() -> JSONAnswer | EventStream:
+    async def make() -> JSONAnswer | SSEResponse:
         answer = await services.pipeline.run(incoming)
         if answer.stream:
-            return EventStream(event_stream(answer), route_headers(answer.routed))
+            return SSEResponse(event_stream(answer), route_headers(answer.routed))
         return JSONAnswer(await json_body(answer), route_headers(answer.routed))
 
     await respond(scope, receive, send, departure, make)
@@ -49,7 +49,7 @@ async def completions(scope: Scope, receive: Receive, send: Send) -> None:
     services, incoming, departure = door(scope, receive)
     rid = incoming.request_id
 
-    async def make() -> JSONAnswer | EventStream:
+    async def make() -> JSONAnswer | SSEResponse:
         asked, answers, later = await legacy.start(services.pipeline, services.auth, incoming)
         first = answers[0]
         if asked.stream:
@@ -62,7 +62,7 @@ async def completions(scope: Scope, receive: Receive, send: Send) -> None:
                 include_usage=asked.include_usage,
                 rid=rid,
             )
-            return EventStream(events, route_headers(first.routed))
+            return SSEResponse(events, route_headers(first.routed))
         body = await legacy.json_body(answers, asked.prompts, asked.n, asked.echo, rid)
         return JSONAnswer(body, route_headers(first.routed))
 

@@ -6,7 +6,7 @@ the moment its body is in.
 A JSON answer is made before anything is sent, so a client that leaves meanwhile would otherwise
 have its answer made to the end for nobody: :class:`Departure` cancels the request's task when the
 client disconnects, and the request ends as "client gone", billed for what the tier had made
-(gateway/pipeline/ending.py).  A stream watches its client itself (:class:`~gateway.api.asgi_io.EventStream`).
+(gateway/pipeline/ending.py).  A stream watches its client itself (:class:`~gateway.api.asgi_io.SSEResponse`).
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from gateway.media._metrics import MediaMetrics
     from gateway.media.fetch import Fetcher, PublicResolver
     from gateway.media.forward import engine_messages
-    from gateway.media.pipeline import MediaInfo, MediaPipeline, MediaTargets, Prepared, has_media
+    from gateway.media.prepare import MediaInfo, MediaPipeline, MediaTargets, Prepared, has_media
 
 __all__ = [
     "AudioSettings",
@@ -58,11 +58,11 @@ _MODULE = {
     "Fetcher": "fetch",
     "PublicResolver": "fetch",
     "engine_messages": "forward",
-    "MediaInfo": "pipeline",
-    "MediaPipeline": "pipeline",
-    "MediaTargets": "pipeline",
-    "Prepared": "pipeline",
-    "has_media": "pipeline",
+    "MediaInfo": "prepare",
+    "MediaPipeline": "prepare",
+    "MediaTargets": "prepare",
+    "Prepared": "prepare",
+    "has_media": "prepare",
 }
 
 

@@ -1,6 +1,6 @@
 """Why a medium was refused, as a plain picklable value (decoders raise it inside worker processes).
 
-MediaFailure(kind, reason)     kind → HTTP status (gateway/media/pipeline.py maps it)
+MediaFailure(kind, reason)     kind → HTTP status (gateway/media/prepare.py maps it)
     "invalid"      400  malformed part, bad base64 or URL, fetch failed
     "forbidden"    400  a URL the SSRF guard refuses
     "too_large"    413  bytes, pixels, seconds or parts over a limit

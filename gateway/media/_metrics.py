@@ -10,7 +10,7 @@ if TYPE_CHECKING:
 
 
 class Measured(Protocol):
-    """What preparing one request's media measured (``media.pipeline.Prepared`` is one)."""
+    """What preparing one request's media measured (``media.prepare.Prepared`` is one)."""
 
     @property
     def timings(self) -> dict[str, float]: ...  # stage -> seconds, over all parts

@@ -15,7 +15,7 @@ from gateway.accounts.ledger import Ledger, WriteAheadLog
 from gateway.accounts.ledger import _writer as writer
 from gateway.accounts.storage import open_database
 from tests.conftest import TIERGATE, free_port, start_gateway
-from tests.gateway.test_ledger import row
+from tests.gateway.accounts.test_ledger import row
 
 NO_TIERS = "[edge]\nenabled = false\n[cloud]\nenabled = false\n"
 

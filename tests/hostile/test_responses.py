@@ -4,7 +4,7 @@ Each is a clear 4xx or bounded, and nothing stored is lost.
 
 A gateway of its own in front of a fake cloud (tests/fakes.py) that takes any context, with small
 ``[responses]`` bounds so that they are reached in a few requests (a chain of 1,000 turns and its
-one-query read are shown on the store itself: tests/gateway/test_responses_store.py).
+one-query read are shown on the store itself: tests/gateway/accounts/test_responses_store.py).
 """
 
 from __future__ import annotations

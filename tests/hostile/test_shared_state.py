@@ -21,7 +21,7 @@ from router import BreakerBoard, BreakerConfig
 from tests.conftest import free_port
 from tests.fakes import FakeVLLM
 from tests.faults._support import start_cloud_gateway
-from tests.gateway.test_shared import eventually
+from tests.gateway.ops.test_shared import eventually
 from tests.redis_server import start_redis
 from tiers import ReplicaListener
 

@@ -145,7 +145,7 @@ policy_versions = Table(
 )
 
 # Stored responses (the Responses API's store): the response as answered, the response it continues,
-# and the messages it added to the conversation (gateway/accounts/responses.py).
+# and the messages it added to the conversation (gateway/accounts/stored_responses.py).
 responses = Table(
     "responses",
     metadata,

@@ -18,9 +18,9 @@ from litestar.di import NamedDependency
 from litestar.params import FromPath
 from litestar.types import Receive, Scope, Send
 
-from gateway.accounts.responses import ResponseStore, Stored
+from gateway.accounts.stored_responses import ResponseStore, Stored
 from gateway.accounts.tenants import DEFAULT_TENANT
-from gateway.api.asgi_io import EventStream, JSONAnswer
+from gateway.api.asgi_io import JSONAnswer, SSEResponse
 from gateway.api.door import door, respond
 from gateway.api.framing import route_headers, tiergate_info
 from gateway.api.responses import objects as ro
@@ -130,10 +130,10 @@ async def create_response(scope: Scope, receive: Receive, send: Send) -> None:
     turn = Turn(services.responses)  # reads the stored conversation it continues, keeps this one
     incoming = dataclasses.replace(incoming, parse=turn.parse)
 
-    async def make() -> JSONAnswer | EventStream:
+    async def make() -> JSONAnswer | SSEResponse:
         answer = await services.pipeline.run(incoming)
         if answer.stream:
-            return EventStream(_stream(turn, answer), route_headers(answer.routed))
+            return SSEResponse(_stream(turn, answer), route_headers(answer.routed))
         return JSONAnswer(await _json(turn, answer), route_headers(answer.routed))
 
     await respond(scope, receive, send, departure, make)

@@ -17,7 +17,7 @@ from gateway.errors import InvalidRequest
 from gateway.pipeline.answer import Answer, Routed, whole
 from gateway.pipeline.chat import RequestContext
 from gateway.pipeline.front import Incoming
-from tests.gateway.test_chat_service import service
+from tests.gateway.pipeline.test_chat_service import service
 from tests.openai_schema import COMPLETION, validate
 from tiers import (
     ChoiceDone,

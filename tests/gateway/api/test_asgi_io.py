@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gateway.api.asgi_io import EventStream, JSONAnswer, read_body
+from gateway.api.asgi_io import JSONAnswer, SSEResponse, read_body
 from gateway.errors import InvalidRequest, PayloadTooLarge
 
 
@@ -95,7 +95,7 @@ def test_event_stream_sends_each_event_then_ends_the_body() -> None:
             await stay.wait()  # the client stays
             return {"type": "http.disconnect"}
 
-        await EventStream(events(), {"X-Tiergate-Tier": "cloud"})({}, receive, send)  # type: ignore[arg-type]
+        await SSEResponse(events(), {"X-Tiergate-Tier": "cloud"})({}, receive, send)  # type: ignore[arg-type]
 
     asyncio.run(main())
     start, *bodies = sent
@@ -130,7 +130,7 @@ def test_event_stream_closes_its_events_when_the_client_leaves_mid_wait() -> Non
             await leave.wait()
             return {"type": "http.disconnect"}
 
-        task = asyncio.ensure_future(EventStream(events(), {})({}, receive, send))  # type: ignore[arg-type]
+        task = asyncio.ensure_future(SSEResponse(events(), {})({}, receive, send))  # type: ignore[arg-type]
         await asyncio.wait_for(first_sent.wait(), 5)
         leave.set()
         await asyncio.wait_for(task, 5)  # returns normally: the cancellation was the stream's own
@@ -157,7 +157,7 @@ def test_event_stream_lets_an_outside_cancellation_through() -> None:
             await stay.wait()
             return {"type": "http.disconnect"}
 
-        task = asyncio.ensure_future(EventStream(events(), {})({}, receive, send))  # type: ignore[arg-type]
+        task = asyncio.ensure_future(SSEResponse(events(), {})({}, receive, send))  # type: ignore[arg-type]
         await asyncio.sleep(0.01)
         task.cancel()  # a server shutting down, say
         with pytest.raises(asyncio.CancelledError):

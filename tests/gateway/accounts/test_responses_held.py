@@ -14,8 +14,8 @@ from sqlalchemy import Engine, func, select
 
 from gateway.accounts import held_responses
 from gateway.accounts.held_responses import HeldResponses, HeldRow
-from gateway.accounts.responses import ResponseSettings, ResponseStore, Stored
 from gateway.accounts.storage import open_database, responses
+from gateway.accounts.stored_responses import ResponseSettings, ResponseStore, Stored
 from gateway.errors import NotFound
 
 

@@ -129,7 +129,7 @@ async def test_priority_tenants_go_ahead_in_their_lane() -> None:
 async def test_lane_waits_and_refusals_are_measured_with_their_reason() -> None:
     from gateway.errors import to_gateway_error
     from gateway.ops.metrics import Metrics
-    from tests.gateway.test_metrics import value
+    from tests.gateway.ops.test_metrics import value
 
     metrics = Metrics()
     gate = Gate("edge", 1, settings(), metrics)

@@ -1,4 +1,4 @@
-"""The stored responses' table (gateway/accounts/responses.py) on a real SQLite database: a conversation
+"""The stored responses' table (gateway/accounts/stored_responses.py) on a real SQLite database: a conversation
 1,000 turns deep is read back in one query, in order and fast; its bounds (turns, bytes) are a 400; a
 chain that lost a turn is a 404 that says so; another tenant finds nothing; expired rows are swept.
 Each runs written through, written ahead (every row still held in memory and the write-ahead file) and
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.accounts.responses import ResponseSettings, ResponseStore, Stored
 from gateway.accounts.storage import open_database
+from gateway.accounts.stored_responses import ResponseSettings, ResponseStore, Stored
 from gateway.errors import InvalidRequest, NotFound
 
 TURNS = 1000

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-DATA = Path(__file__).resolve().parents[1] / "data"
+DATA = Path(__file__).resolve().parents[3] / "data"
 BLIND = DATA / "semantic_pairs_blind.tsv"
 KINDS = {"paraphrase", "near_miss"}
 MIN_PER_KIND = 150

@@ -47,7 +47,7 @@ def test_an_unknown_backend_is_an_error() -> None:
 
 
 def test_the_documented_example_of_edge_models_loads(tmp_path: Path) -> None:
-    page = Path(__file__).resolve().parents[2] / "docs" / "edge.md"
+    page = Path(__file__).resolve().parents[3] / "docs" / "edge.md"
     section = page.read_text().split("## Edge models", 1)[1]
     example = re.search(r"```toml\n(.*?)```", section, re.S)
     assert example is not None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-DATA = Path(__file__).resolve().parents[1] / "data"
+DATA = Path(__file__).resolve().parents[3] / "data"
 BLIND4 = DATA / "semantic_pairs_blind4.tsv"
 EARLIER = ("semantic_pairs.tsv", "semantic_pairs_fresh.tsv", "semantic_pairs_blind.tsv")
 KINDS = {"paraphrase", "near_miss"}

@@ -26,7 +26,7 @@ from gateway.pipeline.answers.semantic.judge import Judge, judge_in
 from gateway.settings import load_settings
 from tiers.embedding import DEFAULT_EMBEDDING_MODEL_DIR, EmbeddingConfig, OnnxEmbedder
 
-DATA = Path(__file__).resolve().parent.parent / "data"
+DATA = Path(__file__).resolve().parents[3] / "data"
 PAIRS = DATA / "semantic_pairs.tsv"
 FRESH = DATA / "semantic_pairs_fresh.tsv"  # written blind to the guard; now calibration
 # Written blind to the guard and to both sets by another engineer; run once, never tuned on.

@@ -34,8 +34,8 @@ from gateway.ops.metrics import Metrics
 from gateway.pipeline.chat import RequestContext
 from gateway.pipeline.routing import RouterSettings, RoutingService, tier_prices
 from gateway.wire.chat import parse_chat_request
-from tests.gateway.test_ledger import row
-from tests.gateway.test_routing import Tier, body
+from tests.gateway.accounts.test_ledger import row
+from tests.gateway.pipeline.test_routing import Tier, body
 from tests.pipeline import chat_service, complete
 
 

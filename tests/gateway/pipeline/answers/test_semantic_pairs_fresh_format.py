@@ -12,7 +12,7 @@ from collections import Counter
 from itertools import groupby
 from pathlib import Path
 
-DATA = Path(__file__).resolve().parents[1] / "data"
+DATA = Path(__file__).resolve().parents[3] / "data"
 FRESH = DATA / "semantic_pairs_fresh.tsv"
 OLD = DATA / "semantic_pairs.tsv"
 KINDS = {"paraphrase", "near_miss"}

@@ -17,7 +17,7 @@ from gateway.accounts.ledger import Ledger, LedgerRow, WriteAheadLog
 from gateway.accounts.ledger._quarantine import QUARANTINE_FILE, fit_row
 from gateway.accounts.ledger._row import encode_row
 from gateway.accounts.storage import ledger, open_database
-from tests.gateway.test_ledger import row
+from tests.gateway.accounts.test_ledger import row
 
 
 @pytest.fixture

@@ -11,8 +11,8 @@ from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any
 
-from gateway.accounts.responses import ResponseSettings, ResponseStore
 from gateway.accounts.storage import open_database
+from gateway.accounts.stored_responses import ResponseSettings, ResponseStore
 from gateway.api.responses.controllers import Turn, _stream
 from gateway.pipeline.answer import Answer, Routed
 from tests.openai_schema import validate
