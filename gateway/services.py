@@ -44,7 +44,7 @@ from gateway.ops.observe import Observer, live_gauges
 from gateway.ops.scaling import ReplicaSignal, run_signal
 from gateway.ops.shared import SharedPool, SharedState, open_shared
 from gateway.ops.tracing import Tracing
-from gateway.pipeline.admission import admit
+from gateway.pipeline.admission import gates_for
 from gateway.pipeline.answers.exact import AnswerCache
 from gateway.pipeline.answers.semantic import semantic_cache
 from gateway.pipeline.chat import ChatPipeline, ChatService
@@ -202,7 +202,7 @@ async def open_services(
     metrics, tracing = observer.metrics, observer.tracing
     pool = next((t for t in tiers.values() if isinstance(t, Pool)), None)
     edge_models = next((t for t in tiers.values() if isinstance(t, ModelRegistry)), None)
-    admitted = admit(tiers, settings.admission, metrics)
+    gates = gates_for(tiers, settings.admission, metrics)  # stage 7's, one per tier
     async with AsyncExitStack() as stack:
         stack.callback(tracing.shutdown)
         shared = open_shared(settings.shared, settings.breakers)
@@ -211,7 +211,7 @@ async def open_services(
         auth = await _started_auth(settings, store)
         limiter: RateLimiter = make_limiter(settings.limits.redis_url)
         stack.push_async_callback(limiter.aclose)
-        policy_store = PolicyStore(engine, settings.policies.default, list(admitted))
+        policy_store = PolicyStore(engine, settings.policies.default, list(tiers))
         policies = PolicyBook(policy_store, refresh_s=settings.policies.refresh_s)
         await policies.start()
         stack.push_async_callback(policies.aclose)
@@ -224,7 +224,7 @@ async def open_services(
         routing = RoutingService(
             settings.router,
             settings.routing,
-            tier_prices(settings.pricing.prices, admitted),
+            tier_prices(settings.pricing.prices, tiers),
             settings.data_path,
             policy_of=policies.policy,
             budgets=budgets,
@@ -235,7 +235,7 @@ async def open_services(
         store_ = cache.open_store(settings.cache, settings.data_path) if settings.cache.enabled else None
         aliases = {n: (a.model, a.strategy) for n, a in settings.model_aliases().items()}
         remote = frozenset(n for n, c in settings.tier_configs().items() if c.location == "remote")
-        tier_set = TierSet(admitted, breakers, aliases, remote)
+        tier_set = TierSet(tiers, breakers, aliases, remote, gates)
         embedder = None
         if settings.embedding.enabled:
             embedder = make_embedder(
@@ -266,7 +266,7 @@ async def open_services(
         stack.push_async_callback(chat.aclose)
         media = None
         if settings.media.enabled:
-            targets = media_targets(admitted)
+            targets = media_targets(tiers)
             media = MediaPipeline(settings.media, settings.data_path, targets, metrics=MediaMetrics(metrics))
         front = Front(auth, policies, limiter, recorder, tracing, metrics)  # every endpoint's way in
         pipeline = ChatPipeline(chat, front, tracing, media)
@@ -281,7 +281,7 @@ async def open_services(
                 embedder, front, recorder, tracing, metrics, store_, settings.cache.ttl_s
             )
             stack.push_async_callback(embeddings.aclose)  # its held cache writes, before the store closes
-        await _start_tiers(admitted, stack)
+        await _start_tiers(tiers, stack)
         if media is not None:
             await media.start()
             stack.push_async_callback(media.aclose)
@@ -294,12 +294,15 @@ async def open_services(
             loop = asyncio.get_running_loop()
             loop.add_signal_handler(signal.SIGHUP, _also(reload, shared.reloaded if shared else None))
             stack.callback(loop.remove_signal_handler, signal.SIGHUP)
-        if settings.scaling.enabled and "cloud" in admitted:
+        if settings.scaling.enabled and "cloud" in tiers:
             scaling = asyncio.create_task(
-                run_signal(ReplicaSignal(settings.scaling), admitted["cloud"], metrics), name="scaling"
+                run_signal(
+                    ReplicaSignal(settings.scaling), tiers["cloud"], metrics, gates.by_tier.get("cloud")
+                ),
+                name="scaling",
             )
             stack.callback(scaling.cancel)
-        metrics.on_scrape(live_gauges(admitted, tier_set.breaker_states))
+        metrics.on_scrape(live_gauges(tiers, tier_set.breaker_states, gates.by_tier))
         if ledger is not None:
             metrics.on_scrape(lambda m: m.ledger_backlog.set(ledger.backlog))
         log.info("tiergate ready to accept requests; tiers: %s", tier_set.states())

@@ -10,6 +10,7 @@ import router
 from gateway.api.framing import completion, event_stream
 from gateway.ops.metrics import Metrics
 from gateway.ops.tracing import Tracing
+from gateway.pipeline.admission import Gates
 from gateway.pipeline.answer import Routed
 from gateway.pipeline.answers.exact import AnswerCache
 from gateway.pipeline.chat import ChatService, RequestContext
@@ -29,9 +30,10 @@ def chat_service(
     breakers: router.BreakerBoard | None = None,
     routing: RoutingService | None = None,
     fail_instead_of_degrade: bool = False,
+    gates: Gates | None = None,
 ) -> ChatService:
     return ChatService(
-        TierSet(tiers, breakers),
+        TierSet(tiers, breakers, gates=gates),
         metrics or Metrics(),
         Tracing(),
         rule=rule,

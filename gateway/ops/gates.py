@@ -2,13 +2,14 @@
 
 Admission (``gateway.pipeline.admission``) puts each tier behind a gate with fast and slow lanes; the
 metrics hook and the scaling signal read its figures (slots, waiters and bound per lane, arrivals)
-through the protocols here, so ``ops/`` stands below the pipeline and never imports it.
+through the protocol here (the gates are handed to them by the composition root), so ``ops/`` stands
+below the pipeline and never imports it.
 """
 
 from __future__ import annotations
 
 import enum
-from typing import Protocol, runtime_checkable
+from typing import Protocol
 
 
 class Lane(enum.StrEnum):
@@ -25,14 +26,9 @@ class GateFigures(Protocol):
     @property
     def arrivals(self) -> int: ...
 
+    @property
+    def waiting(self) -> int: ...
+
     def waiting_in(self, lane: Lane) -> int: ...
 
     def bound(self, lane: Lane) -> int: ...
-
-
-@runtime_checkable
-class Gated(Protocol):
-    """A tier behind admission (``AdmittedTier``)."""
-
-    @property
-    def gate(self) -> GateFigures: ...

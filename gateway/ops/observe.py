@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Final, Literal, TypedDict, cast
 
 import msgspec
 from litestar.enums import ScopeType
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway.ops.gates import Gated, Lane
+from gateway.ops.gates import GateFigures, Lane
 from gateway.ops.logs import REQUEST_ID
 from gateway.ops.metrics import Metrics, tenant_class
 from gateway.ops.request_id import request_id
@@ -195,26 +195,30 @@ class Observer:
 
 
 def live_gauges(
-    tiers: dict[str, Any], breakers: Callable[[], list[dict[str, str]]]
+    tiers: Mapping[str, Any],
+    breakers: Callable[[], list[dict[str, str]]],
+    gates: Mapping[str, GateFigures] | None = None,
 ) -> Callable[[Metrics], None]:
-    """A scrape hook: gauges read from the tiers' state, their admission lanes and the breakers."""
+    """A scrape hook: gauges read from the tiers' state, their admission gates (``gates``, by tier)
+    and the breakers."""
+    gates = gates or {}
 
     def refresh(metrics: Metrics) -> None:
         for name, tier in tiers.items():
             state = tier.state().as_dict()
+            gate = gates.get(name)
             metrics.tier_ready.labels(name).set(1 if state["health"] == "ready" else 0)
             metrics.tier_in_flight.labels(name).set(state.get("in_flight", 0))
-            metrics.tier_queued.labels(name).set(state.get("queued", 0))
-            if isinstance(tier, Gated) or state.get("slots"):
-                slots = tier.gate.slots if isinstance(tier, Gated) else state["slots"]
-                metrics.tier_slots.labels(name).set(slots)
+            metrics.tier_queued.labels(name).set(state.get("queued", 0) + (gate.waiting if gate else 0))
+            if gate is not None or state.get("slots"):
+                metrics.tier_slots.labels(name).set(gate.slots if gate is not None else state["slots"])
             for replica in state.get("instances", ()):
                 for signal in _REPLICA_SIGNALS:
                     metrics.replica.labels(replica["name"], signal).set(float(replica[signal]))
-            if isinstance(tier, Gated):
+            if gate is not None:
                 for lane in Lane:
-                    metrics.queue_length.labels(name, lane.value).set(tier.gate.waiting_in(lane))
-                    metrics.queue_bound.labels(name, lane.value).set(tier.gate.bound(lane))
+                    metrics.queue_length.labels(name, lane.value).set(gate.waiting_in(lane))
+                    metrics.queue_bound.labels(name, lane.value).set(gate.bound(lane))
         for breaker in breakers():
             level = _BREAKER_LEVEL[breaker["state"]]
             metrics.breaker_state.labels(breaker["tier"], breaker["modality"]).set(level)

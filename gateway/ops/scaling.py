@@ -31,7 +31,7 @@ from collections.abc import Callable
 import msgspec
 import numpy as np
 
-from gateway.ops.gates import Gated
+from gateway.ops.gates import GateFigures
 from gateway.ops.metrics import Metrics
 from tiers import Tier
 
@@ -156,15 +156,18 @@ def replicas_serving(tier: Tier) -> int:
     return sum(1 for r in instances if r.get("healthy") and not r.get("draining") and not r.get("ejected"))
 
 
-async def run_signal(signal: ReplicaSignal, tier: Tier, metrics: Metrics) -> None:
-    """Recompute the signal every ``interval_s`` from the cloud tier's queue and arrivals."""
+async def run_signal(
+    signal: ReplicaSignal, tier: Tier, metrics: Metrics, gate: GateFigures | None = None
+) -> None:
+    """Recompute the signal every ``interval_s`` from the cloud tier's queue (its own and its
+    admission gate's, ``gate``) and arrivals."""
     metrics.desired_replicas.set(signal.desired)
-    gate = tier.gate if isinstance(tier, Gated) else None
     while True:
         await asyncio.sleep(signal.settings.interval_s)
         try:
             arrivals = gate.arrivals if gate is not None else 0
-            desired = signal.update(tier.state().queued, arrivals, replicas_serving(tier))
+            queued = tier.state().queued + (gate.waiting if gate is not None else 0)
+            desired = signal.update(queued, arrivals, replicas_serving(tier))
         except Exception:
             log.exception("scaling signal: update failed")
             continue

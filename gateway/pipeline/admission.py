@@ -10,6 +10,9 @@ that many slots, :meth:`Gate.rate`); a request beyond that is refused at once wi
 429 and a ``Retry-After`` of the expected wait, so latency cannot explode.  A freed slot goes to the fast lane
 first, but every ``slow_share``-th one to the slow lane when it has waiters, so
 short requests never starve behind video and long ones still move.
+
+Stage 7 is a plain call in the dispatcher (:meth:`Gates.take`, before the tier generates); the slot
+is released by the request's ending (gateway/pipeline/ending.py), however it ends.
 """
 
 from __future__ import annotations
@@ -19,13 +22,13 @@ import collections
 import contextlib
 import math
 import time
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import Callable, Mapping
 
 import msgspec
 
 from gateway.ops.gates import Lane
 from gateway.ops.metrics import Metrics
-from tiers import Capabilities, Event, Finished, Generation, Tier, TierOverloaded, TierState
+from tiers import Tier, TierOverloaded
 
 
 class LaneSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -182,46 +185,42 @@ class Gate:
         return None
 
 
-class AdmittedTier:
-    """A tier behind a :class:`Gate`; everything else passes through."""
+class Slot:
+    """A slot a request holds on a tier's gate, from stage 7 until its ending releases it (once)."""
 
-    def __init__(self, tier: Tier, gate: Gate) -> None:
-        self._tier = tier
-        self._gate = gate
-        self.name = tier.name
+    __slots__ = ("_gate", "_started", "_width")
 
-    @property
-    def gate(self) -> Gate:
-        return self._gate
+    def __init__(self, gate: Gate) -> None:
+        self._gate: Gate | None = gate
+        self._started = time.monotonic()
+        self._width = gate.busy  # the slots taken when it was granted, itself included
 
-    @property
-    def capabilities(self) -> Capabilities:
-        return self._tier.capabilities
+    def release(self, *, completed: bool) -> None:
+        """``completed``: the answer finished, so how long it held the slot is a service time."""
+        gate, self._gate = self._gate, None
+        if gate is not None:
+            held = time.monotonic() - self._started if completed else None
+            gate.release(service_s=held, width=self._width)
 
-    def state(self) -> TierState:
-        state = self._tier.state()
-        state.queued += self._gate.waiting
-        return state
 
-    async def start(self) -> None:
-        await self._tier.start()
+class Gates:
+    """Each tier's gate, by name (a tier without one is not admission-controlled)."""
 
-    async def aclose(self) -> None:
-        await self._tier.aclose()
+    def __init__(self, gates: Mapping[str, Gate] | None = None) -> None:
+        self.by_tier = dict(gates or {})
 
-    async def generate(self, gen: Generation) -> AsyncGenerator[Event, None]:
-        await self._gate.acquire(gen.cost, gen.tenant)
-        started, width = time.monotonic(), self._gate.busy
-        completed = False
-        events = self._tier.generate(gen)
-        try:
-            async for event in events:
-                completed = isinstance(event, Finished)
-                yield event
-        finally:
-            await events.aclose()
-            held = time.monotonic() - started if completed else None
-            self._gate.release(service_s=held, width=width)
+    async def take(self, tier: str, cost: float, tenant: str) -> Slot | None:
+        """Stage 7: a slot on ``tier``'s gate, waiting in its lane; 429 (TierOverloaded) when the
+        lane is full."""
+        gate = self.by_tier.get(tier)
+        if gate is None:
+            return None
+        await gate.acquire(cost, tenant)
+        return Slot(gate)
+
+    def waiting(self, tier: str) -> int:
+        gate = self.by_tier.get(tier)
+        return gate.waiting if gate is not None else 0
 
 
 def _slots(name: str, tier: Tier, settings: AdmissionSettings) -> int | Callable[[], int]:
@@ -240,12 +239,15 @@ def _slowdown(tier: Tier) -> Callable[[int], float] | None:
     return slowdown
 
 
-def admit(
-    tiers: dict[str, Tier], settings: AdmissionSettings, metrics: Metrics | None = None
-) -> dict[str, Tier]:
+def gates_for(
+    tiers: Mapping[str, Tier], settings: AdmissionSettings, metrics: Metrics | None = None
+) -> Gates:
+    """A gate for every tier (none when admission is off)."""
     if not settings.enabled:
-        return tiers
-    return {
-        name: AdmittedTier(tier, Gate(name, _slots(name, tier, settings), settings, metrics, _slowdown(tier)))
-        for name, tier in tiers.items()
-    }
+        return Gates()
+    return Gates(
+        {
+            name: Gate(name, _slots(name, tier, settings), settings, metrics, _slowdown(tier))
+            for name, tier in tiers.items()
+        }
+    )

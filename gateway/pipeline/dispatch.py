@@ -1,5 +1,5 @@
-"""Stages 7–8, admit and dispatch: the plan's tiers in order, each behind its admission gate (the
-tier is wrapped by gateway/pipeline/admission.py) and its circuit breakers, until one answers.
+"""Stages 7–8, admit and dispatch: the plan's tiers in order, each behind its circuit breakers and
+its admission gate (a slot taken here, gateway/pipeline/admission.py), until one answers.
 
 A tier that fails before its answer begins is passed over for the next one (failover).  A JSON
 answer is read whole here, so it can fail over until its last event (its client has seen nothing
@@ -17,7 +17,7 @@ import time
 from gateway.errors import to_gateway_error
 from gateway.ops.metrics import Metrics
 from gateway.ops.tracing import Tracing
-from gateway.pipeline.answer import Answer, Routed, chain, predicted_header, whole
+from gateway.pipeline.answer import Answer, Routed, predicted_header, whole
 from gateway.pipeline.answers.exact import Lookup
 from gateway.pipeline.ending import Ending, How, Tally, how_of
 from gateway.pipeline.plan import Plan
@@ -54,21 +54,24 @@ class Dispatcher:
                 last = TierUnavailable(name, "its circuit breaker is open")
                 continue
             attempt = self._ending.attempt(plan, name, gen.stream, lookup)
-            events = self._generate(plan, name, gen)
+            events: EventStream | None = None
             try:
+                attempt.slot = await self._tiers.gates.take(name, gen.cost, gen.tenant)  # 7 admit
+                events = self._generate(plan, name, gen)  # 8 dispatch
                 with self._tracing.span(f"tier.{name}"):
                     begun, head = await (
                         _opening(events, attempt.tally) if gen.stream else _whole(events, attempt.tally)
                     )
+                assert events is not None
             except (TierUnavailable, TierOverloaded) as exc:  # the next tier in the fallback order
-                await events.aclose()
+                await _closed(events)
                 self._ending.passed_over(attempt, exc)
                 if isinstance(exc, TierUnavailable):
                     self._metrics.failovers.labels(name).inc()
                 last = exc
                 continue
             except BaseException as exc:
-                await events.aclose()
+                await _closed(events)
                 if attempt.tally.first_at or not isinstance(exc, Exception):  # begun, or its client left
                     routed = self._routed(plan, name, last, lookup, started, Started())
                     await self._ending.end(call, attempt, routed, "", how_of(exc), attempt.tally, exc)
@@ -80,10 +83,9 @@ class Dispatcher:
             completion_id = f"chatcmpl-{gen.request_id}"
             if gen.stream:
                 self._metrics.tier(name).ttft.observe(attempt.tally.first_at - attempt.dispatched)
-                answer = Answer(routed, attempt.model, chain(head, events), completion_id)
-                return dataclasses.replace(
-                    answer, events=self._ending.watched(call, attempt, answer, answer.events)
-                )
+                answer = Answer(routed, attempt.model, events, completion_id)  # type: ignore[arg-type]
+                watched = self._ending.watched(call, attempt, answer, events, head)
+                return dataclasses.replace(answer, events=watched)
             await events.aclose()  # read whole: nothing more will come
             tally = attempt.tally
             if tally.finished is None:  # an answer that ended without saying why
@@ -118,6 +120,11 @@ class Dispatcher:
         redaction = Redaction()
         redacted = dataclasses.replace(gen, messages=redaction.messages(gen.messages, plan.residency.redact))
         return restored(self._tiers[name].generate(redacted), redaction)
+
+
+async def _closed(events: EventStream | None) -> None:
+    if events is not None:
+        await events.aclose()
 
 
 async def _opening(events: EventStream, tally: Tally) -> tuple[Started, list[Event]]:

@@ -24,12 +24,14 @@ called by the dispatcher; a request refused before any tier began, through :meth
 from __future__ import annotations
 
 import asyncio
+import collections
 import enum
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Iterable
 from dataclasses import dataclass, field
 
 from gateway.ops.metrics import Metrics
+from gateway.pipeline.admission import Slot
 from gateway.pipeline.answer import Answer, Routed
 from gateway.pipeline.answers import Answers
 from gateway.pipeline.answers.exact import Lookup
@@ -116,6 +118,7 @@ class Attempt:
     keep: Lookup | None = None  # where the answers port keeps it, when it completes (None: not kept)
     model: str = ""
     tally: Tally = field(default_factory=Tally)
+    slot: Slot | None = None  # its admission slot (stage 7), released when it ends
 
 
 class Ending:
@@ -147,6 +150,8 @@ class Ending:
 
     def passed_over(self, attempt: Attempt, exc: BaseException) -> None:
         """A tier failed before its answer began: its breaker learns it, the request goes on."""
+        if attempt.slot is not None:
+            attempt.slot.release(completed=False)
         if isinstance(exc, BREAKER_FAILURES):
             if isinstance(exc, TierTimeout):
                 self._metrics.timed_out(attempt.tier)
@@ -157,15 +162,29 @@ class Ending:
     # -- the endings -----------------------------------------------------------------------------
 
     async def watched(
-        self, call: Call | None, attempt: Attempt | None, answer: Answer, events: EventStream
+        self,
+        call: Call | None,
+        attempt: Attempt | None,
+        answer: Answer,
+        events: EventStream,
+        head: Iterable[Event] = (),
     ) -> AsyncGenerator[Event, None]:
-        """A streamed answer's events, counted as they pass; when they end, however they end, the
-        request ends.  A completed answer's ledger row is durable before its Finished goes on (so
-        before ``data: [DONE]``)."""
+        """A streamed answer's events (``head``: those read already, then the rest), counted as they
+        pass; when they end, however they end, the request ends.  A completed answer's ledger row is
+        durable before its Finished goes on (so before ``data: [DONE]``)."""
         tally = attempt.tally if attempt is not None else Tally()
         how, error = How.CLIENT_GONE, None
+        read = collections.deque(head)
         try:
-            async for event in events:
+            while True:
+                try:
+                    event = read.popleft() if read else await anext(events)
+                except StopAsyncIteration:  # a stream that ended without saying why
+                    how = How.COMPLETED
+                    tally.finished = tally.finished or Finished("stop", Usage(0, 0))
+                    await self.end(call, attempt, answer.routed, answer.model, how, tally)
+                    yield tally.finished
+                    return
                 tally.add(event)
                 if isinstance(event, Finished):
                     how = How.COMPLETED
@@ -173,9 +192,6 @@ class Ending:
                 yield event
                 if how is How.COMPLETED:
                     return
-            how = How.COMPLETED  # a stream that ended without saying why
-            tally.finished = tally.finished or Finished("stop", Usage(0, 0))
-            await self.end(call, attempt, answer.routed, answer.model, how, tally)
         except BaseException as exc:
             if how is not How.COMPLETED:
                 how, error = how_of(exc), exc
@@ -242,6 +258,8 @@ class Ending:
         """The breaker, the metrics, the router's observation and the result cache."""
         name, modalities = attempt.tier, attempt.plan.modalities
         took = now - attempt.dispatched
+        if attempt.slot is not None:
+            attempt.slot.release(completed=how is How.COMPLETED)
         if how is How.COMPLETED:
             self._breakers.record(name, modalities, ok=True)
         elif how in (How.TIER_FAILED, How.TIMED_OUT) and isinstance(error, BREAKER_FAILURES):

@@ -9,8 +9,9 @@ from typing import Any
 
 import router
 from gateway.errors import ModelNotFound
+from gateway.pipeline.admission import Gates
 from gateway.wire.chat_response import ModelCard, ModelList
-from tiers import Tier
+from tiers import Tier, TierState
 
 AUTO_MODEL = "tiergate-auto"
 
@@ -22,13 +23,16 @@ class TierSet:
         breakers: router.BreakerBoard | None = None,
         aliases: Mapping[str, tuple[str, str]] | None = None,
         remote: frozenset[str] = frozenset(),
+        gates: Gates | None = None,
     ) -> None:
         """``aliases``: a model name clients may use → (the model it stands for, a routing strategy or "");
-        ``remote``: the tiers configured with ``location = "remote"`` (residency rules)."""
+        ``remote``: the tiers configured with ``location = "remote"`` (residency rules); ``gates``:
+        their admission gates (stage 7), whose waiters count as the tier's queue."""
         self.tiers = dict(tiers)
         self.aliases = dict(aliases or {})
         self.remote = remote
         self.breakers = breakers or router.BreakerBoard(router.BreakerConfig(enabled=False))
+        self.gates = gates or Gates()
         self._created = int(time.time())
 
     def __getitem__(self, name: str) -> Tier:
@@ -68,17 +72,23 @@ class TierSet:
         an answer is never replayed after a tier's model changed."""
         return ",".join(f"{n}={t.capabilities.model}" for n, t in self.tiers.items())
 
+    def state(self, name: str) -> TierState:
+        """A tier's state, its admission queue counted in its queue."""
+        state = self.tiers[name].state()
+        state.queued += self.gates.waiting(name)
+        return state
+
     def views(self) -> list[router.TierView]:
         """What the router sees of each tier now: capabilities, state, and its open breakers."""
         return [
             router.TierView(
-                n, t.capabilities, t.state(), self.breakers.open_modalities(n), local=n not in self.remote
+                n, t.capabilities, self.state(n), self.breakers.open_modalities(n), local=n not in self.remote
             )
             for n, t in self.tiers.items()
         ]
 
     def states(self) -> list[dict[str, Any]]:
-        return [tier.state().as_dict() for tier in self.tiers.values()]
+        return [self.state(name).as_dict() for name in self.tiers]
 
     def breaker_states(self) -> list[dict[str, str]]:
         """Every circuit breaker that has seen a call: tier, modality, state, last failure."""

@@ -1,12 +1,16 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncGenerator
 
 import pytest
 
+from gateway.errors import ServiceUnavailable
 from gateway.ops.gates import Lane
-from gateway.pipeline.admission import AdmissionSettings, AdmittedTier, Gate, LaneSettings, admit
+from gateway.pipeline.admission import AdmissionSettings, Gate, LaneSettings, gates_for
+from gateway.wire.chat import ChatCompletionRequest, parse_chat_request
+from tests.pipeline import chat_service, complete, streamed
 from tiers import (
     Capabilities,
     Event,
@@ -20,7 +24,6 @@ from tiers import (
     TierState,
     TierUnavailable,
     Usage,
-    collect,
 )
 from tiers._slots import SustainedSlots
 
@@ -180,22 +183,33 @@ class Counting:
             self.closed += 1
 
 
+def ask(max_tokens: int, *, stream: bool = False) -> ChatCompletionRequest:
+    body = {"model": "edge", "messages": [{"role": "user", "content": "count"}], "max_tokens": max_tokens}
+    return parse_chat_request(json.dumps({**body, "stream": stream}).encode())
+
+
 async def test_the_gate_holds_a_slot_for_one_generation_however_it_ends() -> None:
+    """Stage 7 takes the slot in the dispatcher; the request's ending releases it: a completed answer
+    (its hold is a service time), a stream its client closed, a tier that failed."""
     inner = Counting()
-    tier = AdmittedTier(inner, Gate("edge", 1, settings()))
-    gen = Generation(messages=[], max_tokens=3)
-    assert (await collect(tier.generate(gen))).text == "0 1 2 "
-    assert (tier.gate.waiting, len(tier.gate._service_s), inner.closed) == (0, 1, 1)  # timed: it finished
-    events = tier.generate(gen)
-    await anext(events)
-    await events.aclose()  # the client went away: the slot frees, the tier's generation is closed
-    assert (len(tier.gate._service_s), inner.closed) == (1, 2)
+    gates = gates_for({"edge": inner}, settings(slots={"edge": 1}))
+    gate = gates.by_tier["edge"]
+    chat = chat_service({"edge": inner}, gates=gates)
+    _, body = await complete(chat, ask(3), "r1")
+    assert body.choices[0].message.content == "0 1 2 "
+    assert (gate.busy, len(gate._service_s), inner.closed) == (0, 1, 1)  # timed: it finished
+    started = await streamed(chat, ask(3, stream=True), "r2")
+    await anext(started.events)
+    assert gate.busy == 1
+    await started.events.aclose()  # the client went away: the slot frees, the tier's generation is closed
+    assert (gate.busy, len(gate._service_s), inner.closed) == (0, 1, 2)
     inner.fail = True
-    with pytest.raises(TierUnavailable):
-        await collect(tier.generate(gen))
+    with pytest.raises(ServiceUnavailable):
+        await complete(chat, ask(3), "r3")
+    assert gate.busy == 0
     inner.fail = False
-    await asyncio.wait_for(collect(tier.generate(gen)), 1)  # the one slot is free again
-    assert len(tier.gate._service_s) == 2
+    await asyncio.wait_for(complete(chat, ask(3), "r4"), 1)  # the one slot is free again
+    assert len(gate._service_s) == 2
 
 
 async def test_slots_read_live_follow_the_tier_down_and_up() -> None:
@@ -259,13 +273,13 @@ class Batching(Counting):
 
 async def test_admit_takes_each_hold_at_the_width_it_ran_at_from_the_tiers_slowdown() -> None:
     inner = Batching()
-    tier = admit({"edge": inner}, settings(slots={}))["edge"]
-    assert isinstance(tier, AdmittedTier) and tier.gate.slots == 2
-    gen = Generation(messages=[], max_tokens=1)
-    alone = tier.generate(gen)
-    await anext(alone)  # one runs alone ...
-    beside = tier.generate(gen)
-    await anext(beside)  # ... and one beside it: width 2
-    await collect(beside)
-    await collect(alone)
+    gates = gates_for({"edge": inner}, settings(slots={}))
+    assert gates.by_tier["edge"].slots == 2
+    chat = chat_service({"edge": inner}, gates=gates)
+    alone = await streamed(chat, ask(1, stream=True), "r1")
+    await anext(alone.events)  # one runs alone ...
+    beside = await streamed(chat, ask(1, stream=True), "r2")
+    await anext(beside.events)  # ... and one beside it: width 2
+    [_ async for _ in beside.events]
+    [_ async for _ in alone.events]
     assert inner.asked == [2, 1]  # each hold taken back to alone by the slowdown at its width
