@@ -170,9 +170,13 @@ class Learner:
         if snapshot is None or decision.tier not in snapshot.vectors:
             return
         x = snapshot.vectors[decision.tier]
-        idle = list(x)
-        idle[BUSY] = idle[AHEAD] = 0.0
-        service = self.predictor(decision.tier).predict(idle)[2]
+        made = snapshot.predictions.get(decision.tier)
+        if made is not None and x[BUSY] == 0 and x[AHEAD] == 0:
+            service = made.total_p50  # predicted with nothing ahead already (the median: any ceiling)
+        else:
+            idle = list(x)
+            idle[BUSY] = idle[AHEAD] = 0.0
+            service = self.predictor(decision.tier).predict(idle)[2]
         queues = snapshot.queues.get(decision.tier, False)
         self.work.add(decision.tier, service, snapshot.at, (x[BUSY], x[AHEAD]), queues, snapshot.ticket)
 
