@@ -6,6 +6,7 @@
     learner.routed(decision)                                    # books the work sent
     ...
     learner.observe(decision, tier, ttft_s, total_s, completion_tokens, prompt_tokens)
+    # ... or, as the gateway does, off the request path: finished() there, fold(batch) later
 
 The router knows no HTTP and no storage; it sees tiers only as capability and state values,
 by the names configuration gives them.  A decision's reason is a typed :class:`Reason` (its
@@ -32,7 +33,7 @@ from router._decision import (
 from router._features import NO_MEDIA, Features, MediaSummary
 from router._learning.difficulty import DifficultyModel, LabelledExample, builtin_model, read_examples, train
 from router._learning.fit import fit_tier
-from router._learning.learner import Learner
+from router._learning.learner import Learner, Observed
 from router._learning.predictor import (
     FEATURE_NAMES,
     Prediction,
@@ -94,6 +95,7 @@ __all__ = [
     "Learner",
     "MediaSummary",
     "NoTierAvailable",
+    "Observed",
     "PolicyInvalid",
     "Prediction",
     "PredictorConfig",

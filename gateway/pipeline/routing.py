@@ -23,6 +23,7 @@ import os
 import tempfile
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -51,6 +52,13 @@ class RouterSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
 
 PREDICTOR_FILE = "predictor.json"
 DIFFICULTY_FILE = "difficulty.json"
+# Observations of requests served wait in a queue for the learner (:meth:`RoutingService.observe`):
+# at most this many (~2 s of a busy gateway's requests; past it the oldest are dropped) ...
+OBSERVATIONS_HELD = 10_000
+# ... and are folded in beside the request path this long after the first of a batch arrives,
+FOLD_AFTER_S = 0.05
+# ... this many at a time between requests.
+FOLD_CHUNK = 256
 
 
 def tier_prices(prices: Sequence[Any], tiers: Mapping[str, Tier]) -> dict[str, router.TierPrice]:
@@ -163,6 +171,11 @@ class RoutingService:
         self._difficulty_mtime = 0.0
         self._loaded = False
         self._last_refit = -float("inf")
+        # Observations waiting for the learner (:meth:`observe`), and the task that folds them.
+        self._queued: deque[router.Observed] = deque(maxlen=OBSERVATIONS_HELD)
+        self.dropped = 0  # observations dropped from a full queue
+        self._arrived = asyncio.Event()
+        self._folder: asyncio.Task[None] | None = None
 
     def _all_fitted(self) -> bool:
         """Whether every tier with enough requests has had its first fit (that one never waits)."""
@@ -205,7 +218,50 @@ class RoutingService:
         completion_tokens: int | None = None,
         prompt_tokens: int | None = None,
     ) -> None:
-        self.learner.observe(decision, tier, ttft_s, total_s, completion_tokens, prompt_tokens)
+        """A request ended at ``tier``: out of the book of work in hand now (the next decision
+        reads it), and queued for the learner, which folds the queue in batches beside the
+        request path (:meth:`_folding`). The queue holds :data:`OBSERVATIONS_HELD`; past that
+        the oldest is dropped and counted in :attr:`dropped`."""
+        self.learner.finished(decision, tier)
+        queued = self._queued
+        if len(queued) == OBSERVATIONS_HELD:
+            self.dropped += 1
+            if self.dropped == 1:
+                log.warning("router: the learner is behind; dropping the oldest observations")
+        queued.append((decision, tier, ttft_s, total_s, completion_tokens, prompt_tokens))
+        self._arrived.set()
+
+    def fold_now(self) -> int:
+        """Fold every queued observation into the learner now, then start a refit if one is due;
+        how many were folded.  (The background fold does this every :data:`FOLD_AFTER_S`.)"""
+        folded = self._fold(len(self._queued))
+        self._refit_if_due()
+        return folded
+
+    def _fold(self, most: int) -> int:
+        queued = self._queued
+        batch = [queued.popleft() for _ in range(min(most, len(queued)))]
+        self.learner.fold(batch)
+        return len(batch)
+
+    async def _folding(self) -> None:
+        """Beside the request path: wait for observations, let a batch gather for
+        :data:`FOLD_AFTER_S`, fold it (:data:`FOLD_CHUNK` at a time, letting requests run between
+        chunks), then start a refit if one is due."""
+        while True:
+            await self._arrived.wait()
+            await asyncio.sleep(FOLD_AFTER_S)
+            self._arrived.clear()
+            try:
+                while self._queued:
+                    self._fold(FOLD_CHUNK)
+                    if self._queued:
+                        await asyncio.sleep(0)
+                self._refit_if_due()
+            except Exception:
+                log.exception("router: folding observations into the learner failed")
+
+    def _refit_if_due(self) -> None:
         if not self._loaded or (self._refitting is not None and not self._refitting.done()):
             return
         now = time.monotonic()
@@ -215,6 +271,12 @@ class RoutingService:
         if due:
             self._last_refit = now
             self._refitting = asyncio.get_running_loop().create_task(self._refit(due), name="router-refit")
+
+    def report(self) -> dict[str, Any]:
+        """The learner's report (:meth:`router.Learner.report`) with what is queued folded first,
+        and the queue's figures."""
+        self._fold(len(self._queued))
+        return {**self.learner.report(), "observations": {"dropped": self.dropped}}
 
     # -- learning in the background -------------------------------------------------------------
 
@@ -247,6 +309,7 @@ class RoutingService:
 
     async def refit_now(self) -> dict[str, Any]:
         """Refit every tier with enough observations, wait for it, save; the snapshot after."""
+        self._fold(len(self._queued))
         if self._refitting is not None:
             with contextlib.suppress(Exception):
                 await self._refitting
@@ -257,7 +320,7 @@ class RoutingService:
             self._refitting = asyncio.get_running_loop().create_task(self._refit(due))
             await self._refitting
         await self.save()
-        return self.learner.report()
+        return self.report()
 
     # -- persistence ----------------------------------------------------------------------------
 
@@ -276,6 +339,7 @@ class RoutingService:
         )
         self._difficulty_mtime = self._mtime(self.directory / DIFFICULTY_FILE)
         self._saver = asyncio.create_task(self._save_periodically(), name="router-save")
+        self._folder = asyncio.create_task(self._folding(), name="router-fold")
 
     async def _load_difficulty(self) -> router.DifficultyModel:
         return await asyncio.to_thread(load_difficulty, self.directory, self._builtin_cache)
@@ -306,6 +370,14 @@ class RoutingService:
                 log.exception("router: saving the predictors failed")
 
     async def aclose(self) -> None:
+        if self._folder is not None:
+            self._folder.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._folder
+        try:
+            self._fold(len(self._queued))  # what is queued is learned, and saved below
+        except Exception:
+            log.exception("router: folding observations into the learner failed")
         for task in (self._saver, self._refitting):
             if task is not None:
                 task.cancel()

@@ -5,9 +5,10 @@ token calibration, the book of work in hand at each tier, and exploration.  For 
 it takes a :class:`router.Snapshot` (:meth:`Learner.snapshot`: predictions for the tiers, the
 exploration draw, the round-robin turn) that :meth:`router.Router.decide` reads without
 changing anything; :meth:`Learner.routed` then books the request at the tier chosen, and
-:meth:`Learner.observe` learns from what it took.  Synchronous and without I/O: the gateway
-persists :meth:`Learner.dump`, runs refits (:func:`router.fit_tier`) wherever it likes and
-hands the results to :meth:`Learner.adopt`.
+:meth:`Learner.observe` learns from what it took (or, apart, :meth:`Learner.finished` when
+it ends and :meth:`Learner.fold` of a batch of them later, as the gateway does).
+Synchronous and without I/O: the gateway persists :meth:`Learner.dump`, runs refits
+(:func:`router.fit_tier`) wherever it likes and hands the results to :meth:`Learner.adopt`.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import math
 import random
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -47,6 +48,11 @@ from router._policy import TenantPolicy
 from router._snapshot import Snapshot, Spend
 
 DUMP_FORMAT = 1
+
+# What :meth:`Learner.observe` is told of a request served, as one value: the decision, the tier
+# that served it, its seconds to the first token (None: not streamed) and in all, and the
+# completion and prompt tokens the tier counted.
+Observed = tuple[Decision, str, float | None, float, int | None, int | None]
 
 
 class Learner:
@@ -164,9 +170,13 @@ class Learner:
         if snapshot is None or decision.tier not in snapshot.vectors:
             return
         x = snapshot.vectors[decision.tier]
-        idle = list(x)
-        idle[BUSY] = idle[AHEAD] = 0.0
-        service = self.predictor(decision.tier).predict(idle)[2]
+        made = snapshot.predictions.get(decision.tier)
+        if made is not None and x[BUSY] == 0 and x[AHEAD] == 0:
+            service = made.total_p50  # predicted with nothing ahead already (the median: any ceiling)
+        else:
+            idle = list(x)
+            idle[BUSY] = idle[AHEAD] = 0.0
+            service = self.predictor(decision.tier).predict(idle)[2]
         queues = snapshot.queues.get(decision.tier, False)
         self.work.add(decision.tier, service, snapshot.at, (x[BUSY], x[AHEAD]), queues, snapshot.ticket)
 
@@ -180,26 +190,46 @@ class Learner:
         prompt_tokens: int | None = None,
     ) -> None:
         """Learn from a request ``tier`` served (features as they were when it was routed);
-        the token counts are the tier's own, from its usage."""
+        the token counts are the tier's own, from its usage.  :meth:`finished` then :meth:`fold`
+        of the one observation: the gateway calls them apart (the first on the request path)."""
+        self.finished(decision, tier)
+        self.fold([(decision, tier, ttft_s, total_s, completion_tokens, prompt_tokens)])
+
+    def finished(self, decision: Decision, tier: str) -> None:
+        """A request routed by ``decision`` ended at ``tier``: out of the book of work in hand, and
+        ``tier`` measured lately (two dictionary writes; the next decision reads both)."""
         snapshot = decision.snapshot
         if snapshot is None or snapshot.features is None:
             return
         self.work.done(decision.tier, snapshot.ticket)
         self._last_served[tier] = self._routed
-        if tier not in snapshot.vectors:
-            return
-        features = snapshot.features
-        predictor = self.predictor(tier)
-        made = snapshot.predictions.get(tier)
-        predicted = (made.ttft_p50, made.total_p50) if made is not None else (None, None)
-        high = (made.ttft_hi, made.total_hi) if made is not None else (None, None)
-        predictor.observe(snapshot.vectors[tier], ttft_s, total_s, predicted, completion_tokens, high)
-        if prompt_tokens is not None:
-            self.tokens.observe(tier, features, prompt_tokens)
-        if completion_tokens is not None:
-            predictor.observe_usage(features.max_tokens, completion_tokens)
-            ceiling = features.max_tokens or DEFAULT_OUTPUT_TOKENS
-            self.output.update(snapshot.output_keys, completion_tokens / ceiling)
+
+    def fold(self, observed: Iterable[Observed]) -> int:
+        """Learn from requests served (each as :meth:`observe`'s arguments, :meth:`finished`
+        already told), in order: the predictors, the output share and the prompt token
+        calibration, which is solved once per tier at the end (it depends only on its sums, so
+        the result is the one of observing them one by one).  Returns how many were learned from."""
+        learned = 0
+        calibrated: set[str] = set()
+        for decision, tier, ttft_s, total_s, completion_tokens, prompt_tokens in observed:
+            snapshot = decision.snapshot
+            if snapshot is None or snapshot.features is None or tier not in snapshot.vectors:
+                continue
+            features = snapshot.features
+            predictor = self.predictor(tier)
+            made = snapshot.predictions.get(tier)
+            predicted = (made.ttft_p50, made.total_p50) if made is not None else (None, None)
+            high = (made.ttft_hi, made.total_hi) if made is not None else (None, None)
+            predictor.observe(snapshot.vectors[tier], ttft_s, total_s, predicted, completion_tokens, high)
+            if prompt_tokens is not None and self.tokens.observe(tier, features, prompt_tokens, solve=False):
+                calibrated.add(tier)
+            if completion_tokens is not None:
+                predictor.observe_usage(features.max_tokens, completion_tokens)
+                ceiling = features.max_tokens or DEFAULT_OUTPUT_TOKENS
+                self.output.update(snapshot.output_keys, completion_tokens / ceiling)
+            learned += 1
+        self.tokens.solve(calibrated)
+        return learned
 
     # -- refits ------------------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ has reported ``min_samples`` counts, the plain estimate stands.
 from __future__ import annotations
 
 import operator
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -50,14 +51,15 @@ class TierTokens:
         total: float = sum(map(operator.mul, self.weights, x))  # on the request path: no numpy call
         return total
 
-    def update(self, inputs: tuple[float, ...], counted: float) -> None:
+    def update(self, inputs: tuple[float, ...], counted: float, solve: bool = True) -> None:
         x = np.asarray(inputs, dtype=float)
         self.xx *= FORGET
         self.xx += np.outer(x, x)
         self.xy *= FORGET
         self.xy += counted * x
         self.samples += 1
-        self._solve()
+        if solve:
+            self._solve()
 
     def _solve(self) -> None:
         ridge = _RIDGE * np.eye(WIDTH)
@@ -77,13 +79,23 @@ class PromptTokens:
             return features.prompt_tokens
         return max(1, round(found.predict(_inputs(features))))
 
-    def observe(self, tier: str, features: Features, counted: int) -> None:
+    def observe(self, tier: str, features: Features, counted: int, solve: bool = True) -> bool:
+        """Add a count ``tier`` reported; ``solve``: the weights now, else at :meth:`solve` (a
+        batch of counts is solved once).  Whether the count was taken."""
         if counted <= 0:
-            return
+            return False
         found = self.tiers.get(tier)
         if found is None:
             found = self.tiers[tier] = TierTokens()
-        found.update(_inputs(features), float(counted))
+        found.update(_inputs(features), float(counted), solve)
+        return True
+
+    def solve(self, tiers: Iterable[str]) -> None:
+        """Solve the weights of ``tiers`` from the counts added to them."""
+        for tier in tiers:
+            found = self.tiers.get(tier)
+            if found is not None:
+                found._solve()
 
     def dump(self) -> dict[str, Any]:
         return {

@@ -30,7 +30,7 @@ async def router_state(
     request: Request[object, object, State], services: NamedDependency[Services]
 ) -> Response[bytes]:
     routing = await _routing(request, services)
-    return Response(encode(routing.learner.report()), media_type=JSON)
+    return Response(encode(routing.report()), media_type=JSON)
 
 
 @post("/admin/api/router/refit", status_code=200)

@@ -110,6 +110,8 @@ async def test_served_requests_are_learned_from_streams_with_their_ttft(setup) -
     async for _ in start.events:
         pass
     edge = routing.learner.predictors["edge"]
+    assert not edge.window  # queued, not learned on the request path
+    assert routing.fold_now() == 2
     assert len(edge.window) == 2
     assert edge.window[0].ttft is None and edge.window[1].ttft is not None
     assert edge.window[1].ttft <= edge.window[1].total
