@@ -21,7 +21,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import itertools
 import json
+import random
 import statistics
 import time
 from dataclasses import dataclass
@@ -29,6 +31,8 @@ from urllib.parse import urlsplit
 
 import httptools
 import uvloop
+
+POISSON_SEED = 33
 
 
 @dataclass(slots=True)
@@ -154,11 +158,20 @@ class LoadGenerator:
         if not conn.closed.done():
             self.idle.append(conn)
 
-    async def open_loop(self, rate: float, duration: float, requests: int | None = None) -> list[Sample]:
-        """Send ``rate`` requests a second, evenly spaced, for ``duration`` seconds (or ``requests``)."""
+    async def open_loop(
+        self, rate: float, duration: float, requests: int | None = None, poisson: bool = False
+    ) -> list[Sample]:
+        """Send ``rate`` requests a second for ``duration`` seconds (or ``requests``): evenly spaced,
+        or with ``poisson`` at exponentially distributed gaps (a Poisson process; seeded, so every
+        target of a run gets the same arrival times)."""
         loop = asyncio.get_running_loop()
         count = requests if requests is not None else int(rate * duration)
-        samples = [Sample(sent=i / rate) for i in range(count)]
+        if poisson:
+            gaps = random.Random(POISSON_SEED)
+            at = list(itertools.accumulate(gaps.expovariate(rate) for _ in range(count)))
+            samples = [Sample(sent=t) for t in at]
+        else:
+            samples = [Sample(sent=i / rate) for i in range(count)]
         tasks: list[asyncio.Task[None]] = []
         t0 = time.perf_counter()
         next_index = 0
@@ -213,11 +226,13 @@ def run(
     connections: int = 64,
     headers: dict[str, str] | None = None,
     requests: int | None = None,
+    poisson: bool = False,
 ) -> tuple[list[Sample], int]:
     """One run on a fresh event loop; returns the samples and the count of failed connections.
 
     ``requests``: a fixed number of requests (open loop: all of them, ``1 / rate`` apart; closed loop:
-    the run ends when that many were sent and answered, or at ``duration``)."""
+    the run ends when that many were sent and answered, or at ``duration``).  ``poisson``: open loop
+    with Poisson arrivals at ``rate`` instead of evenly spaced ones."""
     if requests is None and duration == float("inf"):
         raise ValueError("a run needs a duration or a number of requests")
 
@@ -225,7 +240,7 @@ def run(
         gen = LoadGenerator(url, body, headers)
         try:
             if rate is not None:
-                samples = await gen.open_loop(rate, duration, requests)
+                samples = await gen.open_loop(rate, duration, requests, poisson)
             else:
                 samples = await gen.closed_loop(connections, duration, requests)
         finally:

@@ -1,5 +1,5 @@
-"""What tiergate adds to a request, next to calling the upstream directly, the web framework's floor
-and LiteLLM's proxy, all measured in the same run.
+"""What tiergate adds to a request, next to calling the upstream directly, the web framework's floor,
+LiteLLM's proxy and Portkey's gateway, all measured in the same run.
 
 Method
 ------
@@ -8,11 +8,22 @@ Method
 * Targets, each a separate process pinned with ``taskset`` to core 0: tiergate (edge off, cloud = the
   stand-in, model ``cloud`` pinned: no routing choice), the framework floor (``bench/floor_app.py``:
   Litestar on uvicorn returning the same canned answer) and, when its virtual environment exists,
-  LiteLLM's proxy ``litellm[proxy]==1.106.2`` (never unpinned: 1.107.0 was compromised) with one worker.
+  LiteLLM's proxy ``litellm[proxy]==1.106.2`` (never unpinned: 1.107.0 was compromised) with one worker,
+  and Portkey's open-source gateway ``@portkey-ai/gateway@1.15.2`` (Node.js; installed on first use
+  with ``npm install`` into the build cache, skipped with a message when npm or node is missing or
+  the install fails; ``--no-portkey``), run with ``node`` (``build/start-server.js --headless``, one
+  process).  Portkey is pointed at the stand-in per request, as its README does for a self-hosted
+  OpenAI-compatible server: headers ``x-portkey-provider: openai`` and ``x-portkey-custom-host:
+  http://127.0.0.1:PORT/v1`` (loopback is on its default list of trusted custom hosts).  One
+  workaround, loaded with ``node --import`` (``bench/portkey_fetch.mjs``): fetch's responses are
+  copied into ones whose headers may be changed; without it every streamed request fails with
+  "TypeError: immutable" (Portkey-AI/gateway issues 1389 and 1550).
   The stand-in and the load generator (``bench/loadgen.py``, in this process) share core 1.
 * For each rate (requests/s) the load is open loop with evenly spaced arrivals (``bench/loadgen.py``:
   each request on an idle keep-alive connection or a new one, never held back by a slow earlier
-  one, as wrk2 does; ``hey -q``, used before, fires its workers in lockstep bursts).  The targets
+  one, as wrk2 does; ``hey -q``, used before, fires its workers in lockstep bursts), and with
+  ``--arrivals even,poisson`` also with Poisson arrivals at the same mean rate (exponential gaps,
+  the same seeded arrival times for every target).  The targets
   are run interleaved in rounds (direct, floor, tiergate, litellm, direct, ...), ``--repeats``
   times, each for ``--duration`` seconds.  Non-streaming latency is the time from writing the
   request to the last byte; streaming latency is the time to the first body byte (the first SSE
@@ -24,6 +35,7 @@ Method
   are read from /proc for the target process (and its children).
 
     .venv/bin/python -m bench.overhead [--rates 100,500,1000,2000] [--duration 5] [--repeats 3]
+        [--arrivals even,poisson] [--no-litellm] [--no-portkey] [--output PATH]
 
 Prints a table and writes bench/results/overhead.json.
 """
@@ -34,6 +46,7 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -52,6 +65,12 @@ RESULTS = ROOT / "bench" / "results" / "overhead.json"
 LITELLM = (
     Path(os.environ.get("TIERGATE_BUILD_CACHE_DIR", "~/.cache/tiergate")).expanduser() / "litellm-1.106.2"
 )
+PORTKEY_VERSION = "1.15.2"
+PORTKEY = (
+    Path(os.environ.get("TIERGATE_BUILD_CACHE_DIR", "~/.cache/tiergate")).expanduser()
+    / f"portkey-gateway-{PORTKEY_VERSION}"
+)
+PORTKEY_FETCH = ROOT / "bench" / "portkey_fetch.mjs"
 SERVER_CORE, LOAD_CORE = "0", "1"
 BODY = {"model": "cloud", "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 16}
 
@@ -63,6 +82,11 @@ class Target:
     process: subprocess.Popen[bytes] | None = None
     api_key: str = "unused"
     samples: dict[str, list[dict[str, float]]] = field(default_factory=dict)
+    extra_headers: dict[str, str] = field(default_factory=dict)  # sent with every request
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}", **self.extra_headers}
 
     @property
     def url(self) -> str:
@@ -94,8 +118,7 @@ def wait_ready(target: Target, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            headers = {"Authorization": f"Bearer {target.api_key}"}
-            if httpx.post(target.url, json=BODY, headers=headers, timeout=5).status_code == 200:
+            if httpx.post(target.url, json=BODY, headers=target.headers, timeout=5).status_code == 200:
                 return
         except httpx.HTTPError:
             pass
@@ -112,16 +135,24 @@ def wait_for_file(path: Path, timeout: float = 60) -> None:
 
 
 def load(
-    target: Target, body_file: Path, *, duration: float, rate: float | None, connections: int = 64
+    target: Target,
+    body_file: Path,
+    *,
+    duration: float,
+    rate: float | None,
+    connections: int = 64,
+    poisson: bool = False,
 ) -> list[dict[str, float]]:
-    """One run of the load generator: open loop at ``rate``, or closed loop over ``connections``."""
+    """One run of the load generator: open loop at ``rate`` (evenly spaced or Poisson arrivals), or
+    closed loop over ``connections``."""
     samples, _failed = loadgen.run(
         target.url,
         body_file.read_bytes(),
         duration=duration,
         rate=rate,
         connections=connections,
-        headers={"Authorization": f"Bearer {target.api_key}"},
+        headers=target.headers,
+        poisson=poisson,
     )
     return [{"total": s.total, "first_byte": s.first_byte, "ok": s.ok, "lag": s.lag} for s in samples]
 
@@ -162,6 +193,39 @@ def children(pid: int) -> list[int]:
     return found + [g for c in found for g in children(c)]
 
 
+def portkey_server() -> Path | None:
+    """Portkey's ``start-server.js``, installed with npm into the build cache on first use; None
+    (with the reason printed) when it cannot be."""
+    script = PORTKEY / "node_modules" / "@portkey-ai" / "gateway" / "build" / "start-server.js"
+    if script.exists():
+        return script
+    npm, node = shutil.which("npm"), shutil.which("node")
+    if npm is None or node is None:
+        print("portkey: skipped (needs node and npm on PATH)", flush=True)
+        return None
+    PORTKEY.mkdir(parents=True, exist_ok=True)
+    print(f"portkey: npm install @portkey-ai/gateway@{PORTKEY_VERSION} into {PORTKEY}", flush=True)
+    done = subprocess.run(
+        [
+            npm,
+            "install",
+            "--prefix",
+            str(PORTKEY),
+            "--no-audit",
+            "--no-fund",
+            "--save-exact",
+            f"@portkey-ai/gateway@{PORTKEY_VERSION}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if done.returncode != 0 or not script.exists():
+        print(f"portkey: skipped (npm install failed: {(done.stderr or done.stdout)[-500:]})", flush=True)
+        return None
+    return script
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rates", default="100,500,1000,2000")
@@ -169,7 +233,17 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--warmup", type=float, default=4.0, help="seconds of load per target first")
     parser.add_argument("--no-litellm", action="store_true")
+    parser.add_argument("--no-portkey", action="store_true")
+    parser.add_argument("--output", type=Path, default=RESULTS, help="the JSON report [default: %(default)s]")
+    parser.add_argument(
+        "--arrivals",
+        default="even",
+        help="open-loop arrivals, comma-separated: even, poisson [default: even]",
+    )
     args = parser.parse_args()
+    args.arrivals = args.arrivals.split(",")
+    if not set(args.arrivals) <= {"even", "poisson"}:
+        parser.error("--arrivals: even and/or poisson")
     os.sched_setaffinity(0, {int(LOAD_CORE)})  # the load generator runs here, beside the stand-in
     rates = [int(r) for r in args.rates.split(",")]
     tmp = Path(tempfile.mkdtemp(prefix="tiergate-bench-"))
@@ -210,6 +284,30 @@ def main() -> None:
             log=tmp / "litellm.log",
         )
         targets.append(lite)
+    portkey_script = None if args.no_portkey else portkey_server()
+    if portkey_script is not None:
+        portkey = Target(
+            "portkey",
+            free_port(),
+            extra_headers={
+                "x-portkey-provider": "openai",
+                "x-portkey-custom-host": f"http://127.0.0.1:{upstream.port}/v1",
+            },
+        )
+        portkey.process = start(
+            [
+                shutil.which("node") or "node",
+                "--import",
+                str(PORTKEY_FETCH),
+                str(portkey_script),
+                f"--port={portkey.port}",
+                "--headless",
+            ],
+            SERVER_CORE,
+            env={"NODE_ENV": "production"},
+            log=tmp / "portkey.log",
+        )
+        targets.append(portkey)
     try:
         credentials = tmp / "data" / "initial-credentials.json"
         wait_for_file(credentials)
@@ -225,9 +323,9 @@ def main() -> None:
                     t.process.wait(15)
                 except subprocess.TimeoutExpired:
                     t.process.kill()
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(report, indent=2))
-    print(f"\nwrote {RESULTS.relative_to(ROOT)}")
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(report, indent=2))
+    print(f"\nwrote {args.output}")
 
 
 def run(targets: list[Target], rates: list[int], args: argparse.Namespace, tmp: Path) -> dict[str, object]:
@@ -245,11 +343,14 @@ def run(targets: list[Target], rates: list[int], args: argparse.Namespace, tmp: 
         "duration_s": args.duration,
         "repeats": args.repeats,
         "warmup_s": args.warmup,
+        "arrivals": args.arrivals,
+        "targets": [t.name for t in targets],
     }
     for t in targets:  # start-up work (worker pools, first refits, connections) is not measured
         for mode in ("plain", "stream"):
             load(t, bodies[mode], duration=args.warmup / 2, rate=min(rates))
-    for rate in rates:
+    for rate, arrivals in [(r, a) for r in rates for a in args.arrivals]:
+        poisson = arrivals == "poisson"
         per_target: dict[str, dict[str, list[float]]] = {}
         for mode in ("plain", "stream"):
             key = "total" if mode == "plain" else "first_byte"
@@ -258,7 +359,7 @@ def run(targets: list[Target], rates: list[int], args: argparse.Namespace, tmp: 
                 for t in targets:
                     if t.name == "litellm" and rate > 500:
                         continue  # saturated far below this rate (see the max RPS row)
-                    samples = load(t, bodies[mode], duration=args.duration, rate=rate)
+                    samples = load(t, bodies[mode], duration=args.duration, rate=rate, poisson=poisson)
                     ok = [s[key] for s in samples if s["ok"]]
                     stats = {q: pct(ok, q) * 1000 for q in (50, 95, 99)}
                     served = len(ok) / args.duration
@@ -272,10 +373,11 @@ def run(targets: list[Target], rates: list[int], args: argparse.Namespace, tmp: 
                     entry.setdefault("errors", []).append(len(samples) - len(ok))
                     lag = pct([s["lag"] for s in samples], 99) * 1000
                     entry.setdefault("generator_lag_p99_ms", []).append(lag)
-        results["rates"][str(rate)] = {  # type: ignore[index]
+        key = f"{rate}/poisson" if poisson else str(rate)  # evenly spaced: the rate alone, as before
+        results["rates"][key] = {  # type: ignore[index]
             k: {m: round(statistics.median(v), 3) for m, v in d.items()} for k, d in per_target.items()
         }
-        print_rate(rate, results["rates"][str(rate)])  # type: ignore[index]
+        print_rate(rate, results["rates"][key], arrivals)  # type: ignore[index]
     print("\nsustained (closed loop, 64 connections, non-streaming):")
     print(f"{'target':<10} {'RPS':>8} {'CPU s/1k req':>13} {'peak RSS MiB':>13}")
     for t in targets:
@@ -295,8 +397,9 @@ def run(targets: list[Target], rates: list[int], args: argparse.Namespace, tmp: 
     return results
 
 
-def print_rate(rate: int, table: dict[str, dict[str, float]]) -> None:
-    print(f"\n{rate} RPS offered — added latency vs direct, ms (median over rounds)")
+def print_rate(rate: int, table: dict[str, dict[str, float]], arrivals: str = "even") -> None:
+    spacing = "Poisson arrivals" if arrivals == "poisson" else "evenly spaced"
+    print(f"\n{rate} RPS offered, {spacing} — added latency vs direct, ms (median over rounds)")
     print(f"{'target/mode':<18} {'p50':>8} {'p95':>8} {'p99':>8} {'served RPS':>11} {'errors':>7}")
     for name, row in table.items():
         print(
