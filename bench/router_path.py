@@ -3,7 +3,7 @@ each observation inline (as before) and with it queued and folded in batches bes
 
 Method
 ------
-* In one process, two :class:`~gateway.pipeline.routing.RoutingService` (two tiers, ``edge`` and
+* In one process, two :class:`~gateway.pipeline.routing_service.RoutingService` (two tiers, ``edge`` and
   ``cloud``, the default prices, the built-in difficulty model), each taught the same 300 requests
   and fitted, so predictions come from fitted models with their online corrections.
 * Per request: ``decide`` (the tenant's policy, the learner's snapshot, the pure decision, the work
@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import router
-from gateway.pipeline.routing import RoutingService, tier_prices
+from gateway.pipeline.routing_service import RoutingService, tier_prices
 from gateway.settings import DEFAULT_PRICES, RouterSettings
 from router import PredictorConfig
 from tiers import Capabilities, Health, Modality, TierState

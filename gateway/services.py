@@ -51,7 +51,7 @@ from gateway.pipeline.chat import ChatPipeline, ChatService
 from gateway.pipeline.embeddings.stages import EmbeddingPipeline, embedding_config
 from gateway.pipeline.front import Front
 from gateway.pipeline.record import Recorder
-from gateway.pipeline.routing import RoutingService, tier_prices
+from gateway.pipeline.routing_service import RoutingService, tier_prices
 from gateway.pipeline.tierset import TierSet
 from gateway.settings import Settings, SettingsError
 from tiers import Modality, ModelRegistry, Pool, Tier

@@ -31,7 +31,7 @@ from gateway.ops.observe import ObservabilitySettings
 from gateway.ops.scaling import ScalingSettings
 from gateway.ops.shared import SharedSettings
 from gateway.pipeline.admission import AdmissionSettings
-from gateway.pipeline.routing import RouterSettings
+from gateway.pipeline.routing_service import RouterSettings
 from router import AutoRule, BreakerConfig, TenantPolicy
 from tiers import split_cpus, usable_cpus
 from tiers.cloud import DEFAULT_VLLM_PYTHON, DEFAULT_VLM_DIR, CloudConfig, LocalServer

@@ -14,7 +14,7 @@ from gateway.pipeline.admission import Gates
 from gateway.pipeline.answer import Routed
 from gateway.pipeline.answers.exact import AnswerCache
 from gateway.pipeline.chat import ChatService, RequestContext
-from gateway.pipeline.routing import RoutingService
+from gateway.pipeline.routing_service import RoutingService
 from gateway.pipeline.tierset import TierSet
 from gateway.wire.chat import ChatCompletionRequest
 from gateway.wire.chat_response import ChatCompletion

@@ -49,7 +49,17 @@ def test_figures_hang_together(report: dict[str, Any]) -> None:
     assert stream["generator_files_max"] <= stream["generators_max"]
 
 
-@pytest.mark.xfail(reason="issue 33 targets: the restructure lands separately", strict=False)
+def test_a_streamed_event_passes_three_generators_the_framings_two_and_the_ending(
+    report: dict[str, Any],
+) -> None:
+    """b409aa8 had six (framing, writer, recorder, chain, dispatcher, admission wrapper)."""
+    stream = report["cases"]["stream-miss"]
+    assert stream["generators_max"] <= 3, stream["generators_deepest"]
+
+
+@pytest.mark.xfail(
+    reason="issue 33's file targets are not met yet (59 files / 154 returns for a JSON miss)", strict=False
+)
 def test_issue_33_targets(report: dict[str, Any]) -> None:
     json_miss, stream = report["cases"]["json-miss"], report["cases"]["stream-miss"]
     assert json_miss["files_entered"] <= 25

@@ -53,7 +53,7 @@ from gateway.pipeline.ending import Ending, How, Tally
 from gateway.pipeline.front import Front, Incoming
 from gateway.pipeline.plan import Planner
 from gateway.pipeline.record import Call, Recorder, demand_of
-from gateway.pipeline.routing import RoutingService
+from gateway.pipeline.routing_service import RoutingService
 from gateway.pipeline.tierset import TierSet
 from gateway.residency import NOTHING, Verdict
 from gateway.wire.chat import ChatCompletionRequest

@@ -37,7 +37,7 @@ from gateway.pipeline.answers import Answers
 from gateway.pipeline.answers.exact import Lookup
 from gateway.pipeline.plan import Plan
 from gateway.pipeline.record import Call, Recorder
-from gateway.pipeline.routing import RoutingService
+from gateway.pipeline.routing_service import RoutingService
 from gateway.pipeline.tierset import TierSet
 from tiers import (
     Event,

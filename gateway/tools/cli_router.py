@@ -71,7 +71,7 @@ def train_difficulty(
     router.save_interval_s.
     """
     import router
-    from gateway.pipeline.routing import DIFFICULTY_FILE, write_json
+    from gateway.pipeline.routing_service import DIFFICULTY_FILE, write_json
 
     settings = settings_or_exit(config)
     try:

@@ -12,7 +12,7 @@ from litestar.datastructures import State
 from litestar.di import NamedDependency
 
 from gateway.api.admin._guard import require_admin
-from gateway.pipeline.routing import RoutingService
+from gateway.pipeline.routing_service import RoutingService
 from gateway.services import Services
 from gateway.wire.chat import encode
 

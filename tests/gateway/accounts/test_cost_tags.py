@@ -32,7 +32,7 @@ from gateway.accounts.storage._schema import schema_version
 from gateway.errors import InvalidRequest
 from gateway.ops.metrics import Metrics
 from gateway.pipeline.chat import RequestContext
-from gateway.pipeline.routing import RouterSettings, RoutingService, tier_prices
+from gateway.pipeline.routing_service import RouterSettings, RoutingService, tier_prices
 from gateway.wire.chat import parse_chat_request
 from tests.gateway.accounts.test_ledger import row
 from tests.gateway.pipeline.test_routing import Tier, body

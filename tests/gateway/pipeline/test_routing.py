@@ -17,7 +17,7 @@ from gateway.accounts.storage import open_database
 from gateway.accounts.tenants import TenantLimits, TenantStore
 from gateway.ops.metrics import Metrics
 from gateway.pipeline.chat import ChatService, RequestContext
-from gateway.pipeline.routing import (
+from gateway.pipeline.routing_service import (
     RouterSettings,
     RoutingService,
     builtin_difficulty,

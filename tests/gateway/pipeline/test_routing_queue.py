@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 import router
-from gateway.pipeline import routing as routing_module
-from gateway.pipeline.routing import RoutingService
+from gateway.pipeline import routing_service as routing_module
+from gateway.pipeline.routing_service import RoutingService
 from gateway.settings import RouterSettings
 from tests.router.routing import AUTO, route
 from tiers import Capabilities, Health, Modality, TierState
