@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import msgspec
 
 import router
-from gateway.accounts.tenants import DEFAULT_TENANT, Caller
+from gateway.accounts.tenants import DEFAULT_TENANT
 from gateway.media import MediaPipeline, has_media
 from gateway.ops.metrics import Metrics
 from gateway.ops.tracing import Tracing
@@ -198,54 +198,46 @@ class ChatPipeline:
 
     async def run(self, incoming: Incoming) -> Answer:
         caller = await self._front.caller(incoming)  # 1 authenticate
-        ctx = self._context(caller, incoming)
-        request = await incoming.parse(await incoming.body(), ctx.tenant)  # 2 parse
-        incoming.noted(ctx.tenant, request.model)
+        tenant = caller.tenant.name if caller.tenant is not None else DEFAULT_TENANT
+        request = await incoming.parse(await incoming.body(), tenant)  # 2 parse
+        incoming.noted(tenant, request.model)
         call = self._front.begin(caller, incoming, request.model, request)  # the ledger's; its cost tags
         try:
-            request, ctx = self._resolve(request, ctx)  # an unknown model: 404
+            model, strategy = self._chat.tiers.resolve(request.model)  # an unknown model: 404
+            if model != request.model:  # an alias stands for tiergate-auto or a tier
+                request = msgspec.structs.replace(request, model=model)
             await self._front.admit(call)  # 3 limit: requests, media parts
             param = "messages" if incoming.endpoint == "chat" else "input"
             verdict = self._front.residency(call, msgspec.to_builtins(request.messages), param)  # residency
-            ctx = dataclasses.replace(ctx, residency=verdict, tags=call.tag_map)
             with self._tracing.span("media"):
-                request, ctx = await self._prepare_media(call, request, ctx)  # 4 media (+ their seconds)
+                request, media = await self._prepare_media(call, request)  # 4 media (+ their seconds)
+            policy = self._front.policies.policy(tenant)  # in memory; edits apply to the next request
+            headers = incoming.headers
+            ctx = RequestContext(  # what the tenant's policy and the request ask of stages 5–8, once
+                tenant=tenant,
+                cache_control=headers.get("cache-control", ""),
+                use_cache=policy.cache,
+                fail_instead_of_degrade=policy.fail_instead_of_degrade,
+                session_id=headers.get("x-session-id") or None,
+                media=media,
+                strategy=strategy,
+                raw_prompt=incoming.raw_prompt,
+                residency=verdict,
+                tags=call.tag_map,
+                semantic=policy.semantic_cache,
+            )
             return await self._chat.answer(request, incoming.request_id, ctx, call)  # 5–8, then its ending
         except BaseException as exc:  # refused, or its client left (unless it ended already)
             self._chat.ending.refused(call, exc)
             raise
 
-    def _context(self, caller: Caller, incoming: Incoming) -> RequestContext:
-        assert caller.tenant is not None  # the front refuses admin keys
-        tenant = caller.tenant.name
-        policy = self._front.policies.policy(tenant)  # in memory; edits take effect on the next request
-        headers = incoming.headers
-        return RequestContext(
-            tenant=tenant,
-            cache_control=headers.get("cache-control", ""),
-            session_id=headers.get("x-session-id") or None,
-            use_cache=policy.cache,
-            semantic=policy.semantic_cache,
-            fail_instead_of_degrade=policy.fail_instead_of_degrade,
-            raw_prompt=incoming.raw_prompt,
-        )
-
-    def _resolve(
-        self, request: ChatCompletionRequest, ctx: RequestContext
-    ) -> tuple[ChatCompletionRequest, RequestContext]:
-        """The model the request names (an alias stands for tiergate-auto or a tier); 404 if none."""
-        model, strategy = self._chat.tiers.resolve(request.model)
-        if model == request.model:
-            return request, ctx
-        return msgspec.structs.replace(request, model=model), dataclasses.replace(ctx, strategy=strategy)
-
     async def _prepare_media(
-        self, call: Call, request: ChatCompletionRequest, ctx: RequestContext
-    ) -> tuple[ChatCompletionRequest, RequestContext]:
+        self, call: Call, request: ChatCompletionRequest
+    ) -> tuple[ChatCompletionRequest, router.MediaSummary]:
         """Preprocess the request's media, once the cheap checks passed (the key, the model, the
         request and part counts); then the seconds they measured are charged to the tenant's limits."""
         if self._media is None or not has_media(request):
-            return request, ctx
+            return request, router.NO_MEDIA
         prepared = await self._media.prepare(request)
         call.demand = demand_of(request, prepared.summary)
         seconds = dataclasses.replace(
@@ -253,4 +245,4 @@ class ChatPipeline:
         )  # the parts were counted at admission
         if seconds.video_seconds or seconds.audio_seconds:
             await self._front.admit(call, seconds)
-        return prepared.request, dataclasses.replace(ctx, media=prepared.summary)
+        return prepared.request, prepared.summary
