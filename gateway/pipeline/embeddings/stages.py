@@ -119,6 +119,9 @@ class EmbeddingPipeline:
         except Exception as exc:
             self._recorder.failed(call, exc)
             raise
+        except asyncio.CancelledError:  # its client left (gateway/api/door.py): no vectors went out
+            self._recorder.ended_now(call, None, "", Usage(0, 0), 499, "client gone")
+            raise
         tokens = sum(map(len, rows))
         routed = Routed(
             self.embedder.name,
