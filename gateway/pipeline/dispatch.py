@@ -74,7 +74,8 @@ class Dispatcher:
                 await _closed(events)
                 if attempt.tally.first_at or not isinstance(exc, Exception):  # begun, or its client left
                     routed = self._routed(plan, name, last, lookup, started, Started())
-                    await self._ending.end(call, attempt, routed, "", how_of(exc), attempt.tally, exc)
+                    model = self._tiers[name].capabilities.model
+                    await self._ending.end(call, attempt, routed, model, how_of(exc), attempt.tally, exc)
                 else:
                     self._ending.passed_over(attempt, exc)
                 raise

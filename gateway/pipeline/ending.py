@@ -219,16 +219,29 @@ class Ending:
         now = time.perf_counter()
         prompt_estimate = attempt.plan.features.prompt_tokens if attempt is not None else 0
         usage = tally.usage(prompt_estimate)
-        if attempt is not None:
-            await self._tier_side(attempt, how, tally, usage, now, error)
-        if call is None or self._recorder is None:
-            return
+        try:
+            if attempt is not None:
+                await self._tier_side(attempt, how, tally, usage, now, error)
+        finally:  # the ledger's side, whatever the tier's side met
+            if call is not None and self._recorder is not None:
+                await self._record(call, routed, model, usage, how, error)
+
+    async def _record(
+        self,
+        call: Call,
+        routed: Routed | None,
+        model: str,
+        usage: Usage,
+        how: How,
+        error: BaseException | None,
+    ) -> None:
         status = STATUS.get(how, 500)
         message = None
         if how is not How.COMPLETED:
             message = (
                 f"{how.value}: {error}" if error is not None and how is not How.CLIENT_GONE else how.value
             )
+        assert self._recorder is not None
         try:
             await self._recorder.ended(
                 call, routed, model, usage, status, message, durable=how is How.COMPLETED
