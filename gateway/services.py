@@ -278,7 +278,7 @@ async def open_services(
         embeddings = None
         if embedder is not None:
             embeddings = EmbeddingPipeline(
-                embedder, front, recorder, tracing, metrics, store_, settings.cache.ttl_s
+                embedder, front, chat.ending, tracing, metrics, store_, settings.cache.ttl_s
             )
             stack.push_async_callback(embeddings.aclose)  # its held cache writes, before the store closes
         await _start_tiers(tiers, stack)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Iterable
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 
 import router
 from gateway.pipeline.answers.exact import CacheStatus
-from tiers import Event, EventStream, Finished
+from tiers import Event, Finished
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,17 +53,6 @@ def predicted_header(decision: router.Decision, served: str) -> str:
         f"ttft={p.ttft_p50 * 1000:.0f}ms, total={p.total_p50 * 1000:.0f}ms,"
         f" tokens={p.tokens:.0f}, per_token={p.per_token_s * 1000:.1f}ms"
     )
-
-
-async def chain(head: Iterable[Event], rest: EventStream) -> AsyncGenerator[Event, None]:
-    """The events already read (``head``), then the rest; ``rest`` is closed however this ends."""
-    try:
-        for event in head:
-            yield event
-        async for event in rest:
-            yield event
-    finally:
-        await rest.aclose()
 
 
 async def from_list(events: list[Event]) -> AsyncGenerator[Event, None]:

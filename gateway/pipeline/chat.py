@@ -49,7 +49,7 @@ from gateway.pipeline.answers import Answers
 from gateway.pipeline.answers.exact import BYPASS, AnswerCache, Lookup
 from gateway.pipeline.answers.semantic import SemanticCache
 from gateway.pipeline.dispatch import Dispatcher
-from gateway.pipeline.ending import Ending, How, Tally
+from gateway.pipeline.ending import Ending
 from gateway.pipeline.front import Front, Incoming
 from gateway.pipeline.plan import Planner
 from gateway.pipeline.record import Call, Recorder, demand_of
@@ -57,7 +57,7 @@ from gateway.pipeline.routing_service import RoutingService
 from gateway.pipeline.tierset import TierSet
 from gateway.residency import NOTHING, Verdict
 from gateway.wire.chat import ChatCompletionRequest
-from tiers import Event, ToolCallDelta
+from tiers import Event, ToolCallDelta, Usage
 
 OFF = router.SemanticCachePolicy()
 
@@ -165,8 +165,8 @@ class ChatService:
         answer = whole(routed, cached.model, fresh_call_ids(events), f"chatcmpl-{request_id}")
         if stream:
             return dataclasses.replace(answer, events=self.ending.watched(call, None, answer, answer.events))
-        tally = Tally(finished=answer.finished, first_at=time.perf_counter())
-        await self.ending.end(call, None, routed, answer.model, How.COMPLETED, tally)
+        usage = answer.finished.usage if answer.finished is not None else Usage(0, 0)
+        await self.ending.completed(call, routed, answer.model, usage)
         return answer
 
     async def aclose(self) -> None:

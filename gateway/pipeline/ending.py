@@ -250,6 +250,11 @@ class Ending:
             self._recorder.ended_now(call, routed, model, usage, status, message)
             raise
 
+    async def completed(self, call: Call | None, routed: Routed, model: str, usage: Usage) -> None:
+        """An answer made whole without a tier's try of its own (a cache hit, embeddings) ended."""
+        tally = Tally(first_at=time.perf_counter(), finished=Finished("stop", usage))
+        await self.end(call, None, routed, model, How.COMPLETED, tally)
+
     def refused(self, call: Call, exc: BaseException) -> None:
         """The request ended before any tier's answer began: a stage refused it (its error's
         status), or its client left (499)."""

@@ -1,9 +1,9 @@
-"""Stage 10, record: once an answer ends, the tenant's tokens are charged, one ledger row is written
-and the live view notes the request.
+"""The ledger's side of a request's ending (gateway/pipeline/ending.py calls it): the tenant's tokens
+are charged, one ledger row is written and the live view notes the request.
 
-A 200's row is on disk (the ledger's write-ahead file) before the answer's last event goes on, so
-before a JSON response is sent and before a stream's ``data: [DONE]``.  Failed requests, streams
-cut off by the tier and clients that leave mid-stream get a row too, written without waiting.
+A completed answer's row is on disk (the ledger's write-ahead file) before the answer's last event
+goes on, so before a JSON response is sent and before a stream's ``data: [DONE]``.  Refused requests,
+answers cut short by the tier and clients that leave get a row too, written without waiting.
 """
 
 from __future__ import annotations

@@ -21,10 +21,6 @@ class Answers:
         self._semantic = semantic
         self._tracing = tracing
 
-    @property
-    def enabled(self) -> bool:
-        return self._exact is not None
-
     async def lookup(
         self,
         request: ChatCompletionRequest,

@@ -1,6 +1,6 @@
 """The path of one embeddings request (``POST /v1/embeddings``): the chat pipeline's stages, in its order
 (gateway/pipeline/chat.py), through the same front (gateway/pipeline/front.py: the key, the tenant's
-policy, limits and residency rules) and the same recorder.
+policy, limits and residency rules) and the same ending (gateway/pipeline/ending.py).
 
      1 authenticate   the API key → the caller and its tenant        Authenticator
      2 parse          OpenAI's request, strictly                      gateway/wire/embeddings.py
@@ -36,8 +36,9 @@ from gateway.ops.metrics import Metrics
 from gateway.ops.tracing import Tracing
 from gateway.pipeline.answer import Routed
 from gateway.pipeline.answers.exact import CacheStatus, cache_directives
+from gateway.pipeline.ending import Ending
 from gateway.pipeline.front import Front, Incoming
-from gateway.pipeline.record import Call, Recorder
+from gateway.pipeline.record import Call
 from gateway.residency import Redaction, Verdict
 from gateway.wire.embeddings import (
     EmbeddingRequest,
@@ -79,7 +80,7 @@ class EmbeddingPipeline:
         self,
         embedder: Embedder,
         front: Front,
-        recorder: Recorder,
+        ending: Ending,
         tracing: Tracing,
         metrics: Metrics,
         store: cache.ResultStore | None = None,
@@ -88,7 +89,7 @@ class EmbeddingPipeline:
         self.embedder = embedder
         self._names = frozenset({embedder.model, *embedder.config.aliases})
         self._front = front
-        self._recorder = recorder
+        self._ending = ending
         self._tracing = tracing
         # Vectors are stored in batches, a moment later: one write for many requests (cache/_buffered.py).
         self._store = cache.BufferedWrites(store) if store is not None else None
@@ -116,11 +117,8 @@ class EmbeddingPipeline:
             headers = incoming.headers
             use_cache = self._front.policies.policy(call.tenant.name).cache
             found = await self._vectors(rows, call.tenant.name, headers.get("cache-control", ""), use_cache)
-        except Exception as exc:
-            self._recorder.failed(call, exc)
-            raise
-        except asyncio.CancelledError:  # its client left (gateway/api/door.py): no vectors went out
-            self._recorder.ended_now(call, None, "", Usage(0, 0), 499, "client gone")
+        except BaseException as exc:  # refused, or its client left (gateway/api/door.py)
+            self._ending.refused(call, exc)
             raise
         tokens = sum(map(len, rows))
         routed = Routed(
@@ -131,7 +129,7 @@ class EmbeddingPipeline:
             time.perf_counter() - started,
             found.seconds,
         )
-        await self._recorder.ended(call, routed, self.embedder.model, Usage(tokens, 0))  # 10 the ending
+        await self._ending.completed(call, routed, self.embedder.model, Usage(tokens, 0))  # 10 the ending
         body = encode_embeddings(found.vectors, self.embedder.model, tokens, request.encoding_format)
         return EmbeddingAnswer(body, routed)
 
