@@ -29,6 +29,7 @@ from admin_ui._format import limit_label, usd, utc_time
 from admin_ui._guard import CsrfRefused, SignInRequired, to_sign_in
 from admin_ui._live import LIVE_ROUTES
 from admin_ui._policies import POLICY_ROUTES
+from admin_ui._quality import QUALITY_ROUTES
 from admin_ui._signin import SIGN_IN_ROUTES
 from admin_ui._tenants import TENANT_ROUTES
 from gateway.errors import GatewayError
@@ -57,7 +58,15 @@ def create_admin_ui(settings: AdminUISettings) -> Router:
     )
     return Router(
         path="/admin",
-        route_handlers=[*SIGN_IN_ROUTES, *LIVE_ROUTES, *TENANT_ROUTES, *POLICY_ROUTES, *COST_ROUTES, static],
+        route_handlers=[
+            *SIGN_IN_ROUTES,
+            *LIVE_ROUTES,
+            *TENANT_ROUTES,
+            *POLICY_ROUTES,
+            *COST_ROUTES,
+            *QUALITY_ROUTES,
+            static,
+        ],
         dependencies={"ui": Provide(lambda: ui, use_cache=True, sync_to_thread=False)},
         exception_handlers={SignInRequired: to_sign_in, CsrfRefused: refused, GatewayError: problem},
         include_in_schema=False,

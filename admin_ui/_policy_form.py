@@ -65,6 +65,41 @@ def fields(tiers: list[str]) -> list[tuple[str, list[Field]]]:
                     "checkbox",
                     "learned: a tier's quality must also reach each request's estimated difficulty",
                 ),
+                Field(
+                    "acceptable_floor",
+                    "Acceptable floor",
+                    "number",
+                    "0–1, learned: the least learned probability that a tier's answer is acceptable, "
+                    "once its labels are enough (else the declared quality decides); empty: 0.7",
+                    step="0.05",
+                ),
+            ],
+        ),
+        (
+            "Shadow comparisons",
+            [
+                Field(
+                    "shadow.enabled",
+                    "Ask a sample of answers again of a reference tier",
+                    "checkbox",
+                    "in the background, after the answer; billed as endpoint shadow; the verdict is a label",
+                ),
+                Field("shadow.rate", "Share shadowed", "number", "0–1; empty: 0.05", step="0.01"),
+                Field("shadow.budget_usd", "Budget per day (USD)", "number", "empty: 1", step="0.01"),
+                Field(
+                    "shadow.reference",
+                    "Reference tier",
+                    "select",
+                    "none: the tier of highest declared quality",
+                    tier_choices,
+                ),
+                Field(
+                    "shadow.threshold",
+                    "Agreement threshold",
+                    "number",
+                    "(0, 1]: least similarity of two prose answers; empty: 0.6",
+                    step="0.05",
+                ),
             ],
         ),
         (
@@ -205,7 +240,13 @@ def _text(value: Any) -> str:
 def parse(form: dict[str, str], tiers: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
     """The posted form as the policy's JSON shape, and errors by field for what is not a number."""
     errors: dict[str, str] = {}
-    body: dict[str, Any] = {"latency": {}, "budget": {}, "modality_rules": {}, "semantic_cache": {}}
+    body: dict[str, Any] = {
+        "latency": {},
+        "budget": {},
+        "modality_rules": {},
+        "semantic_cache": {},
+        "shadow": {},
+    }
     for _, group in fields(tiers):
         for field in group:
             text = form.get(field.name, "").strip()
@@ -279,6 +320,7 @@ _SWITCHES = (
     "semantic_cache.enabled",
     "semantic_cache.allow_tools",
     "semantic_cache.allow_sampling",
+    "shadow.enabled",
 )
 
 

@@ -43,7 +43,7 @@ from bench.embeddings import write_results
 from gateway.app import create_app
 from gateway.ops import logs
 from gateway.pipeline import record
-from gateway.pipeline.embeddings import stages
+from gateway.pipeline.endpoints.embeddings import stages
 from gateway.settings import load_settings
 from tiers.embedding import OnnxEmbedder
 

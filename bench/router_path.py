@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import Any
 
 import router
-from gateway.pipeline.routing_service import RoutingService, tier_prices
-from gateway.settings import DEFAULT_PRICES, RouterSettings
+from gateway.accounts.ledger import DEFAULT_PRICES
+from gateway.pipeline.routing_service import RouterSettings, RoutingService, tier_prices
 from router import PredictorConfig
 from tiers import Capabilities, Health, Modality, TierState
 

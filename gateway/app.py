@@ -76,7 +76,14 @@ def create_app(
         metrics,
         tracing,
         priority_tenants=settings.admission.priority_tenants,
-        models=[AUTO_MODEL, *tiers, settings.embedding.model, *settings.embedding.aliases],
+        models=[
+            AUTO_MODEL,
+            *tiers,
+            settings.embedding.model,
+            *settings.embedding.aliases,
+            settings.speech.model,
+            *settings.speech.aliases,
+        ],
     )
 
     @asynccontextmanager

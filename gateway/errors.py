@@ -16,6 +16,9 @@
     │   └── ModalityUnavailable       503    service_unavailable / modality_unavailable
     └── StorageUnavailable            503    service_unavailable / storage_unavailable
 
+On Anthropic's Messages API (``/v1/messages…``) the same errors leave in Anthropic's shape
+(:func:`anthropic_error_body`: its type by status; a 503 is its 529 ``overloaded_error``).
+
 Lower layers raise their own errors (``tiers.TierError``, the router's
 ``NoTierAvailable``, Litestar's ``HTTPException``); :func:`to_gateway_error`
 maps each to one of these at the boundary.
@@ -58,6 +61,11 @@ class GatewayError(Exception):
 class InvalidRequest(GatewayError):
     status = 400
     type = "invalid_request_error"
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
+        # A request refused for one of its fields always says what kind of fault, as OpenAI's
+        # validation errors do (``invalid_value`` unless the check names a sharper code).
+        super().__init__(message, param=param, code=code or ("invalid_value" if param else None))
 
 
 class AuthenticationFailed(GatewayError):
@@ -264,11 +272,41 @@ def error_body(error: GatewayError) -> dict[str, dict[str, str | None]]:
     return {"error": {"message": error.message, "type": error.type, "param": error.param, "code": error.code}}
 
 
+# Anthropic's Messages API names its errors by status: its clients raise by the status (the anthropic
+# SDK's OverloadedError is a 529, Anthropic's "temporarily overloaded"), and read the type.
+ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    529: "overloaded_error",
+}
+ANTHROPIC_PATH = "/v1/messages"
+
+
+def anthropic_status(error: GatewayError) -> int:
+    """The status an Anthropic client gets: a 503 (the tiers busy, starting or down) is its 529."""
+    return 529 if error.status == 503 else error.status
+
+
+def anthropic_error_body(error: GatewayError) -> dict[str, object]:
+    status = anthropic_status(error)
+    kind = ANTHROPIC_TYPES.get(status) or ("invalid_request_error" if status < 500 else "api_error")
+    return {"type": "error", "error": {"type": kind, "message": error.message}}
+
+
 def error_response(request: Request[object, object, State], exc: Exception) -> Response[object]:
-    """Litestar exception handler: every error leaves in OpenAI's shape."""
+    """Litestar exception handler: every error leaves in OpenAI's shape, and on Anthropic's Messages
+    API (``/v1/messages…``) in Anthropic's."""
     error = to_gateway_error(exc)
     if isinstance(error, RateLimited):
         services = request.app.state.get("services")  # None before the app has started
         if services is not None:
             services.metrics.rate_limited(error.reason)
+    path = request.scope["path"]
+    if path == ANTHROPIC_PATH or path.startswith(ANTHROPIC_PATH + "/"):
+        body = anthropic_error_body(error)
+        return Response(content=body, status_code=anthropic_status(error), headers=error.headers())
     return Response(content=error_body(error), status_code=error.status, headers=error.headers())

@@ -34,6 +34,9 @@ from gateway.accounts.admin import AdminService
 from gateway.accounts.budgets import BudgetBook
 from gateway.accounts.ledger import Ledger, PriceBook
 from gateway.accounts.policies import PolicyBook, PolicyStore
+from gateway.accounts.quality.feedback import Outcomes
+from gateway.accounts.quality.labels import LabelStore
+from gateway.accounts.quality.shadow import Shadows, embedding_similarity
 from gateway.accounts.storage import open_database
 from gateway.accounts.stored_responses import ResponseStore
 from gateway.accounts.tenants import Authenticator, FailureThrottle, RateLimiter, TenantStore, make_limiter
@@ -48,7 +51,9 @@ from gateway.pipeline.admission import gates_for
 from gateway.pipeline.answers.exact import AnswerCache
 from gateway.pipeline.answers.semantic import semantic_cache
 from gateway.pipeline.chat import ChatPipeline, ChatService
-from gateway.pipeline.embeddings.stages import EmbeddingPipeline, embedding_config
+from gateway.pipeline.endpoints.embeddings.stages import EmbeddingPipeline, embedding_config
+from gateway.pipeline.endpoints.hearing import Hearing
+from gateway.pipeline.endpoints.speech import SpeechPipeline, speech_config
 from gateway.pipeline.front import Front
 from gateway.pipeline.record import Recorder
 from gateway.pipeline.routing_service import RoutingService, tier_prices
@@ -58,6 +63,7 @@ from tiers import Modality, ModelRegistry, Pool, Tier
 from tiers.cloud import VLLMPool
 from tiers.edge import EdgeConfig, EdgeModel, EdgeRegistry
 from tiers.embedding import make_embedder
+from tiers.speech import Transcriber
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +87,8 @@ class Services:
     pool: Pool | None  # the cloud pool whose members operators change, if one is configured
     edge_models: ModelRegistry[EdgeModel] | None  # the edge's versioned models, if the edge runs here
     embeddings: EmbeddingPipeline | None = None  # POST /v1/embeddings, when [embedding] is enabled
+    speech: SpeechPipeline | None = None  # POST /v1/audio/*, when [speech] and [media] are enabled
+    outcomes: Outcomes | None = None  # answers kept for their labels (POST /v1/feedback)
 
     @property
     def metrics(self) -> Metrics:
@@ -108,13 +116,14 @@ def build_tiers(settings: Settings) -> dict[str, Tier]:
     return tiers
 
 
-def media_targets(tiers: dict[str, Tier]) -> MediaTargets:
-    """How media are normalised: for the most any tier takes (each tier's limits are checked later)."""
+def media_targets(tiers: dict[str, Tier], *, video_audio: bool = False) -> MediaTargets:
+    """How media are normalised: for the most any tier takes (each tier's limits are checked later);
+    ``video_audio``: videos' audio tracks are extracted for the transcriber too."""
     caps = [t.capabilities for t in tiers.values()]
     pixels = [c.limits.max_image_pixels for c in caps if Modality.IMAGE in c.modalities]
     return MediaTargets(
         image_max_pixels=None if not pixels or None in pixels else max(p for p in pixels if p is not None),
-        audio=any(Modality.AUDIO in c.modalities for c in caps),
+        audio=video_audio or any(Modality.AUDIO in c.modalities for c in caps),
     )
 
 
@@ -252,6 +261,16 @@ async def open_services(
             stack.push_async_callback(semantic.aclose)
         activity = Activity(settings.admin_ui.recent_decisions)
         recorder = Recorder(limiter, ledger, prices, metrics, tracing, activity)
+        labels = LabelStore(engine)  # answers' labels, beside the ledger
+        stack.push_async_callback(labels.aclose)
+        outcomes = Outcomes(routing.label, record=labels.add)  # answers kept for their labels
+        shadows = Shadows(  # off unless a tenant's policy turns them on
+            tier_set.__getitem__,
+            tier_set.queued,
+            lambda rid, good: outcomes.outcome(rid, good, "shadow"),
+            similarity=embedding_similarity(embedder) if embedder is not None else None,
+        )
+        stack.push_async_callback(shadows.aclose)
         chat = ChatService(
             tier_set,
             metrics,
@@ -262,14 +281,28 @@ async def open_services(
             routing=routing,
             recorder=recorder,
             fail_instead_of_degrade=settings.degradation.fail_instead,
+            outcomes=outcomes,
+            shadows=shadows,
         )
         stack.push_async_callback(chat.aclose)
+        transcriber = None
+        if settings.speech.enabled and settings.media.enabled:  # it hears audio the decode pool has read
+            transcriber = Transcriber(speech_config(settings.speech, settings.build_cache_dir))
+            stack.push_async_callback(transcriber.aclose)
         media = None
         if settings.media.enabled:
-            targets = media_targets(tiers)
+            # videos' tracks are taken out for the transcriber only where there is one to hear them
+            hears_video = transcriber is not None and transcriber.available and settings.speech.video_audio
+            targets = media_targets(tiers, video_audio=hears_video)
             media = MediaPipeline(settings.media, settings.data_path, targets, metrics=MediaMetrics(metrics))
         front = Front(auth, policies, limiter, recorder, tracing, metrics)  # every endpoint's way in
-        pipeline = ChatPipeline(chat, front, tracing, media)
+        speech = hearing = None
+        if transcriber is not None and media is not None:
+            await transcriber.start()
+            if transcriber.available:
+                speech = SpeechPipeline(transcriber, front, chat.ending, media)
+                hearing = Hearing(transcriber, tier_set)
+        pipeline = ChatPipeline(chat, front, tracing, media, hearing)
         # Written ahead where the ledger's rows are too (SQLite, ledger.sync = "os"): the same promise.
         write_ahead = settings.data_path / "responses-wal" if settings.ledger.sync == "os" else None
         responses = ResponseStore(engine, settings.responses, write_ahead)
@@ -322,6 +355,8 @@ async def open_services(
             pool=SharedPool(pool, shared) if shared is not None and pool is not None else pool,
             edge_models=edge_models,
             embeddings=embeddings,
+            speech=speech,
+            outcomes=outcomes,
         )
         log.info("tiergate stopping its tiers")
 

@@ -37,6 +37,7 @@ from tiers import split_cpus, usable_cpus
 from tiers.cloud import DEFAULT_VLLM_PYTHON, DEFAULT_VLM_DIR, CloudConfig, LocalServer
 from tiers.edge import DEFAULT_ONNX_MODEL_DIR, EdgeConfig
 from tiers.embedding import EmbeddingConfig
+from tiers.speech import SpeechConfig
 
 ENV_PREFIX = "TIERGATE_"
 
@@ -153,7 +154,7 @@ class CloudTier(CloudConfig, frozen=True, tag="cloud", tag_field="kind"):
 
 # A tier's name: what clients put in ``model`` to pin it, and what policies and prices name.
 TierName = Annotated[str, msgspec.Meta(pattern=r"^[a-z][a-z0-9_-]{0,31}$")]
-RESERVED_TIER_NAMES = frozenset({"edge", "cloud", "tiergate-auto", "embedding", "embedding-vllm"})
+RESERVED_TIER_NAMES = frozenset({"edge", "cloud", "tiergate-auto", "embedding", "embedding-vllm", "speech"})
 
 
 class Alias(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -177,6 +178,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     edge: EdgeConfig = msgspec.field(default_factory=EdgeConfig)
     cloud: CloudConfig = msgspec.field(default_factory=CloudConfig)
     embedding: EmbeddingConfig = msgspec.field(default_factory=EmbeddingConfig)  # POST /v1/embeddings
+    speech: SpeechConfig = msgspec.field(default_factory=SpeechConfig)  # POST /v1/audio/transcriptions
     # More tiers, by name, beside edge and cloud (the embedded default's two): [tiers.<name>] with
     # kind = "edge" or "cloud" and that section's settings. Route to them like to any other tier.
     tiers: dict[TierName, EdgeTier | CloudTier] = msgspec.field(default_factory=dict)

@@ -33,13 +33,20 @@ from router._decision import (
 from router._features import NO_MEDIA, Features, MediaSummary
 from router._learning.difficulty import DifficultyModel, LabelledExample, builtin_model, read_examples, train
 from router._learning.fit import fit_tier
-from router._learning.learner import Learner, Observed
+from router._learning.learner import Label, Learner, Observed
 from router._learning.predictor import (
     FEATURE_NAMES,
     Prediction,
     PredictorConfig,
     TierPredictor,
     design,
+)
+from router._learning.quality import (
+    Acceptability,
+    QualityConfig,
+    QualityKeys,
+    QualityModel,
+    quality_keys,
 )
 from router._policy import (
     ACTION_ORDER,
@@ -51,6 +58,7 @@ from router._policy import (
     PolicyInvalid,
     ResidencyRule,
     SemanticCachePolicy,
+    ShadowPolicy,
     TagBudget,
     TenantPolicy,
     always_tier,
@@ -59,7 +67,7 @@ from router._policy import (
     decode_policy,
     strategy_names,
 )
-from router._reason import ContextTooSmall, Exclusion, Failover, KeptLocal, Lacks, Reason
+from router._reason import Acceptance, ContextTooSmall, Exclusion, Failover, KeptLocal, Lacks, Reason
 from router._reason import Kind as ReasonKind
 from router._router import Router
 from router._snapshot import NOTHING_LEARNED, Snapshot, Spend
@@ -73,6 +81,8 @@ __all__ = [
     "NO_MEDIA",
     "PERIODS",
     "STRATEGY_ALIASES",
+    "Acceptability",
+    "Acceptance",
     "AutoRule",
     "BreakerBoard",
     "BreakerConfig",
@@ -89,6 +99,7 @@ __all__ = [
     "Failover",
     "Features",
     "KeptLocal",
+    "Label",
     "LabelledExample",
     "Lacks",
     "LatencyObjective",
@@ -99,6 +110,9 @@ __all__ = [
     "PolicyInvalid",
     "Prediction",
     "PredictorConfig",
+    "QualityConfig",
+    "QualityKeys",
+    "QualityModel",
     "Reason",
     "ReasonKind",
     "RequestDoesNotFit",
@@ -106,6 +120,7 @@ __all__ = [
     "RouteRequest",
     "Router",
     "SemanticCachePolicy",
+    "ShadowPolicy",
     "Snapshot",
     "Spend",
     "Strategy",
@@ -122,6 +137,7 @@ __all__ = [
     "decode_policy",
     "design",
     "fit_tier",
+    "quality_keys",
     "read_examples",
     "strategy_names",
     "to_degrade",

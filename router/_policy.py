@@ -11,6 +11,9 @@ A :class:`TenantPolicy` is a plain value (msgspec, JSON on the wire and in the d
                     once one is spent, a request with that tag is treated as ``budget.on_exhausted`` says
     preferred_tier  taken whenever it meets the objective and the quality floor, even if dearer
     quality_floor   the least declared quality level (0..1) a tier's model must have
+    acceptable_floor  (learned) the least probability that a tier's answer is acceptable, once the
+                    quality model has learned it from labels for the request (router/_learning/quality.py);
+                    until then the declared quality and the difficulty decide
     weigh_difficulty  (learned) whether a tier must also have a quality level of at least the
                     request's estimated difficulty (a strong/weak threshold router); off, only
                     the floor counts, like the other strategies
@@ -20,6 +23,8 @@ A :class:`TenantPolicy` is a plain value (msgspec, JSON on the wire and in the d
                     one's, in the same context: ``enabled``, ``threshold`` (cosine similarity, (0, 1]),
                     ``allow_tools`` (requests carrying tool results too), ``allow_sampling`` (requests
                     not at temperature 0 without a seed too)
+    shadow          (off by default) a sampled share of a cheaper tier's answers asked again of a
+                    reference tier in the background and compared: a quality label, billed as shadow
     degrade         when a medium's path is broken everywhere: ``serve`` it text-only, ``fail``
                     (503), or ``default`` (the gateway's setting)
     residency       rules for sensitive data in a request's text: a detector (email, phone, iban,
@@ -129,6 +134,18 @@ class SemanticCachePolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unkn
     allow_sampling: bool = False  # also requests sampled at temperature > 0 without a seed
 
 
+class ShadowPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Shadow comparisons (gateway/accounts/quality/shadow.py): a sample of the answers a cheaper tier
+    gave is asked again of ``reference`` in the background, and the two compared; the result is a
+    quality label."""
+
+    enabled: bool = False
+    rate: Fraction = 0.05  # the share of answers (of tiers other than the reference) shadowed
+    budget_usd: Annotated[float, Meta(ge=0)] = 1.0  # per UTC day, at most (checked at the worst case)
+    reference: str | None = None  # the tier asked again; None: the one of highest declared quality
+    threshold: Annotated[float, Meta(gt=0, le=1)] = 0.6  # least similarity of two prose answers to agree
+
+
 class TenantPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     strategy: str = "learned"
     latency: LatencyObjective = msgspec.field(default_factory=LatencyObjective)
@@ -136,12 +153,14 @@ class TenantPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     tag_budgets: Annotated[tuple[TagBudget, ...], Meta(max_length=16)] = ()
     preferred_tier: str | None = None
     quality_floor: Fraction = 0.0
+    acceptable_floor: Fraction = 0.7
     weigh_difficulty: bool = True
     modality_rules: dict[Modality, str] = msgspec.field(default_factory=dict)
     cache: bool = True
     semantic_cache: SemanticCachePolicy = msgspec.field(default_factory=SemanticCachePolicy)
     degrade: Literal["default", "serve", "fail"] = "default"
     residency: Annotated[list[ResidencyRule], Meta(max_length=32)] = msgspec.field(default_factory=list)
+    shadow: ShadowPolicy = msgspec.field(default_factory=ShadowPolicy)
 
     @property
     def fail_instead_of_degrade(self) -> bool | None:
@@ -213,6 +232,11 @@ def check_policy(policy: TenantPolicy, tiers: Collection[str]) -> TenantPolicy:
                 f"modality_rules.{modality.value}",
                 f"no tier named {tier!r}; tiers: {', '.join(sorted(tiers))}",
             )
+    reference = policy.shadow.reference
+    if reference is not None and reference not in tiers:
+        raise PolicyInvalid(
+            "shadow.reference", f"no tier named {reference!r}; tiers: {', '.join(sorted(tiers))}"
+        )
     for i, rule in enumerate(policy.residency):
         _check_rule(rule, f"residency.{i}")
     return policy

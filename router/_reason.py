@@ -16,139 +16,42 @@ cause when the rule's tier of choice cannot take it.
 from __future__ import annotations
 
 import dataclasses
-import enum
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import ClassVar
 
-from tiers import Ability, Health, Modality
+from router._exclusions import (
+    BreakerOpen,
+    CapabilityExclusion,
+    ContextTooSmall,
+    Exclusion,
+    KeptLocal,
+    Lacks,
+    NotAccepted,
+    NotConfigured,
+    NotReady,
+    OverMediaLimit,
+)
+from router._kinds import Kind
+from tiers import Modality
 
-
-class Kind(enum.Enum):
-    """What decided a request's tier; the value is the metrics label."""
-
-    PINNED = "pinned"  # the client named the tier
-    SIZE = "size"  # the rule: small requests to the small model, the rest to the large one
-    POLICY = "policy"  # the tenant's strategy names the tier, or no latency objective to weigh
-    PREFERRED = "preferred"  # the tenant's preferred tier meets its objective
-    SLO = "slo"  # the cheapest tier predicted to meet the latency objective
-    SLO_UNMET = "slo_unmet"  # no tier is predicted to meet it: the likeliest
-    QUALITY_UNMET = "quality_unmet"  # no tier has the quality needed: the closest
-    BUDGET = "budget"  # the budget is spent: the cheapest
-    EXPLORATION = "exploration"  # a tier not measured lately, to keep it measured
-    ROUND_ROBIN = "round_robin"
-    BREAKER_OPEN = "breaker_open"
-    TIER_UNAVAILABLE = "tier_unavailable"  # down, starting, disabled, not configured
-    CAPABILITY = "capability"  # a modality, medium or context the tier does not take
-    FAILOVER = "failover"  # the chosen tier failed before its first byte; the next served
+__all__ = [
+    "BreakerOpen",
+    "CapabilityExclusion",
+    "ContextTooSmall",
+    "Exclusion",
+    "KeptLocal",
+    "Kind",
+    "Lacks",
+    "NotAccepted",
+    "NotConfigured",
+    "NotReady",
+    "OverMediaLimit",
+]
 
 
 def _ms(seconds: float) -> str:
     return f"{seconds * 1000:.0f}ms"
-
-
-def _names(modalities: Iterable[Modality]) -> str:
-    return ", ".join(sorted(m.value for m in modalities))
-
-
-# -- why a tier cannot take a request ---------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class NotAccepted:
-    tier: str
-    modalities: frozenset[Modality]
-    kind: ClassVar[Kind] = Kind.CAPABILITY
-
-    def __str__(self) -> str:
-        return f"{self.tier} does not accept {_names(self.modalities)}"
-
-
-@dataclass(frozen=True, slots=True)
-class Lacks:
-    """The request asks for something the tier cannot do (tools, a response format, logprobs, n)."""
-
-    tier: str
-    abilities: frozenset[Ability]
-    kind: ClassVar[Kind] = Kind.CAPABILITY
-
-    def __str__(self) -> str:
-        return f"{self.tier} cannot honour {', '.join(sorted(a.value for a in self.abilities))}"
-
-
-@dataclass(frozen=True, slots=True)
-class OverMediaLimit:
-    """The request carries more of a medium than the tier takes: images (a count), image_pixels
-    (per image; ``has`` unused), video or audio (seconds)."""
-
-    tier: str
-    medium: str
-    limit: int | float
-    has: int | float = 0
-    kind: ClassVar[Kind] = Kind.CAPABILITY
-
-    def __str__(self) -> str:
-        if self.medium == "images":
-            return f"{self.tier} takes at most {self.limit} images, the request has {self.has}"
-        if self.medium == "image_pixels":
-            return f"{self.tier} takes images of at most {self.limit} pixels"
-        return (
-            f"{self.tier} takes at most {self.limit:g} s of {self.medium}, the request has {self.has:.1f} s"
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class ContextTooSmall:
-    tier: str
-    context_tokens: int
-    needed_tokens: int
-    kind: ClassVar[Kind] = Kind.CAPABILITY
-
-    def __str__(self) -> str:
-        return f"{self.tier} context is {self.context_tokens} tokens, the request needs ~{self.needed_tokens}"
-
-
-@dataclass(frozen=True, slots=True)
-class NotReady:
-    tier: str
-    health: Health
-    kind: ClassVar[Kind] = Kind.TIER_UNAVAILABLE
-
-    def __str__(self) -> str:
-        return f"{self.tier} is {self.health.value}"
-
-
-@dataclass(frozen=True, slots=True)
-class BreakerOpen:
-    tier: str
-    modalities: frozenset[Modality]
-    kind: ClassVar[Kind] = Kind.BREAKER_OPEN
-
-    def __str__(self) -> str:
-        return f"{self.tier} {_names(self.modalities)} breaker is open"
-
-
-@dataclass(frozen=True, slots=True)
-class NotConfigured:
-    tier: str
-    kind: ClassVar[Kind] = Kind.TIER_UNAVAILABLE
-
-    def __str__(self) -> str:
-        return f"{self.tier} is not configured"
-
-
-@dataclass(frozen=True, slots=True)
-class KeptLocal:  # a residency rule keeps the request on tiers marked local; this one is remote
-    tier: str
-    rule: str  # the rule that decided, e.g. "iban"
-    kind: ClassVar[Kind] = Kind.CAPABILITY
-
-    def __str__(self) -> str:
-        return f"{self.tier} is remote and residency rule {self.rule!r} keeps this request local"
-
-
-CapabilityExclusion = NotAccepted | Lacks | OverMediaLimit | ContextTooSmall | KeptLocal
-Exclusion = CapabilityExclusion | NotReady | BreakerOpen | NotConfigured
 
 
 # -- the causes ------------------------------------------------------------------------------------
@@ -288,6 +191,25 @@ class BudgetSpent:
 
 
 @dataclass(frozen=True, slots=True)
+class Acceptance:
+    """The learned probability that the chosen tier's answer is acceptable, against the tenant's
+    ``acceptable_floor``, and the labels behind it; ``draw``: the Thompson draw that decided, shown
+    when it falls on the other side of the floor than the mean (the router is exploring)."""
+
+    mean: float
+    floor: float
+    labels: int
+    draw: float | None = None
+
+    def __str__(self) -> str:
+        sign = ">=" if self.mean >= self.floor else "<"
+        said = f"acceptable {self.mean:.2f} {sign} floor {self.floor:g} ({self.labels} labels)"
+        if self.draw is not None and (self.draw >= self.floor) != (self.mean >= self.floor):
+            said += f", drawn {self.draw:.2f}"
+        return said
+
+
+@dataclass(frozen=True, slots=True)
 class MeetsPolicy:
     """The tier meets the objective and the quality needed: the preferred tier, else the cheapest.
     ``difficulty``: shown when some tier fell short of it."""
@@ -296,6 +218,7 @@ class MeetsPolicy:
     cost: Cost
     preferred: bool = False
     difficulty: float | None = None
+    acceptance: Acceptance | None = None  # the tier's learned acceptability, once it is trusted
 
     @property
     def kind(self) -> Kind:
@@ -303,7 +226,8 @@ class MeetsPolicy:
 
     def __str__(self) -> str:
         why = "preferred tier" if self.preferred else "cheapest that meets the policy"
-        return f"{_checks(self.checks)}, {self.cost} ({why}){_difficulty(self.difficulty)}"
+        said = f"{_checks(self.checks)}, {self.cost} ({why}){_difficulty(self.difficulty)}"
+        return said if self.acceptance is None else f"{self.acceptance}; {said}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,6 +240,7 @@ class Closest:
     quality_needed: float | None = None
     objective_missed: bool = False
     difficulty: float | None = None
+    acceptance: Acceptance | None = None  # the tier's learned acceptability, once it is trusted
 
     @property
     def kind(self) -> Kind:
@@ -330,10 +255,9 @@ class Closest:
         if self.objective_missed:
             what.append("no tier is predicted to meet the objective")
         unmet = " and ".join(what) or "none meets the policy"
-        return (
-            f"{_checks(self.checks)}; {unmet}, most likely to meet it, {self.cost}"
-            f"{_difficulty(self.difficulty)}"
-        )
+        said = f"{_checks(self.checks)}; {unmet}, most likely to meet it, {self.cost}"
+        said += _difficulty(self.difficulty)
+        return said if self.acceptance is None else f"{self.acceptance}; {said}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from router._features import Features
 from router._learning.predictor import Prediction
+from router._learning.quality import Acceptability, QualityKeys
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +43,10 @@ class Snapshot:
     spend: Spend | None = None
     ticket: int = 0  # the request's entry in the learner's book of work in hand
     at: float = 0.0  # the learner's clock when it was taken
+    # Per tier, its learned acceptability for this request (learned strategy only), and the request's
+    # features for the quality model (a label for its answer is learned over them).
+    acceptable: Mapping[str, Acceptability] = field(default_factory=dict)
+    quality_keys: QualityKeys | None = None
 
 
 NOTHING_LEARNED = Snapshot()  # for routing without a learner: the rule, pinned requests

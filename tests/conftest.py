@@ -66,6 +66,14 @@ class Gateway:
             base_url=f"{self.url}/v1", api_key=api_key or self.api_key, max_retries=0, **kwargs
         )
 
+    def anthropic(self, api_key: str | None = None, **kwargs: Any) -> Any:
+        """Anthropic's own client on this gateway's Messages API (it sends the key as x-api-key)."""
+        import anthropic
+
+        return anthropic.Anthropic(
+            base_url=self.url, api_key=api_key or self.api_key, max_retries=0, **kwargs
+        )
+
     @property
     def auth(self) -> dict[str, str]:
         """Headers that authenticate as the `default` tenant."""
@@ -169,16 +177,42 @@ def cloud_gateway(gateway: Gateway) -> Gateway:
 
 
 @pytest.fixture
+def tier_gw(request: pytest.FixtureRequest, model: str) -> Gateway:
+    """The suite's gateway for the tier a test is parametrized with (``model``): for ``cloud``, once its
+    local vLLM server answers (skipped where it is not installed)."""
+    if model != "cloud":
+        return request.getfixturevalue("gateway")  # type: ignore[no-any-return]
+    if not local_vllm_installed():
+        pytest.skip("the local vLLM server is not installed (scripts/setup.sh installs it)")
+    return request.getfixturevalue("cloud_gateway")  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def tier_client(tier_gw: Gateway) -> openai.OpenAI:
+    """The official client on :func:`tier_gw`, past the result cache."""
+    return tier_gw.client(default_headers={"Cache-Control": "no-cache"}, timeout=120)
+
+
+@pytest.fixture
 def edge_only(tmp_path: Path) -> Iterator[Gateway]:
     gw = start_gateway(tmp_path, "[cloud]\nenabled = false\n")
     yield gw
     gw.stop()
 
 
+# After every other cloud test, in this order: one takes the shared gateway's cloud tier away for a
+# minute or two (it kills the vLLM server and waits for its restart), the last stops the gateway.
+LAST_TESTS = (
+    "test_a_killed_vllm_server_is_restarted_with_nothing_of_it_left",
+    "test_stopping_the_gateway_stops_its_vllm_server",
+)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Run tests that need the local vLLM server last, so it boots while the others run, and
-    the one that stops the shared gateway after all of them."""
-    stops_gateway = [i for i in items if i.name == "test_stopping_the_gateway_stops_its_vllm_server"]
+    the ones that kill its server or stop the shared gateway after all of them."""
+    stops_gateway = [i for i in items if i.name in LAST_TESTS]
+    stops_gateway.sort(key=lambda i: LAST_TESTS.index(i.name))
     cloud = [i for i in items if i.get_closest_marker("cloud") and i not in stops_gateway]
     rest = [i for i in items if i not in cloud and i not in stops_gateway]
     items[:] = rest + cloud + stops_gateway

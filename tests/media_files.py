@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 import io
+import struct
+import zlib
 from fractions import Fraction
 
 import av
@@ -132,3 +134,74 @@ def data_uri(mime: str, data: bytes) -> str:
 
 def b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
+
+
+# -- PNGs written byte by byte: Pillow writes neither 16-bit RGB, nor interlaced, nor huge ones cheaply --
+
+ADAM7 = ((0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (1, 0, 2, 2), (0, 1, 1, 2))
+
+
+def _filtered(rows: np.ndarray, bpp: int) -> bytes:
+    """Rows (height x bytes) filtered with each of PNG's five filters in turn (row i: filter i % 5)."""
+    out = bytearray()
+    prev = np.zeros(rows.shape[1], np.int16)
+    for i, row in enumerate(rows.astype(np.int16)):
+        a = np.concatenate([np.zeros(bpp, np.int16), row[:-bpp]])
+        c = np.concatenate([np.zeros(bpp, np.int16), prev[:-bpp]])
+        predictors = [0 * row, a, prev, (a + prev) // 2]
+        p = a + prev - c
+        pa, pb, pc = abs(p - a), abs(p - prev), abs(p - c)
+        predictors.append(np.where((pa <= pb) & (pa <= pc), a, np.where(pb <= pc, prev, c)))
+        out.append(i % 5)
+        out += ((row - predictors[i % 5]) % 256).astype(np.uint8).tobytes()
+        prev = row
+    return bytes(out)
+
+
+def _chunk(kind: bytes, body: bytes) -> bytes:
+    return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+
+def _png_file(
+    width: int, height: int, depth: int, colour: int, idat: bytes, extra: bytes, interlace: int
+) -> bytes:
+    head = struct.pack(">IIBBBBB", width, height, depth, colour, 0, 0, interlace)
+    return b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", head) + extra + _chunk(b"IDAT", idat) + _chunk(b"IEND", b"")
+
+
+def png_made(
+    pixels: np.ndarray, depth: int, colour: int, *, interlace: bool = False, plte: bytes = b""
+) -> bytes:
+    """``pixels`` (height x width x bytes per pixel, samples big-endian) as a PNG using every filter."""
+    height, width, bpp = pixels.shape
+    passes = ADAM7 if interlace else ((0, 0, 1, 1),)
+    data = b"".join(
+        _filtered(sub.reshape(sub.shape[0], -1), bpp)
+        for x0, y0, dx, dy in passes
+        if (sub := pixels[y0::dy, x0::dx]).size
+    )
+    extra = _chunk(b"PLTE", plte) if plte else b""
+    return _png_file(width, height, depth, colour, zlib.compress(data), extra, int(interlace))
+
+
+def png_marked(width: int, height: int, mode: str = "RGBA", *, orientation: int | None = None) -> bytes:
+    """A large PNG that compresses to almost nothing (each row repeats the one above: filter Up):
+    blue, with a red block in its top-left corner (a tenth of each side), opaque; written a row at a time.
+    """
+    channels = {"RGB": 3, "RGBA": 4}[mode]
+    blue, red = bytes([0, 0, 255, 255][:channels]), bytes([255, 0, 0, 255][:channels])
+    mark = width // 10
+    marked = b"\0" + red * mark + blue * (width - mark)
+    plain = b"\0" + blue * width
+    up = b"\2" + bytes(width * channels)
+    pack = zlib.compressobj(9)
+    parts = [pack.compress(marked)]
+    for y in range(1, height):
+        parts.append(pack.compress(plain if y == height // 10 else up))
+    parts.append(pack.flush())
+    extra = b""
+    if orientation is not None:
+        exif = Image.Exif()
+        exif[0x0112] = orientation
+        extra = _chunk(b"eXIf", exif.tobytes())
+    return _png_file(width, height, 8, {"RGB": 2, "RGBA": 6}[mode], b"".join(parts), extra, 0)

@@ -25,12 +25,21 @@ MAX_FOLDER_ENTRIES = 14  # modules and sub-packages of one package: "about a doz
 # What a package may never import (DESIGN.md, "Which way the imports run").
 FORBIDDEN = {
     "gateway": ("admin_ui",),
-    "router": ("gateway", "cache", "admin_ui", "tiers.edge", "tiers.cloud", "tiers.embedding"),
+    "router": (
+        "gateway",
+        "cache",
+        "admin_ui",
+        "tiers.edge",
+        "tiers.cloud",
+        "tiers.embedding",
+        "tiers.speech",
+    ),
     "cache": ("gateway", "router", "admin_ui", "tiers"),
     "tiers": ("gateway", "router", "cache", "admin_ui"),
-    "tiers.edge": ("tiers.cloud", "tiers.embedding"),
-    "tiers.cloud": ("tiers.edge", "tiers.embedding"),
-    "tiers.embedding": ("tiers.edge", "tiers.cloud"),
+    "tiers.edge": ("tiers.cloud", "tiers.embedding", "tiers.speech"),
+    "tiers.cloud": ("tiers.edge", "tiers.embedding", "tiers.speech"),
+    "tiers.embedding": ("tiers.edge", "tiers.cloud", "tiers.speech"),
+    "tiers.speech": ("tiers.edge", "tiers.cloud", "tiers.embedding"),
     "admin_ui": ("router", "tiers", "cache"),
 }
 
@@ -39,7 +48,7 @@ FORBIDDEN = {
 # is a sub-package or module of gateway/; "" is gateway/__init__.py itself.
 GATEWAY_FLOORS: tuple[tuple[str, ...], ...] = (
     ("errors",),  # the one exception tree
-    ("wire",),  # the OpenAI wire shapes: chat, Responses, completions, embeddings
+    ("wire",),  # the OpenAI wire shapes: chat, Responses, completions, embeddings, audio
     ("ops", "residency"),  # metrics, logs, tracing, background work; the residency rules
     ("accounts", "media"),  # tenants, keys, limits, ledger, budgets; media fetch and decode
     ("pipeline",),  # the stages of a request

@@ -82,6 +82,10 @@ class Finished(msgspec.Struct, frozen=True, tag="finished"):
 
     reason: str
     usage: Usage
+    # The stop sequence (of the request's ``stop``) that ended the answer, when one did: Anthropic's
+    # Messages API names it (``stop_sequence``), where finish_reason says "stop" for it and for the
+    # model's own end alike.
+    stop: str = ""
 
 
 Event = Started | TextDelta | ToolCallDelta | Logprobs | ChoiceDone | Finished

@@ -156,6 +156,9 @@ class Generation:
     min_tokens: int = 0
     ignore_eos: bool = False
     stop_token_ids: list[int] = field(default_factory=list)
+    # OpenAI's reasoning_effort, for an engine whose chat template takes it (vLLM hands it to the
+    # template, as its own server does); a model that does not reason answers the same without it.
+    reasoning_effort: str | None = None
 
     @property
     def tool_mode(self) -> str:

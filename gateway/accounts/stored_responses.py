@@ -124,6 +124,16 @@ class ResponseStore:
             raise _not_found(response_id)
         return body
 
+    async def added(self, tenant: str, response_id: str) -> bytes:
+        """What the tenant's stored response added to its conversation (its input's messages,
+        then its answer); :class:`NotFound` if there is none."""
+        if self._held is not None and (held := self._held.get(tenant, response_id, time.time())):
+            return bytes(held.added)
+        added = await self._run(self._added, tenant, response_id)
+        if added is None:
+            raise _not_found(response_id)
+        return bytes(added)
+
     async def conversation(self, tenant: str, response_id: str) -> list[bytes]:
         """What each turn up to ``response_id`` added, oldest first."""
         chain = self._held_chain(tenant, response_id)
@@ -246,6 +256,11 @@ class ResponseStore:
 
     def _get(self, tenant: str, response_id: str) -> bytes | None:
         query = select(responses.c.body).where(responses.c.id == response_id, self._live(tenant))
+        with self._engine.connect() as conn:
+            return conn.execute(query).scalar()
+
+    def _added(self, tenant: str, response_id: str) -> bytes | None:
+        query = select(responses.c.added).where(responses.c.id == response_id, self._live(tenant))
         with self._engine.connect() as conn:
             return conn.execute(query).scalar()
 

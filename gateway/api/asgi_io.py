@@ -56,11 +56,13 @@ class JSONAnswer:
 
     __slots__ = ("body", "headers", "status")
 
-    def __init__(self, body: bytes, headers: Mapping[str, str], status: int = 200) -> None:
+    def __init__(
+        self, body: bytes, headers: Mapping[str, str], status: int = 200, media_type: str = "application/json"
+    ) -> None:
         self.body = body
         self.status = status
         self.headers = [
-            (b"content-type", b"application/json"),
+            (b"content-type", media_type.encode("latin-1")),
             (b"content-length", str(len(body)).encode()),
             *_encoded(headers),
         ]

@@ -12,13 +12,18 @@ from litestar.di import NamedDependency
 from litestar.params import FromPath
 from litestar.types import Receive, Scope, Send
 
+from gateway.accounts.tenants import key_of
 from gateway.api import completions as legacy
 from gateway.api.asgi_io import JSONAnswer, SSEResponse
 from gateway.api.door import door, respond
+from gateway.api.feedback import FEEDBACK_ROUTES
 from gateway.api.framing import event_stream, json_body, route_headers
+from gateway.api.messages import ROUTES as MESSAGES_ROUTES
 from gateway.api.responses import ROUTES as RESPONSES_ROUTES
+from gateway.api.speech import ROUTES as SPEECH_ROUTES
 from gateway.errors import GatewayError, NotFound, PermissionDenied
-from gateway.pipeline.embeddings.stages import ENDPOINT as EMBEDDINGS
+from gateway.pipeline.endpoints.embeddings.stages import ENDPOINT as EMBEDDINGS
+from gateway.pipeline.endpoints.speech import TRANSCRIPTIONS, TRANSLATIONS
 from gateway.services import Services
 from gateway.wire.chat import encode
 
@@ -71,7 +76,7 @@ async def completions(scope: Scope, receive: Receive, send: Send) -> None:
 
 @asgi(EMBEDDINGS, copy_scope=False)
 async def embeddings(scope: Scope, receive: Receive, send: Send) -> None:
-    """POST only; raw ASGI like chat. The stages are gateway/pipeline/embeddings/stages.py's."""
+    """POST only; raw ASGI like chat. The stages are gateway/pipeline/endpoints/embeddings/stages.py's."""
     services, incoming, departure = door(scope, receive, endpoint="embeddings")
     pipeline = services.embeddings
     if pipeline is None:
@@ -85,12 +90,16 @@ async def embeddings(scope: Scope, receive: Receive, send: Send) -> None:
 
 
 def _embedding_cards(services: Services) -> list[dict[str, object]]:
-    """The embedding model (and its aliases), saying which endpoint serves it."""
-    names = services.embeddings.model_names if services.embeddings is not None else []
+    """The embedding and speech models (and their aliases), saying which endpoints serve them."""
     created = services.tiers.card("tiergate-auto").created
+    served: list[tuple[str, list[str]]] = []
+    if services.embeddings is not None:
+        served += [(n, [EMBEDDINGS]) for n in services.embeddings.model_names]
+    if services.speech is not None:
+        served += [(n, [TRANSCRIPTIONS, TRANSLATIONS]) for n in services.speech.model_names]
     return [
-        {"id": n, "object": "model", "created": created, "owned_by": "tiergate", "endpoints": [EMBEDDINGS]}
-        for n in names
+        {"id": n, "object": "model", "created": created, "owned_by": "tiergate", "endpoints": paths}
+        for n, paths in served
     ]
 
 
@@ -130,7 +139,7 @@ async def _may_see_details(request: Request[object, object, State], services: Se
     with contextlib.suppress(ValueError):
         if ipaddress.ip_address(host).is_loopback:
             return True
-    if "authorization" not in request.headers:
+    if not key_of(request.headers):
         return False
     with contextlib.suppress(GatewayError):
         return (await services.auth.caller(request.headers)).is_admin
@@ -165,7 +174,10 @@ ROUTES = [
     chat_completions,
     completions,
     embeddings,
+    *SPEECH_ROUTES,
     *RESPONSES_ROUTES,
+    *MESSAGES_ROUTES,
+    *FEEDBACK_ROUTES,
     list_models,
     retrieve_model,
     healthz,

@@ -1,4 +1,4 @@
-"""The raw ASGI handlers' one prologue (chat, Responses, completions, embeddings): POST only, the
+"""The raw ASGI handlers' one prologue (chat, Responses, completions, embeddings, Messages): POST only, the
 services, the few headers the pipeline reads, the bounded body reader, the request id and the metric
 labels, as one :class:`~gateway.pipeline.front.Incoming`; and the client's departure, watched from
 the moment its body is in.

@@ -71,6 +71,7 @@ async def event_stream(answer: Answer) -> AsyncGenerator[bytes, None]:
         info=tiergate_info(answer),
         fingerprint=fingerprint(answer),
         choices=answer.choices,
+        obfuscate=answer.obfuscate,
     )
     events = answer.events
     try:
@@ -103,7 +104,7 @@ def route_headers(routed: Routed) -> dict[str, str]:
 
 
 PIPELINE_HEADERS = frozenset(
-    (b"authorization", b"cache-control", b"x-session-id", b"content-length", b"x-tiergate-tags")
+    (b"authorization", b"x-api-key", b"cache-control", b"x-session-id", b"content-length", b"x-tiergate-tags")
 )
 
 

@@ -69,9 +69,64 @@ def _errors(*statuses: int) -> dict[str, Any]:
     return {str(s): _json(_ERROR, what[s]) for s in statuses}
 
 
+def _speech_paths(speech_models: tuple[str, ...]) -> dict[str, Any]:
+    """``/v1/audio/transcriptions`` and ``/translations``: a multipart form (gateway/wire/audio.py reads
+    it; written out here, as the form is not a msgspec struct)."""
+    if not speech_models:
+        return {}
+    fields: dict[str, Any] = {
+        "file": {"type": "string", "contentMediaType": "application/octet-stream"},
+        "model": {"type": "string", "enum": list(speech_models)},
+        "prompt": {"type": "string", "maxLength": 65536},
+        "response_format": {"enum": ["json", "text", "srt", "verbose_json", "vtt"], "default": "json"},
+        "temperature": {"type": "number", "minimum": 0, "maximum": 1, "default": 0},
+    }
+    transcribe = {
+        **fields,
+        "language": {"type": "string", "pattern": "^[A-Za-z]{2,3}$"},
+        "timestamp_granularities[]": {"type": "array", "items": {"enum": ["segment", "word"]}},
+        "stream": {"type": "boolean", "default": False},
+    }
+    text = {"type": "string"}
+    answer = {
+        "application/json": {"schema": {"type": "object", "required": ["text"]}},
+        "text/plain": {"schema": text},
+        "application/x-subrip": {"schema": text},
+        "text/vtt": {"schema": text},
+    }
+
+    def operation(name: str, form: dict[str, Any], stream: bool) -> dict[str, Any]:
+        content = {**answer, **({"text/event-stream": {"schema": _EVENT}} if stream else {})}
+        body = {
+            "type": "object",
+            "properties": form,
+            "required": ["file", "model"],
+            "additionalProperties": False,
+        }
+        return {
+            "post": {
+                "operationId": name,
+                "security": [{"bearer": []}],
+                "requestBody": {"required": True, "content": {"multipart/form-data": {"schema": body}}},
+                "responses": {
+                    "200": {"description": "the text in the response_format asked", "content": content},
+                    **_errors(400, 401, 403, 404, 413, 415, 422, 429, 503),
+                },
+            }
+        }
+
+    return {
+        "/v1/audio/transcriptions": operation("createTranscription", transcribe, True),
+        "/v1/audio/translations": operation("createTranslation", fields, False),
+    }
+
+
 @functools.cache
-def openapi_document(models: tuple[str, ...], embedding_models: tuple[str, ...] = ()) -> dict[str, Any]:
-    """The document for a gateway serving ``models`` and ``embedding_models`` (any other name is a 404)."""
+def openapi_document(
+    models: tuple[str, ...], embedding_models: tuple[str, ...] = (), speech_models: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """The document for a gateway serving ``models``, ``embedding_models`` and ``speech_models`` (any
+    other name is a 404)."""
     (request, completion, model_list, model_card, _, legacy, text, embed, vectors), components = (
         msgspec.json.schema_components(
             [
@@ -201,6 +256,7 @@ def openapi_document(models: tuple[str, ...], embedding_models: tuple[str, ...] 
                 if embedding_models
                 else {}
             ),
+            **_speech_paths(speech_models),
             "/v1/models": {
                 "get": {
                     "operationId": "listModels",
@@ -236,7 +292,8 @@ def openapi_document(models: tuple[str, ...], embedding_models: tuple[str, ...] 
 @get("/schema/openapi.json", include_in_schema=False)
 async def openapi_json(services: NamedDependency[Services]) -> Response[bytes]:
     embedding = services.embeddings.model_names if services.embeddings is not None else []
-    document = openapi_document(tuple(services.tiers.model_names), tuple(embedding))
+    speech = services.speech.model_names if services.speech is not None else []
+    document = openapi_document(tuple(services.tiers.model_names), tuple(embedding), tuple(speech))
     return Response(msgspec.json.encode(document), media_type="application/json")
 
 

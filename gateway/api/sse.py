@@ -23,6 +23,7 @@ from gateway.wire.chat_response import (
     TiergateInfo,
     ToolCallChunk,
     logprobs_body,
+    obfuscation,
     usage_body,
 )
 from tiers import ChoiceDone, Event, Finished, Logprobs, TextDelta, TokenLogprob, ToolCallDelta, Usage
@@ -47,8 +48,10 @@ class ChunkWriter:
         info: TiergateInfo | msgspec.UnsetType = msgspec.UNSET,
         fingerprint: str | None = None,
         choices: int = 1,
+        obfuscate: bool = False,
     ) -> None:
         self._id = completion_id
+        self._obfuscate = obfuscate  # stream_options.include_obfuscation
         self._created = created
         self._model = model
         self._include_usage = include_usage
@@ -70,6 +73,8 @@ class ChunkWriter:
         chunk = ChatCompletionChunk(
             self._id, self._created, self._model, [body], system_fingerprint=self._fingerprint, tiergate=info
         )
+        if self._obfuscate:
+            chunk.obfuscation = obfuscation()
         return frame(encode(chunk))
 
     def role(self) -> bytes:

@@ -66,6 +66,25 @@ def duration_of(container: Any, stream: Any) -> float | None:
     return None
 
 
+def wav_claim(data: bytes) -> float | None:
+    """Seconds a RIFF/WAVE header says its data holds, or None (not a WAV, or a streamed one whose size
+    is left open). FFmpeg trusts the file's real size over the header, so a header claiming hours over a
+    second of samples would otherwise pass unseen; it is refused as what it claims to be."""
+    if len(data) < 12 or data[:4] != b"RIFF" or data[8:12] != b"WAVE":
+        return None
+    at, byte_rate = 12, 0
+    while at + 8 <= min(len(data), 65_536):  # the chunks before the samples; a header is not longer
+        chunk, size = data[at : at + 4], int.from_bytes(data[at + 4 : at + 8], "little")
+        if chunk == b"fmt " and at + 16 <= len(data):
+            byte_rate = int.from_bytes(data[at + 16 : at + 20], "little")
+        elif chunk == b"data":
+            if byte_rate <= 0 or size in (0, 0xFFFFFFFF):
+                return None
+            return size / byte_rate
+        at += 8 + size + (size & 1)
+    return None
+
+
 def decode_track(container: Any, stream: Any, sample_rate: int, max_seconds: float) -> tuple[bytes, float]:
     """Decode one audio stream to mono 16-bit PCM at ``sample_rate``; WAV bytes and seconds."""
     import av
@@ -118,8 +137,8 @@ def normalise(data: bytes, params: AudioParams) -> AudioResult:
         if not container.streams.audio:
             raise MediaFailure(UNSUPPORTED, "the medium has no audio track")
         stream = container.streams.audio[0]
-        declared = duration_of(container, stream)
-        if declared is not None and declared > params.max_seconds:
+        declared = max(duration_of(container, stream) or 0.0, wav_claim(data) or 0.0)
+        if declared > params.max_seconds:
             raise MediaFailure(
                 TOO_LARGE,
                 f"the audio is {declared:.1f} s long; at most {params.max_seconds:g} s are accepted",

@@ -229,6 +229,19 @@ class MediaPipeline:
             self._metrics.observe(prepared)
         return prepared
 
+    async def audio_clip(self, data: bytes, param: str, max_seconds: float) -> audio.AudioResult:
+        """One audio file (a transcription's): decoded in the pool, bounded and cached as a chat
+        request's audio is; a refused file is the same 4xx, naming ``param``."""
+        s = self._settings.audio
+        params = audio.AudioParams(s.sample_rate, min(s.max_seconds, max_seconds))
+        try:
+            result: audio.AudioResult = await self._decoded("audio", data, params, audio.normalise, None)
+        except MediaFailure as exc:
+            error = _ERRORS.get(exc.kind, InvalidRequest)(f"{param}: {exc.reason}", param=param)
+            error.code = _CODES.get(exc.kind, error.code)
+            raise error from exc
+        return result
+
     async def _one(
         self, i: int, j: int, part: ImagePart | VideoPart | AudioPart, prepared: Prepared, videos: int = 1
     ) -> tuple[Any, Any]:
@@ -275,8 +288,10 @@ class MediaPipeline:
             raise MediaFailure(INVALID, f"invalid base64: {exc}") from exc
 
     async def _decoded(
-        self, kind: str, data: bytes, params: Any, fn: Callable[..., Any], prepared: Prepared
+        self, kind: str, data: bytes, params: Any, fn: Callable[..., Any], prepared: Prepared | None
     ) -> Any:
+        """``prepared``: the chat request's, which counts the hits and times (None: a lone file)."""
+        timings: dict[str, float] = prepared.timings if prepared is not None else {}
         if len(data) > _OFF_LOOP_BYTES:
             key = await asyncio.to_thread(content_key, kind, data, params)
         else:
@@ -284,17 +299,19 @@ class MediaPipeline:
         if self._cache is not None:
             started = time.perf_counter()
             hit = await self._cache.get(key)
-            _add(prepared.timings, "cache_s", time.perf_counter() - started)
+            _add(timings, "cache_s", time.perf_counter() - started)
             if hit is not None:
-                prepared.cache_hits += 1
+                if prepared is not None:
+                    prepared.cache_hits += 1
                 return hit
-        prepared.cache_misses += 1
+        if prepared is not None:
+            prepared.cache_misses += 1
         started = time.perf_counter()
         result = await self._pool.run(fn, self._settings.timeout_s, data, params)
         # The round trip through the process pool (queueing, transfer, work); the worker's own stages follow.
-        _add(prepared.timings, f"{kind}_pool_s", time.perf_counter() - started)
+        _add(timings, f"{kind}_pool_s", time.perf_counter() - started)
         for stage, seconds in result.timings.items():
-            _add(prepared.timings, f"{kind}_{stage}", seconds)
+            _add(timings, f"{kind}_{stage}", seconds)
         if self._cache is not None:
             await self._cache.put(key, result)
         return result

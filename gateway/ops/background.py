@@ -16,6 +16,7 @@ import contextlib
 import os
 import sys
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -43,3 +44,16 @@ async def stop(task: asyncio.Task[Any] | None) -> None:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+def exit_with_parent(parent: int) -> None:
+    """In the refit worker: run at the lowest priority (a refit never delays a request), and exit
+    as soon as the gateway is gone, even if it was killed."""
+    lower_priority(whole_process=True)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()

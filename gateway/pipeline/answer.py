@@ -42,6 +42,7 @@ class Answer:
     stream: bool = False  # framed as server-sent events (else one JSON body)
     include_usage: bool = False  # the client asked for a usage chunk (stream_options.include_usage)
     choices: int = 1  # answers the client asked for (n)
+    obfuscate: bool = False  # stream_options.include_obfuscation: padding on every delta chunk
 
 
 def predicted_header(decision: router.Decision, served: str) -> str:

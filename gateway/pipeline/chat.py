@@ -26,7 +26,7 @@ Every generating endpoint runs these stages: the Responses API and legacy comple
 own stage 2 (``Incoming.parse``, which translates their body into this chat request; completions
 set ``raw_prompt``) and frame the same events their way (gateway/api/responses/, completions/).
 Embeddings generate nothing: they take the same front (stages 1–3, residency included, in
-gateway/pipeline/front.py) and the same ledger (gateway/pipeline/embeddings/stages.py).
+gateway/pipeline/front.py) and the same ledger (gateway/pipeline/endpoints/embeddings/stages.py).
 """
 
 from __future__ import annotations
@@ -40,7 +40,9 @@ from dataclasses import dataclass
 import msgspec
 
 import router
-from gateway.accounts.tenants import DEFAULT_TENANT
+from gateway.accounts.quality.feedback import Outcomes
+from gateway.accounts.quality.shadow import Shadows
+from gateway.accounts.tenants import DEFAULT_TENANT, Demand
 from gateway.media import MediaPipeline, has_media
 from gateway.ops.metrics import Metrics
 from gateway.ops.tracing import Tracing
@@ -50,13 +52,14 @@ from gateway.pipeline.answers.exact import BYPASS, AnswerCache, Lookup
 from gateway.pipeline.answers.semantic import SemanticCache
 from gateway.pipeline.dispatch import Dispatcher
 from gateway.pipeline.ending import Ending
+from gateway.pipeline.endpoints.hearing import Hearing, Listened
 from gateway.pipeline.front import Front, Incoming
-from gateway.pipeline.plan import Planner
+from gateway.pipeline.plan import Planner, features_of
 from gateway.pipeline.record import Call, Recorder, demand_of
 from gateway.pipeline.routing_service import RoutingService
 from gateway.pipeline.tierset import TierSet
 from gateway.residency import NOTHING, Verdict
-from gateway.wire.chat import ChatCompletionRequest
+from gateway.wire.chat import ChatCompletionRequest, ImagePart
 from tiers import Event, ToolCallDelta, Usage
 
 OFF = router.SemanticCachePolicy()
@@ -81,6 +84,10 @@ class RequestContext:
     tags: Mapping[str, str] | None = None  # its cost tags, for the tag budgets
     # The tenant's semantic cache policy (off unless it says so).
     semantic: router.SemanticCachePolicy = OFF
+    # What happened to media before planning (audio heard as its transcript: gateway/pipeline/endpoints/),
+    # for X-Tiergate-Degraded, and what the route reason adds.
+    degraded: tuple[str, ...] = ()
+    note: str = ""
 
 
 class ChatService:
@@ -98,16 +105,29 @@ class ChatService:
         routing: RoutingService | None = None,
         recorder: Recorder | None = None,
         fail_instead_of_degrade: bool = False,
+        outcomes: Outcomes | None = None,
+        shadows: Shadows | None = None,
     ) -> None:
-        """``recorder``: the ledger's side of each request's ending (none: tiers, cache, router only)."""
+        """``recorder``: the ledger's side of each request's ending (none: tiers, cache, router only);
+        ``outcomes``: the answers kept for their labels (gateway/accounts/quality/feedback.py); ``shadows``:
+        the shadow comparisons tenants' policies may turn on (gateway/accounts/quality/shadow.py)."""
         self.tiers = tiers
         self.metrics = metrics
+        self._routing = routing
         self._answers = Answers(answers, semantic, tracing)  # exact, and semantic behind it
         decide = routing.decide if routing is not None else None
         self._planner = Planner(
             tiers, metrics, tracing, decide=decide, rule=rule, fail_instead_of_degrade=fail_instead_of_degrade
         )
-        self.ending = Ending(tiers, metrics, answers=self._answers, routing=routing, recorder=recorder)
+        self.ending = Ending(
+            tiers,
+            metrics,
+            answers=self._answers,
+            routing=routing,
+            recorder=recorder,
+            outcomes=outcomes,
+            shadows=shadows,
+        )
         self._dispatcher = Dispatcher(tiers, metrics, tracing, self.ending)
 
     async def answer(
@@ -117,7 +137,7 @@ class ChatService:
         started = time.perf_counter()
         lookup = await self._lookup(request, ctx)  # 5 cache
         if lookup.answer is not None:
-            answer = await self._replayed(lookup, request_id, started, request.stream, call)
+            answer = await self._replayed(lookup, request_id, started, request.streamed, call)
         else:
             plan = self._planner.plan(  # 6 plan
                 request,
@@ -127,6 +147,8 @@ class ChatService:
                 strategy=ctx.strategy,
                 residency=ctx.residency,
                 tags=ctx.tags,
+                degraded_before=ctx.degraded,
+                note=ctx.note,
             )
             generation = plan.generation(request_id, ctx.session_id, ctx.tenant, raw_prompt=ctx.raw_prompt)
             answer = await self._dispatcher.dispatch(
@@ -135,8 +157,28 @@ class ChatService:
         if call is not None and request.stream:
             call.ttft_ms = (time.perf_counter() - call.started) * 1000  # its first byte is ready
         return dataclasses.replace(
-            answer, stream=request.stream, include_usage=request.include_usage, choices=request.n
+            answer,
+            stream=request.streamed,
+            include_usage=request.include_usage,
+            choices=request.choices,
+            obfuscate=request.obfuscated,
         )
+
+    def prompt_tokens(self, request: ChatCompletionRequest) -> int:
+        """The prompt's length in tokens before any tier reads it: the router's estimate, calibrated per
+        tier from the counts the tiers reported (router/_learning/tokens.py); the named tier's, and for
+        ``tiergate-auto`` the largest of the tiers' (what the prompt counts wherever it is served)."""
+        images = sum(
+            isinstance(p, ImagePart)
+            for m in request.messages
+            if isinstance(m.content, list)
+            for p in m.content
+        )
+        features = features_of(request, router.MediaSummary(images=images))
+        names = [request.model] if request.model in self.tiers.tiers else list(self.tiers.tiers)
+        if self._routing is None or not names:
+            return features.prompt_tokens
+        return max(self._routing.learner.tokens.estimate(name, features) for name in names)
 
     async def _lookup(self, request: ChatCompletionRequest, ctx: RequestContext) -> Lookup:
         if not ctx.use_cache:
@@ -189,12 +231,20 @@ class ChatPipeline:
     """Every stage of a chat request, in order; the caller frames the answer (stage 9)."""
 
     def __init__(
-        self, chat: ChatService, front: Front, tracing: Tracing, media: MediaPipeline | None = None
+        self,
+        chat: ChatService,
+        front: Front,
+        tracing: Tracing,
+        media: MediaPipeline | None = None,
+        hearing: Hearing | None = None,
     ) -> None:
+        """``hearing``: audio no tier takes becomes its transcript (none: it is refused as before)."""
         self._chat = chat
         self._front = front
+        self.front = front  # every endpoint's way in: POST /v1/feedback takes it too
         self._tracing = tracing
         self._media = media
+        self._hearing = hearing
 
     async def run(self, incoming: Incoming) -> Answer:
         caller = await self._front.caller(incoming)  # 1 authenticate
@@ -207,12 +257,20 @@ class ChatPipeline:
             if model != request.model:  # an alias stands for tiergate-auto or a tier
                 request = msgspec.structs.replace(request, model=model)
             await self._front.admit(call)  # 3 limit: requests, media parts
-            param = "messages" if incoming.endpoint == "chat" else "input"
+            param = "messages" if incoming.endpoint in ("chat", "messages") else "input"
             verdict = self._front.residency(call, msgspec.to_builtins(request.messages), param)  # residency
             with self._tracing.span("media"):
                 request, media = await self._prepare_media(call, request)  # 4 media (+ their seconds)
             policy = self._front.policies.policy(tenant)  # in memory; edits apply to the next request
+            heard = Listened(request, media)
+            if self._hearing is not None:  # audio no tier takes: its transcript
+                with self._tracing.span("transcribe"):
+                    heard = await self._hearing.listen(request, media, policy.fail_instead_of_degrade)
+                request, media = heard.request, heard.media
+                if heard.changed:  # the tenant's rules read the transcript too
+                    verdict = self._front.residency(call, msgspec.to_builtins(request.messages), param)
             headers = incoming.headers
+            call.session = request.prompt_cache_key or headers.get("x-session-id") or request.user
             ctx = RequestContext(  # what the tenant's policy and the request ask of stages 5–8, once
                 tenant=tenant,
                 cache_control=headers.get("cache-control", ""),
@@ -225,11 +283,35 @@ class ChatPipeline:
                 residency=verdict,
                 tags=call.tag_map,
                 semantic=policy.semantic_cache,
+                degraded=heard.degraded,
+                note=heard.note,
             )
             return await self._chat.answer(request, incoming.request_id, ctx, call)  # 5–8, then its ending
         except BaseException as exc:  # refused, or its client left (unless it ended already)
             self._chat.ending.refused(call, exc)
             raise
+
+    async def count(self, incoming: Incoming) -> tuple[int, Routed]:
+        """A prompt's tokens, nothing generated (Anthropic's count_tokens): stages 1–3 as for an answer
+        (the key, the model, the limits, the residency rules), then :meth:`ChatService.prompt_tokens`;
+        it ends as any request does, a ledger row of no tokens."""
+        started = time.perf_counter()
+        caller = await self._front.caller(incoming)  # 1 authenticate
+        tenant = caller.tenant.name if caller.tenant is not None else DEFAULT_TENANT
+        request = await incoming.parse(await incoming.body(), tenant)  # 2 parse
+        incoming.noted(tenant, request.model)
+        call = self._front.begin(caller, incoming, request.model, request)
+        try:
+            model, _ = self._chat.tiers.resolve(request.model)  # an unknown model: 404
+            await self._front.admit(call, Demand())  # 3 limit: a request (its media are not fetched)
+            self._front.residency(call, msgspec.to_builtins(request.messages), "messages")
+            tokens = self._chat.prompt_tokens(msgspec.structs.replace(request, model=model))
+        except BaseException as exc:
+            self._chat.ending.refused(call, exc)
+            raise
+        routed = Routed("", "token count (estimated)", server_s=time.perf_counter() - started)
+        await self._chat.ending.completed(call, routed, model, Usage(0, 0))  # 10 the ending
+        return tokens, routed
 
     async def _prepare_media(
         self, call: Call, request: ChatCompletionRequest

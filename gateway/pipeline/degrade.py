@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 from gateway.wire.chat import (
@@ -48,13 +50,21 @@ def without(request: ChatCompletionRequest, lost: frozenset[Modality]) -> ChatCo
     for message in rest:
         content = message.content
         if isinstance(content, list):
-            kept = [p for p in content if not isinstance(p, dropped)]
+            # (a prepared request's parts include the gateway's own FramesPart beside the wire's)
+            kept: list[Any] = [p for p in content if not isinstance(p, dropped)]
+            if Modality.AUDIO in lost:  # a video's audio track goes with the audio
+                kept = [silent(p) if isinstance(p, FramesPart) else p for p in kept]
             if all(isinstance(p, TextPart) for p in kept):
                 content = "\n".join(p.text for p in kept if isinstance(p, TextPart))
             else:
                 content = kept
         messages.append(msgspec.structs.replace(message, content=content))
     return msgspec.structs.replace(request, messages=messages)
+
+
+def silent(frames: FramesPart) -> FramesPart:
+    """A video's frames without its audio track."""
+    return frames if frames.audio is None else msgspec.structs.replace(frames, audio=None)
 
 
 def summary_without(media: MediaSummary, lost: frozenset[Modality]) -> MediaSummary:

@@ -103,7 +103,7 @@ class Dispatcher:
         return Routed(
             name,
             # The header's text, rendered from the typed reason, and the residency rules that fired.
-            str(plan.reason(name, last)) + plan.residency.note,
+            str(plan.reason(name, last)) + plan.note + plan.residency.note,
             lookup.status,
             plan.degraded,
             time.perf_counter() - started,

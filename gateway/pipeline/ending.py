@@ -30,6 +30,9 @@ import time
 from collections.abc import AsyncGenerator, Iterable
 from dataclasses import dataclass, field
 
+import router
+from gateway.accounts.quality.feedback import Outcomes
+from gateway.accounts.quality.shadow import Job, Shadows
 from gateway.ops.metrics import Metrics
 from gateway.pipeline.admission import Slot
 from gateway.pipeline.answer import Answer, Routed
@@ -87,6 +90,8 @@ class Tally:
     first_at: float = 0.0  # when its first piece came (perf_counter)
     finished: Finished | None = None
     kept: list[Event] | None = None  # the answer's events, for the result cache (None: not stored)
+    called: list[str] = field(default_factory=list)  # the tools it called, by name
+    text: list[str] | None = None  # its text, when it is to be shadowed (gateway/accounts/quality/shadow.py)
 
     def add(self, event: Event) -> None:
         if isinstance(event, Started):
@@ -95,6 +100,10 @@ class Tally:
             self.first_at = time.perf_counter()
         if isinstance(event, TextDelta | ToolCallDelta):
             self.pieces += 1
+            if isinstance(event, ToolCallDelta) and event.name:
+                self.called.append(event.name)
+            elif self.text is not None and isinstance(event, TextDelta):
+                self.text.append(event.text)
         elif isinstance(event, Finished):
             self.finished = event
         if self.kept is not None:
@@ -132,8 +141,12 @@ class Ending:
         answers: Answers | None = None,
         routing: RoutingService | None = None,
         recorder: Recorder | None = None,
+        outcomes: Outcomes | None = None,
+        shadows: Shadows | None = None,
     ) -> None:
         self._tiers = tiers
+        self._outcomes = outcomes
+        self._shadows = shadows
         self._breakers = tiers.breakers
         self._metrics = metrics
         self._answers = answers
@@ -144,6 +157,10 @@ class Ending:
         """``lookup``: where the answers port keeps a complete answer (none for a degraded one)."""
         keep = None if plan.degraded or lookup.key is None or self._answers is None else lookup
         tally = Tally(kept=[] if keep is not None else None)
+        if self._shadows is not None and self._routing is not None:
+            policy = self._routing.policy(plan.features.tenant).shadow
+            if policy.enabled and self._shadows.sample(policy, plan.features.tenant):
+                tally.text = []  # kept as it passes, to compare with the reference's
         return Attempt(plan, tier, time.perf_counter(), stream, keep, tally=tally)
 
     # -- a tier's try that did not become the answer (failover) --------------------------------
@@ -222,6 +239,8 @@ class Ending:
         try:
             if attempt is not None:
                 await self._tier_side(attempt, how, tally, usage, now, error)
+                if call is not None and self._outcomes is not None:
+                    self._outcome(self._outcomes, call, attempt, how, tally)
         finally:  # the ledger's side, whatever the tier's side met
             if call is not None and self._recorder is not None:
                 await self._record(call, routed, model, usage, how, error)
@@ -296,6 +315,72 @@ class Ending:
         if tally.kept is not None and attempt.keep is not None and self._answers is not None:
             model = attempt.model or self._tiers[name].capabilities.model
             await self._answers.keep(attempt.keep, tally.kept, model, name)
+
+    def _outcome(self, outcomes: Outcomes, call: Call, attempt: Attempt, how: How, tally: Tally) -> None:
+        """What the ending itself says of the answer's quality (gateway/accounts/quality/feedback.py): a
+        completed answer is kept for labels (and may be a re-ask of the session's last one); a
+        structured answer cut at max_tokens, a call to a tool not offered, or a stream its client left
+        after it began is a bad label for the tier."""
+        snapshot = attempt.plan.decision.snapshot
+        keys = snapshot.quality_keys if snapshot is not None else None
+        if keys is None:
+            return
+        rid, tenant, tier, request = call.request_id, call.tenant.name, attempt.tier, attempt.plan.request
+        if how is How.COMPLETED:
+            outcomes.answered(rid, tenant, tier, keys, call.session)
+            offered = {t.function.name for t in request.tools or ()}
+            if (
+                tally.finished is not None
+                and tally.finished.reason == "length"
+                and request.format_type != "text"
+            ):
+                outcomes.outcome(rid, False, "cut short")
+            elif any(name not in offered for name in tally.called):
+                outcomes.outcome(rid, False, "no such tool")
+            elif tally.text is not None and not tally.called:
+                self._shadow(call, attempt, "".join(tally.text), keys)
+        elif how is How.CLIENT_GONE and attempt.stream and tally.first_at:
+            outcomes.answered(rid, tenant, tier, keys, None)
+            outcomes.outcome(rid, False, "abandoned")
+
+    def _shadow(self, call: Call, attempt: Attempt, answer: str, keys: router.QualityKeys) -> None:
+        """Offer the answer to the shadows (gateway/accounts/quality/shadow.py), unless its tier is the
+        reference."""
+        assert self._shadows is not None and self._routing is not None and self._recorder is not None
+        tenant, plan = call.tenant.name, attempt.plan
+        policy = self._routing.policy(tenant).shadow
+        views = self._tiers.views()
+        reference = policy.reference or max(views, key=lambda v: v.capabilities.quality).name
+        if reference == attempt.tier or reference not in {v.name for v in views}:
+            return
+        price = self._routing.learner.prices.get(reference)
+        snapshot = plan.decision.snapshot
+        made = snapshot.predictions.get(reference) if snapshot is not None else None
+        worst = price.estimate(plan.features, 1.0, made.total_hi if made else 0.0) if price else 0.0
+        generation = plan.generation(call.request_id, None, tenant)
+        structured = plan.request.format_type != "text"
+        job = Job(
+            call.request_id,
+            tenant,
+            attempt.tier,
+            reference,
+            generation,
+            answer,
+            structured,
+            keys,
+            worst,
+            policy.threshold,
+        )
+        recorder, started, model = (
+            self._recorder,
+            time.perf_counter(),
+            self._tiers[reference].capabilities.model,
+        )
+
+        async def bill(job: Job, text: str, usage: Usage) -> float:
+            return recorder.shadowed(call, reference, model, usage, started)
+
+        self._shadows.offer(job, policy.budget_usd, bill)
 
     def _learn(self, attempt: Attempt, ttft_s: float | None, total_s: float, usage: Usage) -> None:
         """The router learns what the tier took and the tokens it counted; its prediction's error

@@ -1,9 +1,10 @@
 """Every endpoint's way in, the same for each: the key, the tenant's policy, the ledger's call, the
 tenant's limits, its residency rules.
 
-Chat Completions, the Responses API and legacy completions (gateway/pipeline/chat.py) and embeddings
-(gateway/pipeline/embeddings/stages.py) each call these in this order, so a rule a tenant sets holds
-on every endpoint by construction, and an endpoint added later takes the same front:
+Chat Completions, the Responses API, legacy completions and Anthropic's Messages API
+(gateway/pipeline/chat.py), embeddings (gateway/pipeline/endpoints/embeddings/stages.py) and speech to
+text (gateway/pipeline/endpoints/speech.py) each call these in this order, so a rule a tenant sets
+holds on every endpoint by construction, and an endpoint added later takes the same front:
 
      1 authenticate   the API key → the caller; an admin key may not call a model      caller()
      2 parse          the endpoint's own (OpenAI's shape, strictly)
@@ -29,6 +30,7 @@ from gateway.ops.tracing import Tracing
 from gateway.pipeline.record import Call, Recorder
 from gateway.residency import NOTHING, Rule, Verdict, compiled, scan
 from gateway.wire.chat import ChatCompletionRequest, parse_chat_request
+from gateway.wire.decoding import decoded
 
 # Stage 2 for one endpoint: its request body, for a known tenant, as the chat request the stages
 # take. Chat Completions' is a plain decode; the Responses API reads the tenant's stored conversation
@@ -37,7 +39,7 @@ Parse = Callable[[bytes, str], Awaitable[ChatCompletionRequest]]
 
 
 async def parse_chat(body: bytes, tenant: str) -> ChatCompletionRequest:
-    return parse_chat_request(body)
+    return await decoded(parse_chat_request, body)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +54,9 @@ class Incoming:
     noted: Callable[[str, str], None] = lambda tenant, model: None
     parse: Parse = parse_chat
     raw_prompt: bool = False  # legacy completions: the one user turn is the prompt (no chat template)
-    endpoint: str = "chat"  # the API it came by, for the ledger: chat, responses, completions, embeddings
+    # The API it came by, for the ledger: chat, responses, completions, embeddings, messages,
+    # messages.count_tokens.
+    endpoint: str = "chat"
 
 
 class RuleBook:

@@ -75,7 +75,7 @@ def features_of(
         turns=len(request.messages),
         max_tokens=request.output_limit,
         modalities=frozenset(modalities),
-        stream=request.stream,
+        stream=request.streamed,
         media=media,
         tenant=tenant,
         hour=time.gmtime().tm_hour,
@@ -102,7 +102,7 @@ def abilities_needed(request: ChatCompletionRequest) -> frozenset[Ability]:
         needed.add(Ability(request.format_type))
     if request.logprobs:
         needed.add(Ability.LOGPROBS)
-    if request.n > 1:
+    if request.choices > 1:
         needed.add(Ability.CHOICES)
     if request.logit_bias:
         needed.add(Ability.LOGIT_BIAS)
@@ -110,8 +110,11 @@ def abilities_needed(request: ChatCompletionRequest) -> frozenset[Ability]:
 
 
 def conversation_key(request: ChatCompletionRequest, session_id: str | None) -> str:
-    """The client's session id, else a hash of the conversation's opening (system + first user turn),
-    which every later turn of the same conversation repeats."""
+    """The affinity key (cloud replica, edge instance): the client's ``prompt_cache_key`` (OpenAI's
+    name for it), else its session id, else a hash of the conversation's opening (system + first
+    user turn), which every later turn of the same conversation repeats."""
+    if request.prompt_cache_key:
+        return f"key:{request.prompt_cache_key}"
     if session_id:
         return session_id
     opening = msgspec.json.encode(request.messages[:2])
@@ -128,6 +131,7 @@ class Plan:
     degraded: tuple[str, ...]
     features: router.Features
     residency: Verdict = NOTHING  # what the tenant's residency rules found (redactions, the note)
+    note: str = ""  # what happened before planning (audio transcribed), for the route reason
 
     @property
     def order(self) -> tuple[str, ...]:
@@ -157,19 +161,20 @@ class Plan:
             logprobs=bool(request.logprobs),
             top_logprobs=request.top_logprobs or 0,
             logit_bias=request.token_bias,
-            n=request.n,
+            n=request.choices,
             top_k=request.top_k,
             min_p=request.min_p,
             repetition_penalty=request.repetition_penalty,
             min_tokens=request.min_tokens or 0,
             ignore_eos=bool(request.ignore_eos),
             stop_token_ids=list(request.stop_token_ids or ()),
+            reasoning_effort=request.reasoning_effort,
             request_id=request_id,
-            cost=request.n
+            cost=request.choices
             * (PROMPT_TOKEN_COST * features.prompt_tokens + (features.max_tokens or DEFAULT_OUTPUT_TOKENS)),
             affinity=conversation_key(request, session_id),
             tenant=tenant,
-            stream=request.stream,
+            stream=request.streamed,
         )
 
     def reason(self, served: str, last: Exception | None) -> router.Reason:
@@ -207,7 +212,10 @@ class Planner:
         strategy: str = "",
         residency: Verdict = NOTHING,
         tags: Mapping[str, str] | None = None,
+        degraded_before: tuple[str, ...] = (),
+        note: str = "",
     ) -> Plan:
+        """``degraded_before``, ``note``: what happened to the request before (its audio transcribed)."""
         views = self._tiers.views()
         kept_local = residency.first("keep_local")
         features = dataclasses.replace(
@@ -242,4 +250,6 @@ class Planner:
         self._metrics.route_decided(decision.strategy, decision.tier, decision.reason.kind.value)
         if lost:
             decision = dataclasses.replace(decision, reason=decision.reason.removing(lost))
-        return Plan(request, decision, features.modalities, degraded, features, residency)
+        return Plan(
+            request, decision, features.modalities, degraded_before + degraded, features, residency, note
+        )

@@ -9,6 +9,7 @@ answers cut short by the tier and clients that leave get a row too, written with
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import time
 from collections.abc import Mapping
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 import msgspec
 
 from gateway.accounts.ledger import (
+    NANO,
     Charge,
     Ledger,
     LedgerRow,
@@ -76,6 +78,7 @@ class Call:
     residency: tuple[tuple[str, str], ...] = ()  # the residency rules that matched: (label, action)
     ttft_ms: float | None = None  # a stream's: when its first byte was ready
     ended: bool = False  # its ending ran (gateway/pipeline/ending.py): it runs once
+    session: str | None = None  # its client's session (prompt_cache_key, X-Session-ID, user): re-asks
 
 
 def _begun(
@@ -186,6 +189,18 @@ class Recorder:
                 self._row(call, routed, model, usage, call.ttft_ms, status=status, error=error)
             )
 
+    def shadowed(self, call: Call, tier: str, model: str, usage: Usage, started: float) -> float:
+        """A shadow comparison of ``call``'s answer (gateway/accounts/quality/shadow.py) asked of
+        ``tier``: a ledger row of its own (endpoint ``shadow``, request id ``shadow-<the answer's>``),
+        billed to the tenant apart from the answer, written without waiting; what it cost, in USD."""
+        shadow = dataclasses.replace(
+            call, request_id=f"shadow-{call.request_id}", endpoint="shadow", ts=time.time(), started=started
+        )
+        row = self._row(shadow, Routed(tier, "shadow comparison"), model, usage, None)
+        if self._ledger is not None:
+            self._ledger.submit(row)
+        return row.cost_nusd / NANO
+
     def failed(self, call: Call, exc: Exception) -> None:
         error = to_gateway_error(exc)
         self._note(call, None, error.status, error.message)
@@ -230,7 +245,10 @@ class Recorder:
         # A cached answer ran no model: it costs nothing, and saves what the tier would have charged.
         busy_s = 0.0 if hit else total_s
         charge = self._prices.charge(tier, model, prompt, completion, images, media_s, busy_s)
-        if tier and tier != self._prices.counterfactual_tier and call.endpoint == "chat":
+        # Every generating endpoint (chat, Responses, completions, Messages) ran on a chat tier, so the
+        # same tokens on the all-cloud tier are its counterfactual; an embedding's is its own cost (the
+        # cloud chat tier's price says nothing of embeddings).
+        if tier and tier != self._prices.counterfactual_tier and call.endpoint != "embeddings":
             counterfactual = self._prices.counterfactual(prompt, completion, images, media_s, total_s)
         else:
             counterfactual = charge.cost_nusd

@@ -21,7 +21,6 @@ import logging
 import multiprocessing
 import os
 import tempfile
-import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -33,7 +32,7 @@ import msgspec
 
 import router
 from gateway.accounts.budgets import BudgetBook
-from gateway.ops.background import lower_priority
+from gateway.ops.background import exit_with_parent
 from tiers import Tier
 
 log = logging.getLogger(__name__)
@@ -48,6 +47,8 @@ class RouterSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     save_interval_s: float = 30.0
     budget_refresh_s: float = 2.0
     predictor: router.PredictorConfig = msgspec.field(default_factory=router.PredictorConfig)
+    # The quality model: when learned acceptability replaces the declared one (router/_learning/quality.py).
+    quality: router.QualityConfig = msgspec.field(default_factory=router.QualityConfig)
 
 
 PREDICTOR_FILE = "predictor.json"
@@ -79,19 +80,6 @@ def tier_prices(prices: Sequence[Any], tiers: Mapping[str, Tier]) -> dict[str, r
                 row.per_gpu_second,
             )
     return out
-
-
-def exit_with_parent(parent: int) -> None:
-    """In the refit worker: run at the lowest priority (a refit never delays a request), and exit
-    as soon as the gateway is gone, even if it was killed."""
-    lower_priority(whole_process=True)
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(1.0)
-        os._exit(0)
-
-    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 
 
 def write_json(path: Path, value: Any) -> None:
@@ -162,7 +150,9 @@ class RoutingService:
         self._builtin_cache = Path(build_cache_dir).expanduser() / "router" if build_cache_dir else None
         self.directory = Path(settings.directory).expanduser() if settings.directory else data_path / "router"
         self.router = router.Router(rule)
-        self.learner = router.Learner(prices, exploration=settings.exploration, predictor=settings.predictor)
+        self.learner = router.Learner(
+            prices, exploration=settings.exploration, predictor=settings.predictor, quality=settings.quality
+        )
         self._policy_of = policy_of
         self._budgets = budgets
         self._pool: ProcessPoolExecutor | None = None
@@ -173,6 +163,7 @@ class RoutingService:
         self._last_refit = -float("inf")
         # Observations waiting for the learner (:meth:`observe`), and the task that folds them.
         self._queued: deque[router.Observed] = deque(maxlen=OBSERVATIONS_HELD)
+        self._labels: deque[router.Label] = deque(maxlen=OBSERVATIONS_HELD)  # answers' labels, the same way
         self.dropped = 0  # observations dropped from a full queue
         self._arrived = asyncio.Event()
         self._folder: asyncio.Task[None] | None = None
@@ -231,17 +222,28 @@ class RoutingService:
         queued.append((decision, tier, ttft_s, total_s, completion_tokens, prompt_tokens))
         self._arrived.set()
 
+    def label(self, tenant: str, tier: str, keys: router.QualityKeys, good: bool) -> None:
+        """An answer's label (gateway/accounts/quality/feedback.py): queued for the quality model and folded
+        with the observations, beside the request path."""
+        self._labels.append((tenant, tier, keys, good, time.time()))
+        self._arrived.set()
+
     def fold_now(self) -> int:
         """Fold every queued observation into the learner now, then start a refit if one is due;
         how many were folded.  (The background fold does this every :data:`FOLD_AFTER_S`.)"""
-        folded = self._fold(len(self._queued))
+        folded = self._fold_all()
         self._refit_if_due()
         return folded
+
+    def _fold_all(self) -> int:
+        return self._fold(max(len(self._queued), len(self._labels)))
 
     def _fold(self, most: int) -> int:
         queued = self._queued
         batch = [queued.popleft() for _ in range(min(most, len(queued)))]
         self.learner.fold(batch)
+        labels = self._labels
+        self.learner.label([labels.popleft() for _ in range(min(most, len(labels)))])
         return len(batch)
 
     async def _folding(self) -> None:
@@ -253,9 +255,9 @@ class RoutingService:
             await asyncio.sleep(FOLD_AFTER_S)
             self._arrived.clear()
             try:
-                while self._queued:
+                while self._queued or self._labels:
                     self._fold(FOLD_CHUNK)
-                    if self._queued:
+                    if self._queued or self._labels:
                         await asyncio.sleep(0)
                 self._refit_if_due()
             except Exception:
@@ -275,8 +277,13 @@ class RoutingService:
     def report(self) -> dict[str, Any]:
         """The learner's report (:meth:`router.Learner.report`) with what is queued folded first,
         and the queue's figures."""
-        self._fold(len(self._queued))
+        self._fold_all()
         return {**self.learner.report(), "observations": {"dropped": self.dropped}}
+
+    def quality(self, tenant: str | None = None) -> list[dict[str, Any]]:
+        """Per tenant and tier: labels, the share good, per hour (the labels queued folded first)."""
+        self._fold_all()
+        return self.learner.quality.report(tenant)
 
     # -- learning in the background -------------------------------------------------------------
 
@@ -309,7 +316,7 @@ class RoutingService:
 
     async def refit_now(self) -> dict[str, Any]:
         """Refit every tier with enough observations, wait for it, save; the snapshot after."""
-        self._fold(len(self._queued))
+        self._fold_all()
         if self._refitting is not None:
             with contextlib.suppress(Exception):
                 await self._refitting
@@ -375,7 +382,7 @@ class RoutingService:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._folder
         try:
-            self._fold(len(self._queued))  # what is queued is learned, and saved below
+            self._fold_all()  # what is queued is learned, and saved below
         except Exception:
             log.exception("router: folding observations into the learner failed")
         for task in (self._saver, self._refitting):

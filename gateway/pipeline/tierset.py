@@ -78,6 +78,10 @@ class TierSet:
         state.queued += self.gates.waiting(name)
         return state
 
+    def queued(self, name: str) -> int:
+        """Requests waiting at tier ``name`` (its state's queue), 0 for a tier not configured."""
+        return self.state(name).queued if name in self.tiers else 0
+
     def views(self) -> list[router.TierView]:
         """What the router sees of each tier now: capabilities, state, and its open breakers."""
         return [

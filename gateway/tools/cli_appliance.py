@@ -32,12 +32,13 @@ def bundle(
     ] = None,
 ) -> None:
     """Build an offline bundle: wheels for this platform (at the versions installed here), the edge
-    model, the embedding model, WordNet (the semantic cache's), optionally the cloud model, the default
-    config, a checksum manifest and install.sh."""
+    model, the embedding model, WordNet (the semantic cache's), Whisper (speech to text), optionally
+    the cloud model, the default config, a checksum manifest and install.sh."""
     from gateway.pipeline.answers.semantic.wordnet import FOLDER as WORDNET_FOLDER
     from gateway.settings import load_settings
     from gateway.tools.appliance.bundle import BundleError, build
     from tiers.embedding import DEFAULT_EMBEDDING_MODEL_DIR
+    from tiers.speech import DEFAULT_SPEECH_MODEL_DIR
 
     build_cache = Path(load_settings().build_cache_dir).expanduser()
     cache = wheel_cache or build_cache / "wheels"
@@ -50,6 +51,9 @@ def bundle(
     )
     if wordnet is None:
         typer.echo("no WordNet here (scripts/setup.sh): the bundle's semantic cache misses synonym swaps")
+    speech = build_cache / DEFAULT_SPEECH_MODEL_DIR
+    if not (speech / "model.bin").is_file():
+        typer.echo("no speech model here (scripts/setup.sh): the bundle's /v1/audio/* will answer 404")
     try:
         build(
             out,
@@ -58,6 +62,7 @@ def bundle(
             cloud_model=cloud_model,
             embedding_model=embedding_model,
             wordnet=wordnet,
+            speech_model=speech if (speech / "model.bin").is_file() else None,
             say=typer.echo,
         )
     except BundleError as exc:

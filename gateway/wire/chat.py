@@ -9,13 +9,13 @@ logprobs, a schema that is no schema) is checked after decoding; JSON schemas ar
 
 from __future__ import annotations
 
-import re
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal
 
 import msgspec
 
 from gateway.errors import InvalidRequest
-from gateway.wire import schemas
+from gateway.wire import fields, schemas
+from gateway.wire.decoding import decode_body
 
 Role = Literal["system", "developer", "user", "assistant", "tool"]
 
@@ -25,6 +25,7 @@ ModelName = Annotated[str, msgspec.Meta(min_length=1, max_length=256, pattern=r"
 ShortText = Annotated[str, msgspec.Meta(max_length=256)]
 Description = Annotated[str, msgspec.Meta(max_length=8192)]
 MAX_TOOLS = 128
+MAX_PARTS = 1024  # content parts of one message (OpenAI states none; media parts: media.max_parts)
 MAX_CHOICES = 8  # the edge samples the n answers one after another
 MAX_TOP_LOGPROBS = 20
 
@@ -99,7 +100,7 @@ class ToolCallIn(_Typed):
 
 class Message(_Strict):
     role: Role
-    content: str | list[ContentPart] | None = None
+    content: str | Annotated[list[ContentPart], msgspec.Meta(max_length=MAX_PARTS)] | None = None
     name: Name | None = None
     tool_calls: Annotated[list[ToolCallIn], msgspec.Meta(max_length=MAX_TOOLS)] | None = None  # assistant
     tool_call_id: Annotated[str, msgspec.Meta(max_length=128)] | None = None  # tool
@@ -108,6 +109,19 @@ class Message(_Strict):
 
 class StreamOptions(_Strict):
     include_usage: bool = False
+    include_obfuscation: bool | None = None  # None: off here (OpenAI's default is on; docs/api.md)
+
+
+class PromptCacheOptions(_Strict):
+    ttl: Literal["30m"] | None = None
+    mode: Literal["implicit", "explicit"] | None = None  # explicit: refused (_check_fields)
+
+
+# A refused field (gateway/wire/fields.py): its JSON kept as bytes, never built into Python objects;
+# absent, or null once decoded (__post_init__), it is UNSET, which re-encoding leaves out.
+RefusedField = msgspec.Raw | msgspec.UnsetType
+
+Effort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
 
 
 class FunctionDef(_Strict):
@@ -162,13 +176,13 @@ MetadataValue = Annotated[str, msgspec.Meta(max_length=512, pattern=r"^[^\x00-\x
 class ChatCompletionRequest(_Strict, kw_only=True):
     model: ModelName
     messages: Annotated[list[Message], msgspec.Meta(min_length=1, max_length=4096)]
-    stream: bool = False
+    stream: bool | None = False  # null: left out (as every nullable field), see __post_init__
     stream_options: StreamOptions | None = None
     max_tokens: Annotated[int, msgspec.Meta(ge=1)] | None = None
     max_completion_tokens: Annotated[int, msgspec.Meta(ge=1)] | None = None
     temperature: Annotated[float, msgspec.Meta(ge=0.0, le=2.0)] | None = None
     top_p: Probability | None = None
-    n: Annotated[int, msgspec.Meta(ge=1, le=MAX_CHOICES)] = 1
+    n: Annotated[int, msgspec.Meta(ge=1, le=MAX_CHOICES)] | None = 1
     stop: (
         Annotated[str, msgspec.Meta(max_length=256)]
         | Annotated[list[ShortText], msgspec.Meta(max_length=4)]
@@ -191,6 +205,20 @@ class ChatCompletionRequest(_Strict, kw_only=True):
     store: bool | None = None
     service_tier: Literal["auto", "default", "flex", "scale", "priority"] | None = None
     user: ShortText | None = None
+    safety_identifier: Annotated[str, msgspec.Meta(max_length=64)] | None = None
+    prompt_cache_key: Annotated[str, msgspec.Meta(max_length=1024)] | None = None
+    prompt_cache_retention: Literal["in_memory", "24h"] | None = None  # 24h: refused (_check_fields)
+    prompt_cache_options: PromptCacheOptions | None = None
+    modalities: Annotated[list[Literal["text", "audio"]], msgspec.Meta(max_length=2)] | None = None
+    verbosity: Literal["low", "medium", "high"] | None = None  # only medium here (_check_fields)
+    reasoning_effort: Effort | None = None
+    # Refused when present (gateway/wire/fields.py): kept raw, never built into Python objects.
+    audio: RefusedField = msgspec.UNSET
+    web_search_options: RefusedField = msgspec.UNSET
+    prediction: RefusedField = msgspec.UNSET
+    moderation: RefusedField = msgspec.UNSET
+    functions: RefusedField = msgspec.UNSET
+    function_call: RefusedField = msgspec.UNSET
     # vLLM's sampling extras, honoured by every tier.
     top_k: Annotated[int, msgspec.Meta(ge=-1, le=1000)] | None = None
     min_p: Probability | None = None
@@ -200,6 +228,30 @@ class ChatCompletionRequest(_Strict, kw_only=True):
     stop_token_ids: (
         Annotated[list[Annotated[int, msgspec.Meta(ge=0)]], msgspec.Meta(max_length=16)] | None
     ) = None
+
+    def __post_init__(self) -> None:
+        # OpenAI's spec marks these nullable: null is the field left out.
+        if self.n is None:
+            self.n = 1
+        if self.stream is None:
+            self.stream = False
+        for name in _REFUSED_RAW:
+            if getattr(self, name) == NULL_RAW:
+                setattr(self, name, msgspec.UNSET)
+
+    @property
+    def choices(self) -> int:
+        """``n``: how many answers."""
+        return self.n or 1
+
+    @property
+    def streamed(self) -> bool:
+        return bool(self.stream)
+
+    @property
+    def obfuscated(self) -> bool:
+        """The client asked for ``obfuscation`` padding on stream chunks."""
+        return self.stream_options is not None and bool(self.stream_options.include_obfuscation)
 
     @property
     def output_limit(self) -> int | None:
@@ -229,40 +281,11 @@ class ChatCompletionRequest(_Strict, kw_only=True):
         return {int(k): v for k, v in (self.logit_bias or {}).items()}
 
 
-T = TypeVar("T")
-_PATH = re.compile(r"`\$\.?([^`]*)`")  # where msgspec says the error is: "... - at `$.messages[0]`"
+_REFUSED_RAW = ("audio", "web_search_options", "prediction", "moderation", "functions", "function_call")
+NULL_RAW = msgspec.Raw(b"null")
+
 _FORMAT_TYPES = {TextFormat: "text", JsonObjectFormat: "json_object", JsonSchemaFormat: "json_schema"}
 _request_decoder = msgspec.json.Decoder(ChatCompletionRequest)
-
-
-def decode_error(exc: msgspec.ValidationError) -> InvalidRequest:
-    """msgspec's validation error as OpenAI's 400, ``param`` the path of the offending field."""
-    text = str(exc)
-    found = _PATH.search(text)
-    param = found.group(1) or None if found else None
-    if text.startswith(("Object missing required field", "Object contains unknown field")):
-        field = text.split("`", 2)[1] if "`" in text else None
-        param = f"{param}.{field}" if param and field else field
-        if text.startswith("Object contains unknown field"):
-            return InvalidRequest(f"Unrecognized request argument supplied: {param}", param=param)
-    return InvalidRequest(f"invalid request: {text}", param=param)
-
-
-def decode_body(decoder: msgspec.json.Decoder[T], body: bytes, what: str) -> T:
-    """Decode a request body strictly with ``decoder``; whatever is wrong is a 400 (``what``: the
-    request's kind, for the message on an empty body)."""
-    if not body:
-        raise InvalidRequest(f"the request body is empty; send a JSON {what}")
-    try:
-        return decoder.decode(body)
-    except msgspec.ValidationError as exc:
-        raise decode_error(exc) from exc
-    except msgspec.DecodeError as exc:
-        raise InvalidRequest(f"the request body is not valid JSON: {exc}") from exc
-    except UnicodeDecodeError as exc:
-        raise InvalidRequest(f"the request body is not valid UTF-8 (byte {exc.start})") from exc
-    except RecursionError as exc:  # msgspec stops at the interpreter's recursion limit
-        raise InvalidRequest("the request body's JSON is nested too deeply") from exc
 
 
 def parse_chat_request(body: bytes) -> ChatCompletionRequest:
@@ -274,6 +297,11 @@ def parse_chat_request(body: bytes) -> ChatCompletionRequest:
 
 def check_chat_request(request: ChatCompletionRequest) -> None:
     """What the types cannot say about a request (also for one translated from another endpoint)."""
+    fields.refuse(request, fields.CHAT)
+    cache_mode = request.prompt_cache_options.mode if request.prompt_cache_options else None
+    fields.check_values(request.verbosity, request.prompt_cache_retention, cache_mode)
+    if request.modalities and "audio" in request.modalities:
+        raise fields.unsupported_value("modalities", "audio", "text")
     _check_messages(request)
     _check_choices(request)
 

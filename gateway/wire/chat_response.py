@@ -4,6 +4,8 @@ answer validates against OpenAI's own OpenAPI description (tests/test_openai_sch
 
 from __future__ import annotations
 
+import secrets
+
 import msgspec
 
 from tiers import TokenLogprob, Usage
@@ -150,6 +152,14 @@ class ChatCompletionChunk(msgspec.Struct):
     system_fingerprint: str | None = None
     usage: UsageBody | None = None
     tiergate: TiergateInfo | msgspec.UnsetType = UNSET
+    # Random padding of random length (stream_options.include_obfuscation): a delta's size then
+    # says less about its text to someone who sees only the encrypted stream.
+    obfuscation: str | msgspec.UnsetType = UNSET
+
+
+def obfuscation() -> str:
+    """1 to 32 random URL-safe characters, as OpenAI's ``obfuscation`` field carries."""
+    return secrets.token_urlsafe(24)[: 1 + secrets.randbelow(32)]
 
 
 # What a chat model (a tier, tiergate-auto, an alias of either) serves; /v1/models lists it per model.

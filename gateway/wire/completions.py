@@ -25,8 +25,8 @@ from gateway.wire.chat import (
     Probability,
     ShortText,
     StreamOptions,
-    decode_body,
 )
+from gateway.wire.decoding import decode_body
 
 MAX_PROMPTS = 16  # prompts of one request; each is a pipeline run of its own
 MAX_LOGPROBS = 5  # OpenAI's bound for the legacy endpoint

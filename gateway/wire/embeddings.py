@@ -17,12 +17,14 @@ import msgspec
 import numpy as np
 
 from gateway.errors import InvalidRequest
-from gateway.wire.chat import decode_error
+from gateway.wire.decoding import decode_body
 from tiers.embedding import Vectors
 
+MAX_INPUTS = 2048  # OpenAI's: inputs in one request, and token ids in one input
 TokenId = Annotated[int, msgspec.Meta(ge=0)]
+TokenRow = Annotated[list[TokenId], msgspec.Meta(max_length=MAX_INPUTS)]
 # msgspec decodes one list type in a union; the list's items are checked to be all of one kind below.
-Input = str | list[str | TokenId | list[TokenId]]
+Input = str | Annotated[list[str | TokenId | TokenRow], msgspec.Meta(max_length=MAX_INPUTS)]
 
 
 class EmbeddingRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -37,14 +39,7 @@ _decoder = msgspec.json.Decoder(EmbeddingRequest)
 
 
 def parse_embedding_request(body: bytes) -> EmbeddingRequest:
-    if not body:
-        raise InvalidRequest("the request body is empty; send a JSON embeddings request")
-    try:
-        return _decoder.decode(body)
-    except msgspec.ValidationError as exc:
-        raise decode_error(exc) from exc
-    except msgspec.DecodeError as exc:
-        raise InvalidRequest(f"the request body is not valid JSON: {exc}") from exc
+    return decode_body(_decoder, body, "embeddings request")
 
 
 def inputs_of(request: EmbeddingRequest) -> list[str] | list[list[int]]:

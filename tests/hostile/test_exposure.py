@@ -208,3 +208,8 @@ def test_replica_urls_and_metrics_are_for_operators_only(throttled: Gateway) -> 
         admin = {**forwarded, "Authorization": f"Bearer {throttled.admin_key}"}
         assert remote.get(f"{throttled.url}/metrics", headers=admin).status_code == 200
         assert "tiers" in remote.get(f"{throttled.url}/readyz", headers=admin).json()
+        as_anthropic = {
+            **forwarded,
+            "x-api-key": throttled.admin_key,
+        }  # the key as Anthropic's clients send it
+        assert remote.get(f"{throttled.url}/metrics", headers=as_anthropic).status_code == 200

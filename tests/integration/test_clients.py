@@ -23,7 +23,7 @@ from openai.lib.streaming.chat import ChatCompletionStreamState
 from pydantic import BaseModel
 
 from tests.agent_turn import weather_turn
-from tests.conftest import Gateway, local_vllm_installed
+from tests.conftest import Gateway
 from tests.openai_schema import CHAT_COMPLETION, CHAT_COMPLETION_CHUNK, MODEL, validate
 
 # Every answer from the tier itself, not a cache replay.
@@ -78,13 +78,8 @@ class Weather(BaseModel):
 
 
 @pytest.fixture
-def gw(request: pytest.FixtureRequest, model: str) -> Gateway:
-    """The suite's gateway; for ``cloud``, once its local vLLM server answers."""
-    if model != "cloud":
-        return request.getfixturevalue("gateway")  # type: ignore[no-any-return]
-    if not local_vllm_installed():
-        pytest.skip("the local vLLM server is not installed (scripts/setup.sh installs it)")
-    return request.getfixturevalue("cloud_gateway")  # type: ignore[no-any-return]
+def gw(tier_gw: Gateway) -> Gateway:
+    return tier_gw
 
 
 @pytest.fixture

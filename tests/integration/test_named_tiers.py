@@ -86,7 +86,8 @@ def _ask(gw: Gateway, model: str = "tiergate-auto") -> tuple[str, str, str]:
 def test_every_named_tier_is_a_model_and_ready(three: Gateway) -> None:
     names = [m.id for m in three.client().models.list().data]
     assert names[:4] == ["tiergate-auto", "edge", "cloud", "onnx"]
-    assert set(names[4:]) <= {"all-MiniLM-L6-v2"}  # the embedding model, once scripts/setup.sh exported it
+    # the embedding and speech models (and the speech model's alias), once scripts/setup.sh built them
+    assert set(names[4:]) <= {"all-MiniLM-L6-v2", "whisper-base", "whisper-1"}
     tiers = {t["name"]: t for t in three.readyz()["tiers"]}
     assert {n: t["health"] for n, t in tiers.items()} == {"edge": "ready", "cloud": "ready", "onnx": "ready"}
     assert "onnxruntime" in tiers["onnx"]["detail"]

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import anthropic
 import httpx
 import openai
 import pytest
@@ -258,6 +259,15 @@ EMBEDDING_MODEL = "all-MiniLM-L6-v2"
 
 def _ask(c: openai.OpenAI, endpoint: str, model: str, text: str) -> Any:
     """``text`` sent to ``endpoint`` as its client would send it; the raw response (headers too)."""
+    if endpoint == "messages":  # Anthropic's client, with the same key and headers
+        return anthropic.Anthropic(
+            base_url=str(c.base_url).removesuffix("/v1/"),
+            api_key=c.api_key,
+            max_retries=0,
+            default_headers={"Cache-Control": "no-store"},
+        ).messages.with_raw_response.create(
+            model=model, max_tokens=4, messages=[{"role": "user", "content": text}]
+        )
     if endpoint == "chat":
         return c.chat.completions.with_raw_response.create(
             model=model, messages=[{"role": "user", "content": text}], max_tokens=4
@@ -269,16 +279,21 @@ def _ask(c: openai.OpenAI, endpoint: str, model: str, text: str) -> Any:
     return c.embeddings.with_raw_response.create(model=EMBEDDING_MODEL, input=[text, "plain words"])
 
 
-ENDPOINTS = ["chat", "responses", "completions", "embeddings"]
+ENDPOINTS = ["chat", "responses", "completions", "embeddings", "messages"]
+BAD_REQUEST = (openai.BadRequestError, anthropic.BadRequestError)
 
 
 @pytest.mark.parametrize("endpoint", ENDPOINTS)
 def test_refuse_holds_on_every_endpoint(gw: Gateway, fake: FakeVLLM, endpoint: str) -> None:
     before = len(fake.requests)
-    with pytest.raises(openai.BadRequestError) as caught:
+    with pytest.raises(BAD_REQUEST) as caught:
         _ask(client(gw), endpoint, "tiergate-auto", f"my key is {KEY}")
-    assert caught.value.code == "residency_refused"
-    assert caught.value.param == ("messages" if endpoint == "chat" else "input")
+    if isinstance(caught.value, anthropic.BadRequestError):  # Anthropic's error shape: a type and a message
+        assert caught.value.body["error"]["type"] == "invalid_request_error"  # type: ignore[index]
+        assert "residency rule 'secret'" in caught.value.message
+    else:
+        assert caught.value.code == "residency_refused"
+        assert caught.value.param == ("messages" if endpoint == "chat" else "input")
     assert len(fake.requests) == before  # nothing sent anywhere
 
 
@@ -291,7 +306,10 @@ def test_keep_local_holds_on_every_endpoint(gw: Gateway, fake: FakeVLLM, endpoin
     assert raw.headers["x-tiergate-tier"] == ("embedding" if endpoint == "embeddings" else "edge")
     assert "iban -> keep_local" in raw.headers["x-tiergate-route-reason"]
     if endpoint != "embeddings":
-        with pytest.raises(openai.BadRequestError) as caught:
+        with pytest.raises(BAD_REQUEST) as caught:
             _ask(client(gw), endpoint, "cloud", f"Pay to {IBAN}.")
-        assert caught.value.code == "residency_keep_local"
+        if isinstance(caught.value, openai.BadRequestError):
+            assert caught.value.code == "residency_keep_local"
+        else:
+            assert "residency rule 'iban'" in caught.value.message
     assert IBAN not in sent(fake, before) and IBAN.replace(" ", "") not in sent(fake, before)

@@ -19,7 +19,7 @@ import pytest
 from pydantic import BaseModel
 
 from tests.agent_turn import weather_turn
-from tests.conftest import Gateway, local_vllm_installed
+from tests.conftest import Gateway
 from tests.openai_schema import validate
 
 FRESH = {"Cache-Control": "no-cache"}
@@ -48,12 +48,8 @@ class City(BaseModel):
 
 
 @pytest.fixture
-def gw(request: pytest.FixtureRequest, model: str) -> Gateway:
-    if model != "cloud":
-        return request.getfixturevalue("gateway")  # type: ignore[no-any-return]
-    if not local_vllm_installed():
-        pytest.skip("the local vLLM server is not installed (scripts/setup.sh installs it)")
-    return request.getfixturevalue("cloud_gateway")  # type: ignore[no-any-return]
+def gw(tier_gw: Gateway) -> Gateway:
+    return tier_gw
 
 
 @pytest.fixture

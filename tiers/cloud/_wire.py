@@ -51,6 +51,7 @@ _PASSED = (
     "top_k",
     "min_p",
     "repetition_penalty",
+    "reasoning_effort",
 )
 _encoder = msgspec.json.Encoder()
 completion_decoder = msgspec.json.Decoder(WireCompletion)
@@ -198,6 +199,11 @@ def _pieces(
     return out
 
 
+def stop_string(stop_reason: int | str | msgspec.UnsetType | None) -> str:
+    """vLLM's ``stop_reason`` when a stop string ended the choice (a token id or null: none did)."""
+    return stop_reason if isinstance(stop_reason, str) else ""
+
+
 def _ending(reasons: dict[int, str], n: int, called: set[int]) -> tuple[list[Event], str]:
     """ChoiceDone for every choice but the first of an n > 1 answer, and the first one's reason; a
     choice that called tools ends with ``tool_calls`` (vLLM says ``stop`` for a named tool_choice)."""
@@ -217,6 +223,7 @@ def body_events(body: bytes, instance: str, model: str, check: OutputCheck) -> t
         raise TierFailed(check.tier, f"{instance} answered 200 without any choice")
     events: list[Event] = [Started(instance, answer.model or model)]
     reasons: dict[int, str] = {}
+    stop = ""  # the stop string that ended the answer (vLLM's stop_reason)
     called: set[int] = set()
     ended = 0  # choices that ended at the end token (_eos.py)
     for choice in answer.choices:
@@ -232,12 +239,13 @@ def body_events(body: bytes, instance: str, model: str, check: OutputCheck) -> t
         check.whole(pieces)
         events.extend(pieces)
         reasons[choice.index] = choice.finish_reason or "stop"
+        stop = stop or stop_string(choice.stop_reason)
     for i in range(1, check.copies):
         reasons[i] = reasons[0]
     check.finished(reasons)
     done, reason = _ending(reasons, check.n, called)
     usage = answer.usage or WireUsage()
-    return (*events, *done, Finished(reason, counted(usage.usage(), ended)))
+    return (*events, *done, Finished(reason, counted(usage.usage(), ended), stop if reason == "stop" else ""))
 
 
 async def stream_events(
@@ -252,6 +260,7 @@ async def stream_events(
     called: set[int] = set()
     usage: WireUsage | None = None
     ended = 0  # choices that ended at the end token (_eos.py)
+    stop = ""  # the stop string that ended the answer (vLLM's stop_reason)
     answering = ""  # the model the chunks name
     started = False
     rest = b""
@@ -279,6 +288,7 @@ async def stream_events(
                 if choice.finish_reason:
                     reasons.update(dict.fromkeys(range(check.copies), choice.finish_reason))
                     reasons[choice.index] = choice.finish_reason
+                    stop = stop or stop_string(choice.stop_reason)
                 if choice.delta is not None and choice.delta.tool_calls:
                     called.update(range(check.copies) if check.copies > 1 else (choice.index,))
                 logprobs, eos = scored(choice, choice.delta)
@@ -296,4 +306,5 @@ async def stream_events(
     done, reason = _ending(reasons, check.n, called)
     for event in done:
         yield event
-    yield Finished(reason, counted(usage.usage(), ended) if usage else Usage(0, 0))
+    counts = counted(usage.usage(), ended) if usage else Usage(0, 0)
+    yield Finished(reason, counts, stop if reason == "stop" else "")

@@ -26,6 +26,25 @@ Hostile grammars fail fast: grammar text over :data:`MAX_GRAMMAR_BYTES` is refus
 :func:`parser_limits` bounds compiling (grammar symbols, the lexer's fuel and states) and every token's mask
 computation.  :func:`check_grammar` runs the same checks without a tokenizer, for the gateway to refuse a bad
 schema before routing.
+
+What a JSON schema leaves unbounded is bounded (:func:`bounded`), so that a constrained answer always
+ends.  A schema says ``{"type": "integer"}``; the grammar made from it allows any number of digits, and a
+small model at temperature 0 can write ``1111111…`` until ``max_tokens`` (seen on the edge: a
+``population`` field to the end of a 200-token budget).  Whitespace is already fixed (the
+separators above); the rest is bounded here, before the schema is compiled, the
+way compact strict outputs look:
+
+* an integer: at most 15 digits (|x| < 10^15), unless the schema gives its own bounds;
+* a number: the same magnitude and at most 6 decimals (``multipleOf`` 10^-6), unless it gives its own;
+* a string: at most :data:`MAX_STRING` characters, unless it has a length, a pattern, a format, an
+  ``enum`` or a ``const``;
+* an array: at most :data:`MAX_ITEMS` items, unless it says how many;
+* a free-form value (``json_object``, an object's ``additionalProperties: true``): one of those, nested
+  at most two deep; an object that names its properties and says nothing of others has those only.
+
+llguidance (the grammar compiler both edge engines use) honours ``minimum``/``maximum``, ``multipleOf``,
+``maxLength`` and ``maxItems`` while decoding; no library rewrites a schema this way, so it is done here.
+The bounds are the edge's own: the cloud tier's vLLM gets the client's schema as it is.
 """
 
 from __future__ import annotations
@@ -40,6 +59,7 @@ from tiers._types import ALL_ABILITIES, Ability, Generation
 
 __all__ = [
     "MAX_GRAMMAR_BYTES",
+    "bounded",
     "check_grammar",
     "edge_abilities",
     "grammar_of",
@@ -59,6 +79,73 @@ ARGUMENTS_KEY = '", "arguments": '
 CALL_CLOSE = "}\n</tool_call>"
 CALL_SEPARATOR = "\n"
 CONSTRAINED = frozenset({Ability.TOOLS, Ability.JSON_OBJECT, Ability.JSON_SCHEMA})
+
+
+MAX_MAGNITUDE = 10**15 - 1
+DECIMALS = 1e-6
+MAX_STRING = 96
+MAX_ITEMS = 8
+_SCALARS: list[dict[str, Any]] = [
+    {"type": "string", "maxLength": MAX_STRING},
+    {"type": "integer", "minimum": -MAX_MAGNITUDE, "maximum": MAX_MAGNITUDE},
+    {"type": "number", "minimum": -MAX_MAGNITUDE, "maximum": MAX_MAGNITUDE, "multipleOf": DECIMALS},
+    {"type": "boolean"},
+    {"type": "null"},
+]
+_SHALLOW: dict[str, Any] = {"anyOf": _SCALARS}
+# Any JSON value, bounded: scalars, or arrays and objects of scalars.
+ANY_VALUE: dict[str, Any] = {
+    "anyOf": [
+        *_SCALARS,
+        {"type": "array", "items": _SHALLOW, "maxItems": MAX_ITEMS},
+        {"type": "object", "additionalProperties": _SHALLOW},
+    ]
+}
+_SUBSCHEMA_KEYS = ("items", "not", "contains", "if", "then", "else")
+_LIST_KEYS = ("anyOf", "allOf", "oneOf", "prefixItems")
+_MAP_KEYS = ("properties", "$defs", "definitions", "patternProperties")
+
+
+def bounded(schema: Any) -> Any:
+    """``schema`` with the bounds above added where it leaves a value unbounded (a new object; the
+    client's is not changed)."""
+    if not isinstance(schema, dict):
+        return schema
+    out = dict(schema)
+    for key in _SUBSCHEMA_KEYS:
+        if isinstance(out.get(key), dict):
+            out[key] = bounded(out[key])
+    if isinstance(out.get("items"), list):  # the old tuple form
+        out["items"] = [bounded(s) for s in out["items"]]
+    for key in _LIST_KEYS:
+        if isinstance(out.get(key), list):
+            out[key] = [bounded(s) for s in out[key]]
+    for key in _MAP_KEYS:
+        if isinstance(out.get(key), dict):
+            out[key] = {name: bounded(s) for name, s in out[key].items()}
+    extra = out.get("additionalProperties")
+    if isinstance(extra, dict):
+        out["additionalProperties"] = bounded(extra) if extra else ANY_VALUE
+    elif extra is True:
+        out["additionalProperties"] = ANY_VALUE
+    if "enum" in out or "const" in out or "$ref" in out:
+        return out
+    kinds = out.get("type")
+    kinds = set(kinds) if isinstance(kinds, list) else {kinds}
+    if kinds & {"integer", "number"} and "maximum" not in out and "exclusiveMaximum" not in out:
+        out["maximum"] = MAX_MAGNITUDE
+    if kinds & {"integer", "number"} and "minimum" not in out and "exclusiveMinimum" not in out:
+        out["minimum"] = -MAX_MAGNITUDE
+    if "number" in kinds and "integer" not in kinds and "multipleOf" not in out:
+        out["multipleOf"] = DECIMALS
+    if "string" in kinds and not {"maxLength", "pattern", "format"} & out.keys():
+        out["maxLength"] = MAX_STRING
+    if "array" in kinds and "maxItems" not in out and "prefixItems" not in out:
+        out["maxItems"] = MAX_ITEMS
+    if "object" in kinds and "additionalProperties" not in out:
+        # named properties: those only, as strict outputs have them; none named: free-form, bounded
+        out["additionalProperties"] = False if "properties" in out else ANY_VALUE
+    return out
 
 
 class GrammarError(ValueError):
@@ -88,13 +175,14 @@ def parser_limits() -> Any:
 
 
 def _schema(schema: Any) -> dict[str, Any]:
-    """A JSON schema with tiergate's JSON options; refuses what is not a schema object."""
+    """A JSON schema with tiergate's JSON options and bounds (:func:`bounded`); refuses what is
+    not a schema object."""
     if schema is True or schema is None:
         schema = {}
     if not isinstance(schema, dict):
         raise GrammarError("a JSON schema must be an object")
     own = schema.get("x-guidance")
-    return {**schema, "x-guidance": {**(own if isinstance(own, dict) else {}), **JSON_OPTIONS}}
+    return {**bounded(schema), "x-guidance": {**(own if isinstance(own, dict) else {}), **JSON_OPTIONS}}
 
 
 def _lark_string(text: str) -> str:

@@ -107,16 +107,18 @@ class StopScanner:
         self._stops = [s for s in stops if s]
         self._held = ""
         self.stopped = False
+        self.matched = ""  # the stop sequence found
 
     def feed(self, piece: str) -> tuple[str, bool]:
         if not self._stops:
             return piece, False
         text = self._held + piece
-        hits = [i for i in (text.find(s) for s in self._stops) if i >= 0]
+        hits = [(i, s) for i, s in ((text.find(s), s) for s in self._stops) if i >= 0]
         if hits:
+            at, self.matched = min(hits, key=lambda hit: hit[0])
             self._held = ""
             self.stopped = True
-            return text[: min(hits)], True
+            return text[:at], True
         keep = max((n for s in self._stops for n in range(1, len(s)) if text.endswith(s[:n])), default=0)
         self._held = text[len(text) - keep :] if keep else ""
         return text[: len(text) - keep], False

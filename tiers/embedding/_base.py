@@ -111,12 +111,6 @@ class Embedder:
             return [self._tokenizer.encode(texts[0], add_special_tokens=True).ids]
         return [e.ids for e in self._tokenizer.encode_batch(list(texts), add_special_tokens=True)]
 
-    def detokenize(self, row: Sequence[int]) -> str:
-        """The text of token ids (special tokens left out): what a client's ids say."""
-        if self._tokenizer is None:
-            raise TierUnavailable(self.name, "the embedding model is not loaded")
-        return str(self._tokenizer.decode(list(row), skip_special_tokens=True))
-
     @property
     def local(self) -> bool:
         """Whether the model runs in this process (vLLM pooling servers are reached over the network)."""

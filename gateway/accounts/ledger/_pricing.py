@@ -32,6 +32,8 @@ DEFAULT_PRICES = (
     Price(tier="edge", prompt_per_1k=0.00002, completion_per_1k=0.00004),
     Price(tier="cloud", prompt_per_1k=0.0005, completion_per_1k=0.0015, per_image=0.001),
     *(Price(tier=t, prompt_per_1k=0.00001) for t in ("embedding", "embedding-vllm")),  # /v1/embeddings
+    # /v1/audio/*, by the second of audio (OpenAI's whisper-1: $0.006 a minute)
+    Price(tier="speech", per_media_second=0.0001),
 )
 
 

@@ -8,6 +8,7 @@ here is blocking: callers on the event loop run them in a thread.
 from gateway.accounts.storage._engine import SCHEMA_VERSION, open_database
 from gateway.accounts.storage._lock import DataFolderInUse, DataFolderLock
 from gateway.accounts.storage._schema import (
+    answer_labels,
     api_keys,
     ledger,
     ledger_tags,
@@ -25,6 +26,7 @@ __all__ = [
     "DataFolderInUse",
     "DataFolderLock",
     "WriteAheadLog",
+    "answer_labels",
     "api_keys",
     "ledger",
     "ledger_tags",

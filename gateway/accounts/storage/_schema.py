@@ -159,3 +159,19 @@ responses = Table(
     Column("added", LargeBinary, nullable=False),  # JSON chat messages: this turn's input and answer
     Index("ix_responses_tenant_expires", "tenant", "expires_at"),
 )
+
+
+# Answers' quality labels (gateway/accounts/quality/labels.py): one per answer, by the request id its
+# ledger row has, so a report joins them; new in a database, create_all makes it (no migration step).
+answer_labels = Table(
+    "answer_labels",
+    metadata,
+    Column("request_id", String(128), primary_key=True),
+    Column("tenant", String(64), nullable=False),
+    Column("tier", String(64), nullable=False),
+    Column("good", Boolean, nullable=False),
+    Column("source", String(16), nullable=False),  # feedback, re-ask, abandoned, cut short, no such tool
+    Column("note", Text),
+    Column("labelled_at", Float, nullable=False),
+    Index("ix_answer_labels_tenant_at", "tenant", "labelled_at"),
+)

@@ -1,11 +1,11 @@
 """Tenants, their API keys and their rate limits.
 
 :class:`TenantStore` keeps tenants and keys in the database (only key hashes);
-:class:`Authenticator` turns a request's bearer key into a :class:`Caller`;
+:class:`Authenticator` turns a request's key (bearer, or ``x-api-key``) into a :class:`Caller`;
 a :class:`RateLimiter` (in-process or Redis) admits or refuses each request.
 """
 
-from gateway.accounts.tenants._auth import Authenticator
+from gateway.accounts.tenants._auth import Authenticator, key_of
 from gateway.accounts.tenants._keys import hash_key, key_id_of, matches, new_key
 from gateway.accounts.tenants._limits import Demand, LocalLimiter, RateLimiter, RedisLimiter, make_limiter
 from gateway.accounts.tenants._models import (
@@ -47,6 +47,7 @@ __all__ = [
     "check_tenant_name",
     "hash_key",
     "key_id_of",
+    "key_of",
     "make_limiter",
     "matches",
     "new_key",

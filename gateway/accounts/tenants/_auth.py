@@ -1,4 +1,5 @@
-"""Who is calling: ``Authorization: Bearer <key>`` → :class:`Caller`, or 401.
+"""Who is calling: ``Authorization: Bearer <key>`` (or ``x-api-key: <key>``, as Anthropic's clients send
+it) → :class:`Caller`, or 401.
 
 Keys looked up in the database are trusted for ``auth.key_cache_s``; within that time a
 request costs one hash and one constant-time compare, no database access.  While the
@@ -28,6 +29,16 @@ log = logging.getLogger(__name__)
 _Entry = tuple[float, str, str, Tenant | None, bool]  # fetched_at, hash, role, tenant, revoked
 
 
+def key_of(headers: Mapping[str, str]) -> str:
+    """The key a request sends: ``Authorization: Bearer <key>`` (OpenAI's clients), else
+    ``x-api-key: <key>`` (Anthropic's); empty when neither is there."""
+    auth = headers.get("authorization")
+    if auth is not None:
+        scheme, _, key = auth.partition(" ")
+        return key.strip() if scheme.lower() == "bearer" else ""
+    return headers.get("x-api-key", "").strip()
+
+
 class Authenticator:
     def __init__(
         self,
@@ -54,12 +65,11 @@ class Authenticator:
         """The caller named by the request's key; 401 when missing, unknown, wrong or revoked."""
         if self._open_caller is not None:
             return self._open_caller
-        auth = headers.get("authorization", "")
-        scheme, _, key = auth.partition(" ")
-        key = key.strip()
-        if scheme.lower() != "bearer" or not key:
+        key = key_of(headers)
+        if not key:
             raise AuthenticationFailed(
-                "no API key: send it as 'Authorization: Bearer <key>' (tiergate keys create --tenant NAME)"
+                "no API key: send it as 'Authorization: Bearer <key>' or 'x-api-key: <key>'"
+                " (tiergate keys create --tenant NAME)"
             )
         address = CLIENT_HOST.get()
         self._throttle.check(address)

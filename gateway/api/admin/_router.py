@@ -3,6 +3,8 @@
 GET  /admin/api/router          per tier: samples, fit time, held-out and live MAPE, online
                                 correction; the difficulty model's source and accuracy
 POST /admin/api/router/refit    refit every tier now, wait, save (``tiergate calibrate`` uses it)
+GET  /admin/api/quality         per tenant and tier: the labels the quality model learned from (how
+                                many, the share good, per hour) and by what source (``?tenant=``)
 """
 
 from __future__ import annotations
@@ -41,4 +43,15 @@ async def router_refit(
     return Response(encode(await routing.refit_now()), media_type=JSON)
 
 
-ROUTER_ROUTES = [router_state, router_refit]
+@get("/admin/api/quality")
+async def quality(
+    request: Request[object, object, State], services: NamedDependency[Services]
+) -> Response[bytes]:
+    routing = await _routing(request, services)
+    tenant = request.query_params.get("tenant") or None
+    sources = services.outcomes.report(tenant) if services.outcomes is not None else []
+    body = {"tiers": routing.quality(tenant), "sources": sources}
+    return Response(encode(body), media_type=JSON)
+
+
+ROUTER_ROUTES = [router_state, router_refit, quality]

@@ -20,6 +20,7 @@ from gateway.pipeline.chat import ChatPipeline
 from gateway.pipeline.front import Incoming, Parse
 from gateway.wire.chat import ChatCompletionRequest
 from gateway.wire.completions import Completions, parse_completions
+from gateway.wire.decoding import decoded
 
 __all__ = ["Completions", "Run", "event_stream", "json_body", "parse_completions", "start"]
 
@@ -48,7 +49,7 @@ async def start(
     the one before has been streamed (a begun stream holds its admission slot until it is read)."""
     await auth.caller(incoming.headers)
     body = await incoming.body()
-    completions = parse_completions(body)
+    completions = await decoded(parse_completions, body)
 
     async def given() -> bytes:
         return body

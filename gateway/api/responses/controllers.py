@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import AsyncGenerator
 
+import msgspec
 from litestar import Request, Response, asgi, delete, get
 from litestar.datastructures import State
 from litestar.di import NamedDependency
@@ -23,6 +24,7 @@ from gateway.accounts.tenants import DEFAULT_TENANT
 from gateway.api.asgi_io import JSONAnswer, SSEResponse
 from gateway.api.door import door, respond
 from gateway.api.framing import route_headers, tiergate_info
+from gateway.api.responses import input_items
 from gateway.api.responses import objects as ro
 from gateway.api.responses.stream import ResponseEvents
 from gateway.api.responses.translate import (
@@ -36,6 +38,7 @@ from gateway.errors import PermissionDenied, to_gateway_error
 from gateway.pipeline.answer import Answer
 from gateway.services import Services
 from gateway.wire.chat import ChatCompletionRequest, Message
+from gateway.wire.decoding import decode_error, decoded
 from gateway.wire.responses import FunctionTool, ResponsesRequest, parse_responses_request
 from tiers import Event, Finished, assemble
 
@@ -55,7 +58,7 @@ class Turn:
 
     async def parse(self, body: bytes, tenant: str) -> ChatCompletionRequest:
         """Stage 2 for this endpoint (the pipeline calls it once the caller is known)."""
-        request, items, self.tools = parse_responses_request(body)
+        request, items, self.tools = await decoded(parse_responses_request, body)
         self.request, self.tenant = request, tenant
         history: list[Message] = []
         if request.previous_response_id is not None:
@@ -76,7 +79,7 @@ class Turn:
         body = ro.encode(response)
         assert self.request is not None
         if self.request.stored:
-            added = encode_thread(continued(self.added, assemble(answer_events)))
+            added = encode_thread(continued(self.added, assemble(answer_events), response.max_tool_calls))
             parent = self.request.previous_response_id
             await self._store.put(self.tenant, self.id, Stored(body, added, parent))
         return body
@@ -85,9 +88,9 @@ class Turn:
 def _response(turn: Turn, answer: Answer, events: list[Event]) -> ro.Response:
     whole = assemble(events)
     response = turn.opening(answer.model)
-    output = ro.output_of(
-        whole.choices[0], ro.new_id("msg"), [ro.new_id("fc") for _ in whole.choices[0].tool_calls]
-    )
+    limit = response.max_tool_calls
+    calls = whole.choices[0].tool_calls if limit is None else whole.choices[0].tool_calls[:limit]
+    output = ro.output_of(whole.choices[0], ro.new_id("msg"), [ro.new_id("fc") for _ in calls], limit)
     final = ro.finished(response, whole, output)
     final.tiergate = tiergate_info(answer)
     return final
@@ -99,7 +102,7 @@ async def _json(turn: Turn, answer: Answer) -> bytes:
 
 
 async def _stream(turn: Turn, answer: Answer) -> AsyncGenerator[bytes, None]:
-    writer = ResponseEvents(turn.opening(answer.model))
+    writer = ResponseEvents(turn.opening(answer.model), obfuscate=answer.obfuscate)
     seen: list[Event] = []
     events = answer.events
     try:
@@ -132,6 +135,8 @@ async def create_response(scope: Scope, receive: Receive, send: Send) -> None:
 
     async def make() -> JSONAnswer | SSEResponse:
         answer = await services.pipeline.run(incoming)
+        if services.outcomes is not None:  # feedback may name the answer by its resp_ id
+            services.outcomes.alias(turn.id, incoming.request_id)
         if answer.stream:
             return SSEResponse(_stream(turn, answer), route_headers(answer.routed))
         return JSONAnswer(await _json(turn, answer), route_headers(answer.routed))
@@ -164,4 +169,20 @@ async def delete_response(
     return Response(ro.encode(body), media_type=JSON)
 
 
-ROUTES = [create_response, retrieve_response, delete_response]
+@get("/v1/responses/{response_id:str}/input_items")
+async def list_input_items(
+    request: Request[object, object, State], services: NamedDependency[Services], response_id: FromPath[str]
+) -> Response[bytes]:
+    """The response's input items, paged as OpenAI pages them (``after``, ``limit``, ``order``)."""
+    query = dict(request.query_params)
+    query.pop("include", None)  # input items carry their image URLs already (all OpenAI includes here)
+    try:
+        paging = msgspec.convert(query, input_items.Page, strict=False)
+    except msgspec.ValidationError as exc:
+        raise decode_error(exc) from exc
+    added = await services.responses.added(await _tenant(request, services), response_id)
+    items = input_items.items_of(decode_thread(added)[:-1], response_id)
+    return Response(ro.encode(input_items.page(items, paging)), media_type=JSON)
+
+
+ROUTES = [create_response, retrieve_response, delete_response, list_input_items]

@@ -95,6 +95,10 @@ class Response(msgspec.Struct, kw_only=True):
     tools: list[Any]
     metadata: dict[str, str]
     user: str | msgspec.UnsetType = msgspec.UNSET  # OpenAI's schema: a string, or absent
+    safety_identifier: str | msgspec.UnsetType = msgspec.UNSET
+    prompt_cache_key: str | msgspec.UnsetType = msgspec.UNSET
+    max_tool_calls: int | None = None
+    reasoning: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET
     completed_at: int | None = None
     error: ErrorBody | None = None
     incomplete_details: IncompleteDetails | None = None
@@ -132,7 +136,18 @@ def opening(
         tools=[_tool(t) for t in tools],
         metadata=dict(request.metadata or {}),
         user=request.user if request.user is not None else msgspec.UNSET,
+        safety_identifier=_given(request.safety_identifier),
+        prompt_cache_key=_given(request.prompt_cache_key),
+        max_tool_calls=request.max_tool_calls,
+        # the effort asked for, echoed; no model here reasons, so there is never a summary
+        reasoning=(
+            {"effort": request.reasoning.effort, "summary": None} if request.reasoning else msgspec.UNSET
+        ),
     )
+
+
+def _given(value: str | None) -> str | msgspec.UnsetType:
+    return value if value is not None else msgspec.UNSET
 
 
 def _tool(tool: rp.FunctionTool) -> dict[str, Any]:
@@ -163,15 +178,19 @@ def usage_of(usage: Usage) -> ResponseUsage:
     )
 
 
-def output_of(choice: Choice, message_id: str, call_ids: list[str]) -> list[OutputItem]:
+def output_of(
+    choice: Choice, message_id: str, call_ids: list[str], max_calls: int | None = None
+) -> list[OutputItem]:
     """A choice as output items: its text as one message (when it has text or no calls), then one
-    ``function_call`` item per call (item ids from ``call_ids``)."""
+    ``function_call`` item per call (item ids from ``call_ids``), the first ``max_calls`` of them
+    (``max_tool_calls``: OpenAI ignores the model's further calls)."""
     incomplete = choice.finish_reason == "length"
+    calls = choice.tool_calls if max_calls is None else choice.tool_calls[:max_calls]
     items: list[OutputItem] = []
-    if choice.text or not choice.tool_calls:
+    if choice.text or not calls:
         part = OutputTextPart(choice.text, logprobs=logprobs_of(choice.logprobs or []))
         items.append(OutputMessage(message_id, "incomplete" if incomplete else "completed", [part]))
-    for call, item_id in zip(choice.tool_calls, call_ids, strict=True):
+    for call, item_id in zip(calls, call_ids, strict=True):
         items.append(FunctionCall(item_id, call.id, call.name, call.arguments, "completed"))
     return items
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.api.responses import objects as ro
+from gateway.wire.chat_response import obfuscation
 from tiers import Completion, Logprobs, TextDelta, TokenLogprob, ToolCallDelta
 
 
@@ -37,8 +38,11 @@ def _scores(tokens: list[TokenLogprob]) -> list[dict[str, Any]]:
 class ResponseEvents:
     """The events of one streamed response, numbered in order."""
 
-    def __init__(self, response: ro.Response) -> None:
+    def __init__(self, response: ro.Response, *, obfuscate: bool = False) -> None:
         self.response = response
+        self._obfuscate = obfuscate  # stream_options.include_obfuscation: padding on delta events
+        self._calls = 0  # function calls opened (max_tool_calls ignores the model's further ones)
+        self._ignoring = False  # the model is making a call past max_tool_calls
         self._sequence = 0
         self._items: list[ro.OutputItem] = []  # output items opened so far
         self._text: list[str] = []  # the open message's text
@@ -67,7 +71,11 @@ class ResponseEvents:
         if isinstance(event, TextDelta):
             return self._text_delta(event.text) if event.text else b""
         if isinstance(event, ToolCallDelta):
-            return self._call_delta(event)
+            if event.id:  # a call opens: one past max_tool_calls is ignored, with its pieces
+                limit = self.response.max_tool_calls
+                self._ignoring = limit is not None and self._calls >= limit
+                self._calls += not self._ignoring
+            return b"" if self._ignoring else self._call_delta(event)
         if isinstance(event, Logprobs):
             self._scores.extend(event.tokens)
         return b""
@@ -93,6 +101,7 @@ class ResponseEvents:
             content_index=0,
             delta=text,
             logprobs=_scores(scores),
+            **self._padding(),
         )
 
     def _call_delta(self, delta: ToolCallDelta) -> bytes:
@@ -109,8 +118,12 @@ class ResponseEvents:
                 item_id=item.id,
                 output_index=len(self._items) - 1,
                 delta=delta.arguments,
+                **self._padding(),
             )
         return out
+
+    def _padding(self) -> dict[str, str]:
+        return {"obfuscation": obfuscation()} if self._obfuscate else {}
 
     def _added(self, item: ro.OutputItem) -> bytes:
         self._items.append(item)
@@ -176,5 +189,5 @@ class ResponseEvents:
     def final(self, answer: Completion) -> ro.Response:
         """The whole response, its output items named as the events named them."""
         message_id, call_ids = self.item_ids
-        output = ro.output_of(answer.choices[0], message_id, call_ids)
+        output = ro.output_of(answer.choices[0], message_id, call_ids, self.response.max_tool_calls)
         return ro.finished(self.response, answer, output)

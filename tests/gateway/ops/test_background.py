@@ -56,7 +56,7 @@ def test_the_predictor_refit_worker_runs_at_the_lowest_priority() -> None:
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    from gateway.pipeline.routing_service import exit_with_parent
+    from gateway.ops.background import exit_with_parent
 
     before = _nice_of_this_process()
     context = multiprocessing.get_context("spawn")

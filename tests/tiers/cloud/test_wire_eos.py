@@ -40,7 +40,26 @@ def test_a_stop_string_keeps_its_token_as_the_edge_does() -> None:
     answer = body(["Hi", "!", " Bye"], "Hi!", finish_reason="stop", stop_reason="Bye")
     events = body_events(answer, "cloud-0", "m", PLAIN)
     assert scored(events) == ["Hi", "!", " Bye"]
-    assert events[-1] == Finished("stop", Usage(5, 3))
+    assert events[-1] == Finished("stop", Usage(5, 3), stop="Bye")  # named (Anthropic's stop_sequence)
+
+
+async def test_a_streamed_answer_names_the_stop_string_that_ended_it() -> None:
+    chunks = [
+        {"model": "smol", "choices": [{"index": 0, "delta": {"content": "Hi!"}}]},
+        {
+            "model": "smol",
+            "choices": [{"index": 0, "delta": {}, "finish_reason": "stop", "stop_reason": "Bye"}],
+        },
+        {"model": "smol", "choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 3}},
+    ]
+
+    async def sent() -> AsyncIterator[bytes]:
+        for chunk in chunks:
+            yield b"data: " + json.dumps(chunk).encode() + b"\n\n"
+        yield b"data: [DONE]\n\n"
+
+    events = [e async for e in stream_events(sent(), "cloud-0", "m", PLAIN)]
+    assert events[-1] == Finished("stop", Usage(5, 3), stop="Bye")
 
 
 def test_an_answer_cut_at_max_tokens_or_from_a_server_that_says_no_stop_reason_is_taken_as_it_is() -> None:

@@ -24,8 +24,10 @@ def test_partial_match_that_does_not_complete_is_released() -> None:
     assert scanner.flush() == ""
 
 
-def test_earliest_of_several_stops_wins() -> None:
-    assert feed_all(StopScanner(["zz", "b"]), ["a b zz"]) == "a "
+def test_earliest_of_several_stops_wins_and_is_named() -> None:
+    scanner = StopScanner(["zz", "b"])
+    assert feed_all(scanner, ["a b zz"]) == "a "
+    assert scanner.matched == "b"  # Anthropic's stop_sequence
 
 
 def test_no_stops_passes_through() -> None:

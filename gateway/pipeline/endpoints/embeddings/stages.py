@@ -7,7 +7,8 @@ policy, limits and residency rules) and the same ending (gateway/pipeline/ending
        model          the embedding model's name or an alias, else 404; dimensions, input count: 400
      3 limit          the tenant's request limit (its tokens are charged at 10, as for chat)
        residency      the tenant's rules on the inputs' text, as for chat (gateway/pipeline/front.py)
-       tokenize       texts → the model's token ids; an empty or too long input: 400
+       tokenize       token ids (OpenAI's cl100k_base) → text; texts → the model's token ids;
+                      an empty or too long input: 400
      5 cache          per input, by tenant + model + token ids: a batch computes only its misses
                       (and a text repeated inside one request once); Cache-Control as for chat
      8 dispatch       the misses to the embedding tier, batched with every other request's
@@ -37,9 +38,11 @@ from gateway.ops.tracing import Tracing
 from gateway.pipeline.answer import Routed
 from gateway.pipeline.answers.exact import CacheStatus, cache_directives
 from gateway.pipeline.ending import Ending
+from gateway.pipeline.endpoints.embeddings import openai_tokens
 from gateway.pipeline.front import Front, Incoming
 from gateway.pipeline.record import Call
 from gateway.residency import Redaction, Verdict
+from gateway.wire.decoding import decoded
 from gateway.wire.embeddings import (
     EmbeddingRequest,
     encode_embeddings,
@@ -59,6 +62,13 @@ def embedding_config(config: EmbeddingConfig, build_cache_dir: str) -> Embedding
 
     folder = config.model_dir or str(Path(build_cache_dir).expanduser() / DEFAULT_EMBEDDING_MODEL_DIR)
     return msgspec.structs.replace(config, model_dir=folder)
+
+
+async def _texts(inputs: list[str] | list[list[int]]) -> list[str]:
+    """The inputs' texts: token ids are OpenAI's (cl100k_base), read back to the text they stand for."""
+    if inputs and isinstance(inputs[0], str):
+        return [i for i in inputs if isinstance(i, str)]
+    return await openai_tokens.texts_of([i for i in inputs if isinstance(i, list)])
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,14 +114,15 @@ class EmbeddingPipeline:
     async def run(self, incoming: Incoming) -> EmbeddingAnswer:
         started = time.perf_counter()
         caller = await self._front.caller(incoming)  # 1 authenticate
-        request = parse_embedding_request(await incoming.body())  # 2 parse
-        items = inputs_of(request)
+        request = await decoded(parse_embedding_request, await incoming.body())  # 2 parse
+        inputs = inputs_of(request)
         call = self._front.begin(caller, incoming, request.model)  # the ledger's; its cost tags
         incoming.noted(call.tenant.name, request.model)
         try:
-            self._check(request, len(items))  # the model: 404; dimensions and the input count: 400
+            self._check(request, len(inputs))  # the model: 404; dimensions and the input count: 400
             await self._front.admit(call, Demand())  # 3 limit
             await self.embedder.loaded()  # the first request loads the model (embedding.preload = false)
+            items = await _texts(inputs)
             items = self._residency(call, items)  # the tenant's rules, on the texts
             rows = await self._tokens(items)
             headers = incoming.headers
@@ -133,17 +144,16 @@ class EmbeddingPipeline:
         body = encode_embeddings(found.vectors, self.embedder.model, tokens, request.encoding_format)
         return EmbeddingAnswer(body, routed)
 
-    def _residency(self, call: Call, items: list[str] | list[list[int]]) -> list[str] | list[list[int]]:
-        """The tenant's residency rules on the inputs' text (token ids are read back to text first).
+    def _residency(self, call: Call, texts: list[str]) -> list[str]:
+        """The tenant's residency rules on the inputs' text.
         ``refuse``: 400.  The in-process model is local; vLLM pooling servers are remote: for them
         ``keep_local`` is a 400 (no local embedding tier can take it) and ``redact`` embeds the text
         with placeholders where the rules matched."""
         if not self._front.rules(call.tenant.name):
-            return items
-        texts = [i if isinstance(i, str) else self.embedder.detokenize(i) for i in items]
+            return texts
         verdict = self._front.residency(call, [{"role": "user", "content": t} for t in texts], "input")
         if self.embedder.local or not verdict.fired:
-            return items
+            return texts
         if kept := verdict.first("keep_local"):
             raise InvalidRequest(
                 f"residency rule {kept!r} keeps this request on local tiers, and the embedding model "
@@ -152,7 +162,7 @@ class EmbeddingPipeline:
                 code="residency_refused",
             )
         if not verdict.redact:
-            return items
+            return texts
         redaction = Redaction()
         return [redaction.text(t, verdict.redact) for t in texts]
 
@@ -174,17 +184,13 @@ class EmbeddingPipeline:
         if count > most:
             raise InvalidRequest(f"'input' has {count} items; at most {most} per request", param="input")
 
-    async def _tokens(self, items: list[str] | list[list[int]]) -> list[list[int]]:
+    async def _tokens(self, texts: list[str]) -> list[list[int]]:
         with self._tracing.span("tokenize"):
-            if items and isinstance(items[0], str):
-                texts = [i for i in items if isinstance(i, str)]
-                # A long list would hold the event loop for milliseconds: tokenized beside it.
-                if len(texts) > 32:
-                    rows = await asyncio.to_thread(self.embedder.tokenize, texts)
-                else:
-                    rows = self.embedder.tokenize(texts)
+            # A long list would hold the event loop for milliseconds: tokenized beside it.
+            if len(texts) > 32:
+                rows = await asyncio.to_thread(self.embedder.tokenize, texts)
             else:
-                rows = [i for i in items if isinstance(i, list)]
+                rows = self.embedder.tokenize(texts)
             self.embedder.check(rows)
         return rows
 

@@ -1,0 +1,6 @@
+"""Whether answers were acceptable: the labels the router's quality model learns from.
+
+feedback.py   the answers kept for labels: POST /v1/feedback, re-asks, what the ending sees
+labels.py     each label written beside the answer's ledger row (the ``answer_labels`` table)
+shadow.py     shadow comparisons: a sample of answers asked again of a reference tier
+"""

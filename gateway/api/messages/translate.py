@@ -1,0 +1,246 @@
+"""An Anthropic Messages request as the chat request the pipeline's stages take, and an answer's
+events as Anthropic's ``message``.
+
+    system (a string, or text blocks)    the system message in front (blocks joined by newlines)
+    text block                           a text part (an assistant's text: its content)
+    image block, base64 or url source    an image part (``data:`` URI, or the URL, fetched behind
+                                         the SSRF guard as any image URL is)
+    tool_use block (assistant)           a tool call, its ``input`` as the arguments' JSON text
+    tool_result block (user)             a ``tool`` message (its text; ``is_error`` says "Error: "
+                                         in front); its images follow in a user message
+    tools, tool_choice                   function tools; auto → auto, any → required, tool → that
+                                         function, none → none; disable_parallel_tool_use → false
+                                         parallel_tool_calls
+    stop_sequences, temperature, top_p,  stop, temperature, top_p, top_k, max_tokens, user
+    top_k, max_tokens, metadata.user_id
+
+Back: the text as a ``text`` block, each tool call as a ``tool_use`` block (its id ``toolu_…``, its
+arguments parsed into ``input``), finish_reason as ``stop_reason`` (stop → end_turn, or
+stop_sequence when a stop sequence ended it; length → max_tokens; tool_calls → tool_use).
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from typing import Any
+
+import msgspec
+
+from gateway.errors import InvalidRequest
+from gateway.wire import messages as am
+from gateway.wire.chat import (
+    CalledFunction,
+    ChatCompletionRequest,
+    ChosenFunction,
+    ContentPart,
+    FunctionDef,
+    ImagePart,
+    ImageURL,
+    Message,
+    NamedToolChoice,
+    TextPart,
+    Tool,
+    ToolCallIn,
+    check_chat_request,
+)
+from tiers import Completion, Event, Finished
+
+log = logging.getLogger(__name__)
+
+STOP_REASONS: dict[str, am.StopReason] = {
+    "stop": "end_turn",
+    "length": "max_tokens",
+    "tool_calls": "tool_use",
+    "content_filter": "refusal",
+}
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{secrets.token_hex(12)}"
+
+
+def tool_use_id(call_id: str) -> str:
+    """A tier's call id (``call_…``) as Anthropic's (``toolu_…``); a client's own ids pass as sent."""
+    return "toolu_" + call_id.removeprefix("call_") if not call_id.startswith("toolu_") else call_id
+
+
+def _image(block: am.ImageBlock) -> ImagePart:
+    source = block.source
+    if isinstance(source, am.Base64Source):
+        return ImagePart(ImageURL(f"data:{source.media_type};base64,{source.data}"))
+    return ImagePart(ImageURL(source.url))
+
+
+def _text_of(content: str | list[am.TextBlock]) -> str:
+    return content if isinstance(content, str) else "\n".join(b.text for b in content)
+
+
+def _result(block: am.ToolResultBlock) -> tuple[Message, list[ContentPart]]:
+    """A tool result as a ``tool`` message, and its images (a tool message carries text only)."""
+    if isinstance(block.content, str):
+        text, images = block.content, []
+    else:
+        text = "\n".join(b.text for b in block.content if isinstance(b, am.TextBlock))
+        images = [_image(b) for b in block.content if isinstance(b, am.ImageBlock)]
+    if block.is_error:
+        text = f"Error: {text}"
+    return Message(role="tool", content=text, tool_call_id=block.tool_use_id), list(images)
+
+
+def _user(message: am.MessageParam, where: str) -> list[Message]:
+    if isinstance(message.content, str):
+        return [Message(role="user", content=message.content)]
+    results: list[Message] = []
+    parts: list[ContentPart] = []
+    for i, block in enumerate(message.content):
+        if isinstance(block, am.ToolResultBlock):
+            result, images = _result(block)
+            results.append(result)
+            parts.extend(images)
+        elif isinstance(block, am.TextBlock):
+            parts.append(TextPart(block.text))
+        elif isinstance(block, am.ImageBlock):
+            parts.append(_image(block))
+        else:
+            raise InvalidRequest(
+                f"{where}.content[{i}]: a tool_use block belongs in an assistant message",
+                param=f"{where}.content[{i}]",
+            )
+    return [*results, *([Message(role="user", content=parts)] if parts else [])]
+
+
+def _assistant(message: am.MessageParam, where: str) -> Message:
+    if isinstance(message.content, str):
+        return Message(role="assistant", content=message.content)
+    text: list[str] = []
+    calls: list[ToolCallIn] = []
+    for i, block in enumerate(message.content):
+        if isinstance(block, am.TextBlock):
+            text.append(block.text)
+        elif isinstance(block, am.ToolUseBlock):
+            arguments = msgspec.json.encode(block.input).decode()
+            calls.append(ToolCallIn(id=block.id, function=CalledFunction(block.name, arguments)))
+        else:
+            kind = "an image" if isinstance(block, am.ImageBlock) else "a tool_result"
+            raise InvalidRequest(
+                f"{where}.content[{i}]: {kind} block belongs in a user message", param=f"{where}.content[{i}]"
+            )
+    joined = "".join(text)
+    return Message(
+        role="assistant", content=joined if joined or not calls else None, tool_calls=calls or None
+    )
+
+
+def messages_of(request: am.CreateMessage | am.CountTokens) -> list[Message]:
+    """The chat messages of a request: its system text in front, then each turn's."""
+    messages: list[Message] = []
+    if request.system is not None and (system := _text_of(request.system)):
+        messages.append(Message(role="system", content=system))
+    for i, message in enumerate(request.messages):
+        where = f"messages[{i}]"
+        if message.role == "user":
+            messages.extend(_user(message, where))
+        else:
+            messages.append(_assistant(message, where))
+    return messages
+
+
+def _tool(tool: am.Tool, i: int) -> Tool:
+    if tool.type not in (None, "custom"):
+        raise InvalidRequest(
+            f"tools[{i}] is Anthropic's server tool {tool.type!r}, which no tier here runs; "
+            "send client tools (a name and an input_schema)",
+            param=f"tools[{i}].type",
+        )
+    if tool.input_schema is None:
+        raise InvalidRequest(f"tools[{i}] has no input_schema", param=f"tools[{i}].input_schema")
+    return Tool(FunctionDef(tool.name, tool.description, tool.input_schema, tool.strict))
+
+
+def _tools(request: am.CreateMessage | am.CountTokens) -> dict[str, Any]:
+    """The chat request's tools, tool_choice and parallel_tool_calls."""
+    tools = [_tool(t, i) for i, t in enumerate(request.tools or ())]
+    choice = request.tool_choice
+    fields: dict[str, Any] = {"tools": tools or None}
+    if choice is None or (not tools and isinstance(choice, am.ToolChoiceAuto | am.ToolChoiceNone)):
+        return fields  # Anthropic takes auto or none without tools: nothing to choose from
+    if isinstance(choice, am.ToolChoiceTool):
+        fields["tool_choice"] = NamedToolChoice(ChosenFunction(choice.name))
+    else:
+        fields["tool_choice"] = {am.ToolChoiceAuto: "auto", am.ToolChoiceAny: "required"}.get(
+            type(choice), "none"
+        )
+    if not isinstance(choice, am.ToolChoiceNone) and choice.disable_parallel_tool_use:
+        fields["parallel_tool_calls"] = False
+    return fields
+
+
+def chat_request(request: am.CreateMessage | am.CountTokens) -> ChatCompletionRequest:
+    """The chat request for ``request`` (a token count: its prompt alone), checked as a chat request is."""
+    fields = _tools(request)
+    if isinstance(request, am.CreateMessage):
+        fields |= {
+            "stream": request.stream,
+            "max_tokens": request.max_tokens,
+            "stop": request.stop_sequences,
+            "temperature": request.temperature,
+            "top_p": request.top_p,
+            "top_k": request.top_k,
+            "user": request.metadata.user_id if request.metadata is not None else None,
+        }
+    chat = ChatCompletionRequest(model=request.model, messages=messages_of(request), **fields)
+    if not chat.messages:
+        raise InvalidRequest("the conversation is empty", param="messages")
+    check_chat_request(chat)
+    return chat
+
+
+# -- the answer ------------------------------------------------------------------------------------
+
+
+def stop_of(reason: str, stop: str) -> tuple[am.StopReason, str | None]:
+    """Anthropic's stop_reason and stop_sequence for a tier's finish_reason and the stop sequence that
+    ended the answer (empty when none did)."""
+    if reason == "stop" and stop:
+        return "stop_sequence", stop
+    return STOP_REASONS.get(reason, "end_turn"), None
+
+
+def tool_input(arguments: str) -> dict[str, Any]:
+    """A call's arguments as ``input``; what is no JSON object (a model's slip) is an empty one."""
+    try:
+        found = msgspec.json.decode(arguments or "{}")
+    except msgspec.DecodeError:
+        found = None
+    if not isinstance(found, dict):
+        log.warning("messages: a tool call's arguments are no JSON object: %.200r", arguments)
+        return {}
+    return found
+
+
+def finished_of(events: list[Event]) -> Finished | None:
+    return next((e for e in reversed(events) if isinstance(e, Finished)), None)
+
+
+def message_of(
+    message_id: str, model: str, answer: Completion, finished: Finished | None, info: am.TiergateInfo | None
+) -> am.MessageOut:
+    choice = answer.choices[0]
+    content: list[am.TextOut | am.ToolUseOut] = []
+    if choice.text or not choice.tool_calls:
+        content.append(am.TextOut(choice.text))
+    for call in choice.tool_calls:
+        content.append(am.ToolUseOut(tool_use_id(call.id), call.name, tool_input(call.arguments)))
+    reason, sequence = stop_of(choice.finish_reason, finished.stop if finished is not None else "")
+    usage = am.UsageOut(answer.usage.prompt_tokens, answer.usage.completion_tokens)
+    return am.MessageOut(
+        id=message_id,
+        model=model,
+        content=content,
+        stop_reason=reason,
+        stop_sequence=sequence,
+        usage=usage,
+        role="assistant",
+        tiergate=info if info is not None else msgspec.UNSET,
+    )

@@ -1,0 +1,348 @@
+"""How likely a tier's answer is to be acceptable for a request, learned from outcomes.
+
+A tier's declared ``quality`` (edge 0.4, cloud 0.7) and the template-trained difficulty say nothing
+about *this* deployment's requests.  This model learns it from labels: a client's feedback, a re-ask,
+a stream abandoned early, a structured answer cut at ``max_tokens``, a tool call to no offered tool.
+
+The model is a Bayesian probit regression per tier (AdPredictor's assumed-density filtering: one pass
+per label, a mean and a variance per weight, no refits), over the request's hashed words (the
+difficulty model's words, without its word pairs) and numbers (:func:`vectorize`'s), its media and
+tools, and the difficulty estimate itself:
+
+    score(x)     = (w_global + w_tenant) · x          each weight Gaussian, diagonal
+    acceptable   = Φ(mean / √(β² + variance))          the predictive probability
+    draw         = Φ((mean + sd · N(0, 1)) / β)        Thompson sampling: which tiers to explore
+
+The global weights learn from every tenant's labels and are each tenant's prior; a tenant's own
+weights start at zero with a small variance and learn what is peculiar to its traffic.  Before any
+label the score is ``difficulty_weight × (declared quality − difficulty)``: the declared quality and
+the template-trained difficulty are the prior, and the labels move it.
+
+Its uncertainty decides when it replaces the declared quality: for a request whose score's sd is at
+most ``max_sd`` (labels on requests like it brought it down from the prior's) and a tier with at least
+``min_labels`` labels, the router compares the acceptability with the policy's ``acceptable_floor``;
+before that, the declared quality against the difficulty, as it always did.  Exploration sends a
+share of requests to a cheaper tier not learned yet for them, or whose draw passes the floor
+(router/_strategies.py).  Scores in [0, 1] count as good from 0.5 up.  Memory: at most two floats per
+hashed bucket per (tier, tenant), tenants bounded (least recently labelled dropped).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+import zlib
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from statistics import NormalDist
+from typing import Any
+
+import msgspec
+
+from router._features import Features
+from router._learning.difficulty import BUCKETS, NUMERIC, vectorize, words
+from tiers import Ability, Modality
+
+# The quality model's features beyond the difficulty vector's, each 0 or 1 but difficulty.
+EXTRAS = ("image", "audio", "video", "tools", "structured", "difficulty", "bias")
+BIAS = BUCKETS + len(NUMERIC) + len(EXTRAS) - 1
+_EXTRA_AT = {name: BUCKETS + len(NUMERIC) + i for i, name in enumerate(EXTRAS)}
+_NORMAL = NormalDist()
+HOUR = 3600.0
+SERIES_HOURS = 48  # per (tenant, tier): labels and good ones per hour, this many hours kept
+
+# A request's quality features, sparse: bucket indices and their values.
+QualityKeys = tuple[tuple[int, ...], tuple[float, ...]]
+
+
+class QualityConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """How the quality model learns and when it is trusted."""
+
+    # The learned acceptability replaces the declared quality for a request once the tier has this
+    # many labels (the tenant's and the global ones) ...
+    min_labels: int = 30
+    # ... and the sd of the request's score is at most this (probit units).  The prior's is ~0.95; after
+    # 200 labels a tenant (bench/quality_sim.py) it is ~0.7 on the class a tier serves most and ~0.78 on
+    # the others and on words never labelled: the intercept's and the numbers' share is what labels
+    # shrink first, so in practice the gate opens with a tier's first few dozen labels, and stays shut
+    # for a request unlike any labelled (other media, tools, sizes) while those shares are wide.
+    max_sd: float = 0.85
+    # The prior variances: of the hashed words' weights, together (words carry what differs between
+    # requests; more makes one template's few labels swing it), of the intercept, and of each number.
+    word_variance: float = 0.5
+    bias_variance: float = 0.3
+    number_variance: float = 0.05
+    tenant_variance: float = 0.1  # of a tenant's own weights, as a share of the global prior's
+    beta: float = 1.0  # the probit's noise: how much one label can say
+    # The prior: score = difficulty_weight × (declared quality - difficulty), so a tier is as likely
+    # acceptable as not where the declared check is on the edge (quality = difficulty), likelier
+    # below, less above: the template-trained difficulty and the declared quality are the prior.
+    difficulty_weight: float = 4.0
+    tenants: int = 1000  # tenants' weights kept (least recently labelled dropped first)
+
+
+def quality_keys(
+    features: Features,
+    difficulty: float | None,
+    vector: tuple[list[int], list[float]] | None = None,
+    read: list[str] | None = None,
+) -> QualityKeys:
+    """The request's features for the quality model: the difficulty model's hashed words (L2-normalised)
+    and numbers (``vector`` and ``read``: its vector and the text's words, when made already), then
+    media, tools, structure, difficulty, bias."""
+    read = words(features.text) if read is None else read
+    made = vector or vectorize(features.text, features, read)
+    # The words alone, not the word pairs: fewer buckets per request, each seen more often, so a
+    # few hundred labels say something of each (the pairs of a filled-in template rarely recur).
+    buckets = sorted({zlib.crc32(w.encode()) & (BUCKETS - 1) for w in read})
+    weight = 1 / math.sqrt(len(buckets)) if buckets else 0.0
+    indices = [*buckets, *made[0][-len(NUMERIC) :]]
+    values = [weight] * len(buckets) + list(made[1][-len(NUMERIC) :])
+    extra = {
+        "image": Modality.IMAGE in features.modalities,
+        "audio": Modality.AUDIO in features.modalities,
+        "video": Modality.VIDEO in features.modalities,
+        "tools": Ability.TOOLS in features.needs,
+        "structured": bool(features.needs & {Ability.JSON_SCHEMA, Ability.JSON_OBJECT}),
+    }
+    for name, on in extra.items():
+        if on:
+            indices.append(_EXTRA_AT[name])
+            values.append(1.0)
+    indices.append(_EXTRA_AT["difficulty"])
+    values.append(0.5 if difficulty is None else difficulty)  # not known: as likely hard as not
+    indices.append(BIAS)
+    values.append(1.0)
+    return tuple(indices), tuple(values)
+
+
+@dataclass(frozen=True, slots=True)
+class Acceptability:
+    """One tier's acceptability for one request, as the router reads it from the snapshot."""
+
+    mean: float  # the predictive probability that its answer is acceptable
+    sd: float  # the score's sd (probit units): the model's uncertainty about this request
+    draw: float  # a Thompson draw: what the router compares with the floor
+    labels: int  # the tenant's labels for the tier
+    learned: bool  # certain enough to replace the declared quality
+
+
+class Weights:
+    """Sparse Gaussian weights: a mean and a variance per bucket; unset buckets are the prior."""
+
+    __slots__ = ("labels", "mean", "prior", "var")
+
+    def __init__(self, prior: Mapping[int, tuple[float, float]], default: tuple[float, float]) -> None:
+        self.prior = dict(prior)
+        self.prior[-1] = default
+        self.mean: dict[int, float] = {}
+        self.var: dict[int, float] = {}
+        self.labels = 0
+
+    def _prior(self, i: int) -> tuple[float, float]:
+        return self.prior.get(i) or self.prior[-1]
+
+    def score(self, keys: QualityKeys) -> tuple[float, float]:
+        """The score's mean and variance for ``keys`` (on the request path: kept to plain lookups)."""
+        mean = var = 0.0
+        prior, default = self.prior.get, self.prior[-1]
+        means, variances = self.mean.get, self.var.get
+        for i, x in zip(*keys, strict=True):
+            m0, v0 = prior(i, default)
+            mean += means(i, m0) * x
+            var += variances(i, v0) * x * x
+        return mean, var
+
+    def update(self, keys: QualityKeys, step: float, shrink: float) -> None:
+        """Move each weight by ``step`` × its variance × x; shrink its variance by ``shrink`` × v² x²."""
+        for i, x in zip(*keys, strict=True):
+            m0, v0 = self._prior(i)
+            v = self.var.get(i, v0)
+            self.mean[i] = self.mean.get(i, m0) + step * v * x
+            self.var[i] = max(v * (1 - shrink * v * x * x), v0 * 1e-3)
+
+    def dump(self) -> dict[str, Any]:
+        return {"labels": self.labels, "mean": self.mean, "var": self.var}
+
+    def load(self, saved: Mapping[str, Any]) -> None:
+        self.labels = int(saved.get("labels", 0))
+        self.mean = {int(k): float(v) for k, v in saved.get("mean", {}).items()}
+        self.var = {int(k): float(v) for k, v in saved.get("var", {}).items()}
+
+
+@dataclass(slots=True)
+class LabelTally:
+    """Labels of one (tenant, tier), per hour: for operators (the admin API and page)."""
+
+    labels: int = 0
+    good: int = 0
+    hours: OrderedDict[int, list[int]] | None = None  # hour → [labels, good]
+
+    def add(self, good: bool, at: float) -> None:
+        self.labels += 1
+        self.good += int(good)
+        hours = self.hours if self.hours is not None else OrderedDict()
+        self.hours = hours
+        row = hours.setdefault(int(at // HOUR), [0, 0])
+        row[0] += 1
+        row[1] += int(good)
+        while len(hours) > SERIES_HOURS:
+            hours.popitem(last=False)
+
+
+def _v(t: float) -> float:
+    """φ(t)/Φ(t), stable far into the left tail (there it tends to -t)."""
+    if t < -30:
+        return -t
+    cdf = 0.5 * math.erfc(-t / math.sqrt(2))
+    return math.exp(-0.5 * t * t) / math.sqrt(2 * math.pi) / max(cdf, 1e-300)
+
+
+class QualityModel:
+    """Per tier, global weights and each tenant's own; labels folded one by one (:meth:`label`)."""
+
+    def __init__(self, config: QualityConfig | None = None, *, clock: Any = time.time) -> None:
+        self.config = config or QualityConfig()
+        self._global: dict[str, Weights] = {}
+        self._tenants: OrderedDict[str, dict[str, Weights]] = OrderedDict()
+        self.tallies: dict[tuple[str, str], LabelTally] = {}
+        self.declared: dict[str, float] = {}
+        self._clock = clock
+
+    # -- the weights -------------------------------------------------------------------------
+
+    def _global_of(self, tier: str, declared: float) -> Weights:
+        found = self._global.get(tier)
+        if found is None:
+            c = self.config
+            k = c.difficulty_weight
+            prior = {BUCKETS + i: (0.0, c.number_variance) for i in range(len(NUMERIC) + len(EXTRAS) - 1)}
+            prior[BIAS] = (k * declared, c.bias_variance)
+            prior[_EXTRA_AT["difficulty"]] = (-k, c.number_variance)
+            found = self._global[tier] = Weights(prior, (0.0, c.word_variance))
+            self.declared.setdefault(tier, declared)
+        return found
+
+    def _tenant_of(self, tenant: str, tier: str, create: bool) -> Weights | None:
+        tiers = self._tenants.get(tenant)
+        if tiers is None:
+            if not create:
+                return None
+            tiers = self._tenants[tenant] = {}
+            while len(self._tenants) > self.config.tenants:
+                self._tenants.popitem(last=False)
+        elif create:
+            self._tenants.move_to_end(tenant)
+        found = tiers.get(tier)
+        if found is None and create:
+            c = self.config
+            share = c.tenant_variance
+            prior = {BIAS: (0.0, c.bias_variance * share)}
+            prior |= {
+                BUCKETS + i: (0.0, c.number_variance * share) for i in range(len(NUMERIC) + len(EXTRAS) - 1)
+            }
+            found = tiers[tier] = Weights(prior, (0.0, c.word_variance * share))
+        return found
+
+    def _score(self, tenant: str, tier: str, declared: float, keys: QualityKeys) -> tuple[float, float, int]:
+        g = self._global_of(tier, declared)
+        mean, var = g.score(keys)
+        own = self._tenant_of(tenant, tier, create=False)
+        labels = g.labels
+        if own is not None:
+            m, v = own.score(keys)
+            mean, var = mean + m, var + v
+        else:
+            share = self.config.tenant_variance
+            var += share * (self.config.word_variance + self.config.bias_variance)  # its prior's
+        return mean, var, labels
+
+    # -- the request path ----------------------------------------------------------------------
+
+    def assess(
+        self, tenant: str, tier: str, declared: float, keys: QualityKeys, rng: random.Random
+    ) -> Acceptability:
+        """Tier ``tier``'s acceptability for a request of ``tenant`` with ``keys``, and a Thompson draw."""
+        mean, var, labels = self._score(tenant, tier, declared, keys)
+        beta = self.config.beta
+        sd = math.sqrt(var)
+        p = _NORMAL.cdf(mean / math.sqrt(beta * beta + var))
+        draw = _NORMAL.cdf((mean + sd * rng.gauss(0.0, 1.0)) / beta)
+        tally = self.tallies.get((tenant, tier))
+        learned = labels >= self.config.min_labels and sd <= self.config.max_sd
+        return Acceptability(p, sd, draw, tally.labels if tally is not None else 0, learned)
+
+    # -- learning --------------------------------------------------------------------------------
+
+    def label(self, tenant: str, tier: str, keys: QualityKeys, good: bool, at: float | None = None) -> None:
+        """Learn one label: ``tier``'s answer to a request with ``keys`` was acceptable (``good``) or not."""
+        declared = self.declared.get(tier, 0.5)
+        g = self._global_of(tier, declared)
+        own = self._tenant_of(tenant, tier, create=True)
+        assert own is not None
+        mean, var, _ = self._score(tenant, tier, declared, keys)
+        y = 1.0 if good else -1.0
+        total = self.config.beta**2 + var
+        s = math.sqrt(total)
+        t = y * mean / s
+        v = _v(t)
+        w = v * (v + t)
+        for weights in (g, own):
+            weights.update(keys, y * v / s, w / total)
+            weights.labels += 1
+        tally = self.tallies.setdefault((tenant, tier), LabelTally())
+        tally.add(good, self._clock() if at is None else at)
+
+    # -- operators -------------------------------------------------------------------------------
+
+    def report(self, tenant: str | None = None) -> list[dict[str, Any]]:
+        """Per (tenant, tier): labels, the share good, per hour (oldest first)."""
+        out = []
+        for (name, tier), tally in sorted(self.tallies.items()):
+            if tenant is not None and name != tenant:
+                continue
+            hours = tally.hours or OrderedDict()
+            out.append(
+                {
+                    "tenant": name,
+                    "tier": tier,
+                    "labels": tally.labels,
+                    "good": tally.good,
+                    "acceptable": round(tally.good / tally.labels, 4) if tally.labels else None,
+                    "declared": self.declared.get(tier),
+                    "hours": [
+                        {"hour_start": h * HOUR, "labels": n, "good": k, "acceptable": round(k / n, 4)}
+                        for h, (n, k) in hours.items()
+                    ],
+                }
+            )
+        return out
+
+    # -- persistence -----------------------------------------------------------------------------
+
+    def dump(self) -> dict[str, Any]:
+        return {
+            "declared": self.declared,
+            "global": {tier: w.dump() for tier, w in self._global.items()},
+            "tenants": {t: {tier: w.dump() for tier, w in ws.items()} for t, ws in self._tenants.items()},
+            "tallies": [
+                [tenant, tier, t.labels, t.good, [[h, *row] for h, row in (t.hours or {}).items()]]
+                for (tenant, tier), t in self.tallies.items()
+            ],
+        }
+
+    def load(self, data: Mapping[str, Any]) -> None:
+        for tier, q in data.get("declared", {}).items():
+            self.declared[tier] = float(q)
+        for tier, saved in data.get("global", {}).items():
+            self._global_of(tier, self.declared.get(tier, 0.5)).load(saved)
+        for tenant, tiers in data.get("tenants", {}).items():
+            for tier, saved in tiers.items():
+                own = self._tenant_of(tenant, tier, create=True)
+                assert own is not None
+                own.load(saved)
+        for tenant, tier, labels, good, hours in data.get("tallies", []):
+            rows = OrderedDict((int(h), [int(n), int(k)]) for h, n, k in hours)
+            self.tallies[(tenant, tier)] = LabelTally(int(labels), int(good), rows)
