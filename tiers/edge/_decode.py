@@ -9,9 +9,9 @@ the logits row of the next position.  The loop does the rest, the same for both 
 * constrains the answer with llguidance when the request has tools or a JSON ``response_format``
   (:mod:`tiers.edge._grammar`): an ``LLMatcher`` per answer fills a token bitmask before each pick and
   consumes the token after it; the answer ends when the grammar is complete; in its last
-  :data:`WRAP_UP` tokens, the tokens that close what is open are taken where the grammar allows any,
-  so the answer finishes within ``max_tokens`` (the schema's own unbounded parts are bounded before it is
-  compiled: :func:`tiers.edge._grammar.bounded`);
+  :data:`WRAP_UP` tokens, tokens that close what is open, or end a value, are taken where the grammar
+  allows any (:func:`wrapped_up`), so the answer finishes within ``max_tokens`` (the schema's own
+  unbounded parts are bounded before it is compiled: :func:`tiers.edge._grammar.bounded`);
 * reports log-probabilities from the engine's raw row (before any shaping), with ``top_logprobs``
   alternatives;
 * ends an answer at an end-of-generation token, a ``stop_token_ids`` token, a stop string
@@ -71,15 +71,31 @@ class Engine(Protocol):
         ...
 
 
-# A constrained answer this close to its token budget is wrapped up: of the tokens its grammar allows,
-# those that close what is open (or end the answer) are taken while there are any, so the JSON or the
-# tool call finishes within max_tokens instead of being cut off (a small model at temperature 0.8 can
-# fill a string with emoji, four tokens each).  Room for a few levels of nesting and the required fields
-# still to come (24 was seen to run out once in 40 x 2 answers in CI: an emoji string, then a required key).
+# A constrained answer this close to its token budget is wrapped up, so the JSON or the tool call
+# finishes within max_tokens instead of being cut off: a small model at temperature 0.8 otherwise fills
+# a number with digits, or a string with emoji (four tokens each) or with ``]}]}``, while required keys
+# wait.  Of the tokens its grammar allows, the wrap-up takes the first kind there is of: those that end
+# the answer or hold a quote (inside a string only a quote closes it: ``}`` and ``]`` there are more of
+# the string); those that close what is open (``}``, ``]``); those that end a value and go on to the
+# next (``,``, ``:``: a number stops growing there, and a required key still to come is reached); then
+# anything but more of a number or blank space.  Each wrap-up token thus moves toward the end.
 WRAP_UP = 32
-CLOSERS = frozenset(
-    {b'"', b"}", b"]", b'"}', b'"]', b"}]", b"]}", b"}}", b"]]", b'"}]', b'"}}', b'"]}', b"}]}", b"}}}"}
-)
+Mask = np.ndarray[Any, np.dtype[np.bool_]]  # one flag per token
+_CLOSING = frozenset(b'"}] ')
+_SEPARATING = frozenset(b'"}], :')
+_GROWING = frozenset(b"0123456789.eE+- \t\n\r")
+
+
+def _closes(piece: bytes) -> bool:
+    return piece.strip() != b"" and set(piece) <= _CLOSING
+
+
+def _separates(piece: bytes) -> bool:
+    return set(piece) <= _SEPARATING and (b"," in piece or b":" in piece)
+
+
+def _grows(piece: bytes) -> bool:
+    return set(piece) <= _GROWING  # digits, a decimal point, an exponent, blank space (b"" included)
 
 
 @dataclass(frozen=True)
@@ -92,11 +108,24 @@ class Vocabulary:
     guide: Any = None  # llguidance's LLTokenizer, None without llguidance
 
     @functools.cached_property
-    def closers(self) -> np.ndarray[Any, np.dtype[np.bool_]]:
-        """One flag per token: it ends what is open (a string, array or object), or the answer."""
-        flags = np.array([piece in CLOSERS for piece in self.pieces], dtype=np.bool_)
-        flags[list(self.end)] = True
-        return flags
+    def wrap_up(self) -> tuple[Mask, ...]:
+        """The kinds of token a wrap-up prefers, first to last (see :data:`WRAP_UP`), one flag per token."""
+        closers = np.array([_closes(p) for p in self.pieces], dtype=np.bool_)
+        quoted = closers & np.array([b'"' in p for p in self.pieces], dtype=np.bool_)
+        quoted[list(self.end)] = True
+        separators = np.array([_separates(p) for p in self.pieces], dtype=np.bool_)
+        others = ~np.array([_grows(p) for p in self.pieces], dtype=np.bool_)
+        return quoted, closers, separators, others
+
+
+def wrapped_up(allowed: Mask, vocab: Vocabulary) -> Mask:
+    """Of the ``allowed`` tokens, the first kind a wrap-up prefers that has any; else ``allowed``."""
+    size = allowed.shape[0]
+    for kind in vocab.wrap_up:
+        chosen = allowed & kind[:size]
+        if chosen.any():
+            return chosen
+    return allowed
 
 
 @dataclass(slots=True)
@@ -221,9 +250,7 @@ class Decoder:
                 return None
             allowed = None if guide is None else guide.allowed(row.shape[0])
             if allowed is not None and budget - produced <= min(WRAP_UP, budget // 4):
-                closing = allowed & vocab.closers[: allowed.shape[0]]
-                if closing.any():
-                    allowed = closing
+                allowed = wrapped_up(allowed, vocab)
             banned = banned_early if produced < gen.min_tokens else banned_always
             # the row may be shaped in place unless it is the prompt's (kept for the next answer) or its
             # raw values are still needed for the log-probabilities
