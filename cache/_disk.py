@@ -24,15 +24,16 @@ class DiskStore:
     """A :class:`~cache.ResultStore` on diskcache.
 
     Writes, opening, closing and large reads run on one private worker thread, so a
-    write never blocks the event loop.  A ``get_many`` of a few keys (an embeddings
-    request's lookup) reads on the loop instead, through a second diskcache handle
-    whose SQLite connection waits at most ``INLINE_BUSY_S`` for a lock: in WAL mode
-    a reader does not wait for the writer, and one read from the page cache is
-    ~0.02 ms, where the hop to the thread and back measured ~0.6 ms on 2 busy cores
-    (docs/performance.md).  A read that finds the database locked all the same
-    (recovery, a checkpoint) is done again on the thread.  ``max_bytes`` is
-    diskcache's ``size_limit`` (a soft bound: it culls least recently stored
-    entries on writes).
+    write never blocks the event loop.  A ``get`` (a chat request's lookup) and a
+    ``get_many`` of a few keys (an embeddings request's) read on the loop instead,
+    through a second diskcache handle whose SQLite connection waits at most
+    ``INLINE_BUSY_S`` for a lock: in WAL mode a reader does not wait for the writer,
+    and one read from the page cache is ~0.02 ms, where the hop to the thread and
+    back measured ~0.6 ms on 2 busy cores and costs a cache hit half its CPU
+    (docs/performance.md, ``bench/cache_read.py``).  A read that finds the
+    database locked all the same (recovery, a checkpoint) is done again on the
+    thread.  ``max_bytes`` is diskcache's ``size_limit`` (a soft bound: it culls
+    least recently stored entries on writes).
     """
 
     def __init__(self, directory: str | Path, max_bytes: int) -> None:
@@ -76,7 +77,7 @@ class DiskStore:
             raise CacheError(f"diskcache at {self._directory}: {exc}") from exc
 
     async def get(self, key: str) -> bytes | None:
-        return await self._run(self._get, key)
+        return (await self.get_many([key]))[0]
 
     async def set(self, key: str, value: bytes, ttl_s: float) -> None:
         await self._run(self._set, key, value, ttl_s)

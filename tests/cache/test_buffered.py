@@ -98,6 +98,8 @@ async def test_disk_reads_on_the_loop_find_another_handles_writes(tmp_path: Path
     assert await reader.get_many(["k"]) == [None]
     await writer.set_many([("k", b"from the other")], ttl_s=60)
     assert await reader.get_many(["k", "opened"]) == [b"from the other", b"1"]
+    await writer.set("one", b"for a chat lookup", ttl_s=60)
+    assert await reader.get("one") == b"for a chat lookup"  # get reads on the loop as well
     await writer.aclose()
     await reader.aclose()
 
