@@ -270,7 +270,8 @@ class ChatPipeline:
                 if heard.changed:  # the tenant's rules read the transcript too
                     verdict = self._front.residency(call, msgspec.to_builtins(request.messages), param)
             headers = incoming.headers
-            call.session = request.prompt_cache_key or headers.get("x-session-id") or request.user
+            end_user = request.safety_identifier or request.user
+            call.session = request.prompt_cache_key or headers.get("x-session-id") or end_user
             ctx = RequestContext(  # what the tenant's policy and the request ask of stages 5–8, once
                 tenant=tenant,
                 cache_control=headers.get("cache-control", ""),

@@ -52,8 +52,11 @@ CHAT: Mapping[str, Honoured | Refused] = {
     "top_p": Honoured(SAMPLING),
     "top_logprobs": Honoured("log probabilities of the most likely tokens, from the engine"),
     "logprobs": Honoured("log probabilities of the tokens chosen, from the engine"),
-    "user": Honoured("validated (≤ 256 characters); the ledger keys requests by API key and tenant"),
-    "safety_identifier": Honoured("validated (≤ 64 characters) and kept like `user`"),
+    "user": Honoured(
+        "validated (≤ 256 characters); the end user whose next similar question is a re-ask (a quality "
+        "label), where no `prompt_cache_key` or `X-Session-ID` says the session"
+    ),
+    "safety_identifier": Honoured("validated (≤ 64 characters); the end user, as `user` (and before it)"),
     "prompt_cache_key": Honoured(
         "the affinity key: requests sharing it go to the same cloud replica and edge instance, "
         "whose prefix cache holds their prompt (instead of a hash of the conversation's opening)"
@@ -173,7 +176,7 @@ EMBEDDINGS: Mapping[str, Honoured | Refused] = {
     ),
     "encoding_format": Honoured("`float` or `base64`"),
     "dimensions": Honoured("384, the model's; another is a 400 (MiniLM was not trained to be shortened)"),
-    "user": CHAT["user"],
+    "user": Honoured("validated (≤ 256 characters), as OpenAI's; an embedding has no session to label"),
 }
 
 TRANSLATIONS: Mapping[str, Honoured | Refused] = {

@@ -49,8 +49,10 @@ def tenant(gw: Gateway) -> tuple[str, str]:
     return str(admin(gw, "POST", f"/tenants/{name}/keys").json()["key"]), name
 
 
-def chat(gw: Gateway, key: str, text: str, model: str = "edge", **headers: str) -> httpx.Response:
-    body = {"model": model, "messages": [{"role": "user", "content": text}], **SHORT}
+def chat(
+    gw: Gateway, key: str, text: str, model: str = "edge", extra: dict[str, Any] | None = None, **headers: str
+) -> httpx.Response:
+    body = {"model": model, "messages": [{"role": "user", "content": text}], **SHORT, **(extra or {})}
     resp = httpx.post(
         f"{gw.url}/v1/chat/completions",
         json=body,
@@ -108,11 +110,15 @@ def test_feedback_names_the_tenants_own_answers_only(gw: Gateway) -> None:
     assert rows == [("edge", 1, "feedback", "right", 200)]
 
 
-def test_a_reask_labels_the_earlier_answer_bad(gw: Gateway) -> None:
+@pytest.mark.parametrize("said_by", ["X-Session-ID", "safety_identifier", "user"])
+def test_a_reask_labels_the_earlier_answer_bad(gw: Gateway, said_by: str) -> None:
+    """The session is the header's, else the end user's (``safety_identifier``, else ``user``)."""
     key, name = tenant(gw)
-    session = {"X-Session-ID": f"s-{uuid.uuid4().hex[:6]}"}
-    first = chat(gw, key, "How many legs does a spider have?", **session).json()["id"]
-    chat(gw, key, "How many legs does a spider have??", **session)
+    who = f"s-{uuid.uuid4().hex[:6]}"
+    session = {said_by: who} if said_by == "X-Session-ID" else {}
+    extra = {} if session else {said_by: who}
+    first = chat(gw, key, "How many legs does a spider have?", extra=extra, **session).json()["id"]
+    chat(gw, key, "How many legs does a spider have??", extra=extra, **session)
     labelled = [s for s in sources(gw, name, "re-ask") if s["source"] == "re-ask"]
     assert labelled == [{"tenant": name, "tier": "edge", "source": "re-ask", "good": False, "labels": 1}]
     assert feedback(gw, key, id=first, label="good").status_code == 409  # labelled by the re-ask

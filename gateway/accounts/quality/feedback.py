@@ -9,9 +9,9 @@ beside the request path):
     feedback       POST /v1/feedback names the answer (chatcmpl-…, cmpl-… or resp_…): a score in
                    [0, 1] (good from 0.5 up) or a label; the tenant's own answers only (another's is
                    a 404, as an unknown one)
-    re-ask         the same session (prompt_cache_key, X-Session-ID or user) asks a similar last turn
-                   (cosine of the hashed words >= :data:`REASK_SIMILARITY`) within :data:`REASK_WINDOW_S`:
-                   the earlier answer was bad
+    re-ask         the same session (prompt_cache_key, X-Session-ID, safety_identifier or user) asks a
+                   similar last turn (cosine of the hashed words >= :data:`REASK_SIMILARITY`) within
+                   :data:`REASK_WINDOW_S`: the earlier answer was bad
     abandoned      a stream whose client left after it began and before it finished: bad
     cut short      a structured answer (response_format) that stopped at max_tokens: bad
     no such tool   a tool call to a tool the request did not offer: bad
