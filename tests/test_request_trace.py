@@ -58,7 +58,7 @@ def test_a_streamed_event_passes_three_generators_the_framings_two_and_the_endin
 
 
 @pytest.mark.xfail(
-    reason="issue 33's file targets are not met yet (64 files / 162 returns for a JSON miss at 514583a)",
+    reason="issue 33's file targets are not met yet (64 files / 153 returns for a JSON miss at 219a6b2)",
     strict=True,
 )
 def test_issue_33_targets(report: dict[str, Any]) -> None:
