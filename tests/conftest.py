@@ -176,6 +176,14 @@ def cloud_gateway(gateway: Gateway) -> Gateway:
     return gateway
 
 
+# The tiers a test of the API runs on, with :func:`tier_gw`: the edge, the router's choice and the cloud
+# (marked ``cloud``: it needs the local vLLM server); requests past the result cache send FRESH.
+EDGE, AUTO = "edge", "tiergate-auto"
+CLOUD = pytest.param("cloud", marks=pytest.mark.cloud, id="cloud")
+EVERY_TIER = pytest.mark.parametrize("model", [EDGE, AUTO, CLOUD])
+FRESH = {"Cache-Control": "no-cache"}
+
+
 @pytest.fixture
 def tier_gw(request: pytest.FixtureRequest, model: str) -> Gateway:
     """The suite's gateway for the tier a test is parametrized with (``model``): for ``cloud``, once its
@@ -190,7 +198,7 @@ def tier_gw(request: pytest.FixtureRequest, model: str) -> Gateway:
 @pytest.fixture
 def tier_client(tier_gw: Gateway) -> openai.OpenAI:
     """The official client on :func:`tier_gw`, past the result cache."""
-    return tier_gw.client(default_headers={"Cache-Control": "no-cache"}, timeout=120)
+    return tier_gw.client(default_headers=FRESH, timeout=120)
 
 
 @pytest.fixture

@@ -23,16 +23,12 @@ from openai.lib.streaming.chat import ChatCompletionStreamState
 from pydantic import BaseModel
 
 from tests.agent_turn import weather_turn
-from tests.conftest import Gateway
+from tests.conftest import AUTO, EDGE, EVERY_TIER, FRESH, Gateway
 from tests.openai_schema import CHAT_COMPLETION, CHAT_COMPLETION_CHUNK, MODEL, validate
 
 # Every answer from the tier itself, not a cache replay.
-FRESH = {"Cache-Control": "no-cache"}
 
-EDGE, AUTO = "edge", "tiergate-auto"
-CLOUD = pytest.param("cloud", marks=pytest.mark.cloud, id="cloud")
 # Tier-level features: each tier, and auto's choice. The cloud runs are few (vLLM's CPU time is scarce).
-EVERY_TIER = pytest.mark.parametrize("model", [EDGE, AUTO, CLOUD])
 EDGE_TIERS = pytest.mark.parametrize("model", [EDGE, AUTO])
 
 WEATHER: dict[str, Any] = {

@@ -22,13 +22,8 @@ import pytest
 from anthropic.types import Message, TextBlock, ToolUseBlock
 
 from tests import media_files
-from tests.conftest import Gateway
+from tests.conftest import AUTO, CLOUD, EDGE, EVERY_TIER, FRESH, Gateway
 from tests.integration.test_tenants_api import admin, ledger_rows
-
-FRESH = {"Cache-Control": "no-cache"}
-EDGE, AUTO = "edge", "tiergate-auto"
-CLOUD = pytest.param("cloud", marks=pytest.mark.cloud, id="cloud")
-EVERY_TIER = pytest.mark.parametrize("model", [EDGE, AUTO, CLOUD])
 
 WEATHER: dict[str, Any] = {
     "name": "get_weather",

@@ -14,12 +14,9 @@ import openai
 import pytest
 from pydantic import BaseModel
 
-from tests.conftest import Gateway
+from tests.conftest import EVERY_TIER, FRESH, Gateway
 from tests.openai_schema import validate
 
-FRESH = {"Cache-Control": "no-cache"}
-CLOUD = pytest.param("cloud", marks=pytest.mark.cloud, id="cloud")
-EVERY_TIER = pytest.mark.parametrize("model", ["edge", "tiergate-auto", CLOUD])
 HELLO = [{"role": "user", "content": "Say hello."}]
 
 

@@ -19,13 +19,8 @@ import pytest
 from pydantic import BaseModel
 
 from tests.agent_turn import weather_turn
-from tests.conftest import Gateway
+from tests.conftest import EDGE, EVERY_TIER, FRESH, Gateway
 from tests.openai_schema import validate
-
-FRESH = {"Cache-Control": "no-cache"}
-EDGE, AUTO = "edge", "tiergate-auto"
-CLOUD = pytest.param("cloud", marks=pytest.mark.cloud, id="cloud")
-EVERY_TIER = pytest.mark.parametrize("model", [EDGE, AUTO, CLOUD])
 
 WEATHER: dict[str, Any] = {
     "type": "function",
