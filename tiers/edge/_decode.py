@@ -107,6 +107,10 @@ class Vocabulary:
     end: frozenset[int]  # end-of-generation tokens
     guide: Any = None  # llguidance's LLTokenizer, None without llguidance
 
+    def __post_init__(self) -> None:
+        if self.guide is not None:  # made with the model (~0.1 s), not in a request's last tokens
+            _ = self.wrap_up
+
     @functools.cached_property
     def wrap_up(self) -> tuple[Mask, ...]:
         """The kinds of token a wrap-up prefers, first to last (see :data:`WRAP_UP`), one flag per token."""
