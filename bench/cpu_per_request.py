@@ -350,6 +350,10 @@ def table(report: dict[str, object]) -> str:
 # ---------------------------------------------------------------------------- profile
 
 
+OWN_CODE = ("gateway", "router", "tiers", "cache")
+OWN_SIDE, OTHER_SIDE = "the project's code (gateway/, router/, tiers/, cache/)", "everything else"
+
+
 def frame_area(frame: str) -> str:
     """Where a py-spy frame ``func (path:line)`` belongs: a gateway/router/... module, or a package."""
     if frame.startswith(LOOP_FRAME):
@@ -380,7 +384,7 @@ class Folded:
 def parse_stack(line: str) -> tuple[int | None, str, list[str], int] | None:
     """One raw line of ``py-spy record --threads --subprocesses`` → (tid, thread name, frames, count)."""
     stack, _, count_text = line.strip().rpartition(" ")
-    if not stack:
+    if not stack or not count_text.isdigit():  # a process's command line can spill onto lines of its own
         return None
     tid, name, frames = None, "?", []
     for frame in stack.split(";"):
@@ -434,8 +438,11 @@ def profile_report(
     folded = fold(stacks, cpu_by_tid)
     total = folded.total or 1.0
     areas: dict[str, float] = collections.defaultdict(float)
+    sides: dict[str, float] = collections.defaultdict(float)
     for frame, weight in folded.own.items():
-        areas[frame_area(frame)] += weight
+        area = frame_area(frame)
+        areas[area] += weight
+        sides[OWN_SIDE if area.split("/")[0] in OWN_CODE else OTHER_SIDE] += weight
 
     def rows(weights: dict[str, float], n: int) -> list[str]:
         heaviest = sorted(weights.items(), key=lambda item: -item[1])[:n]
@@ -457,6 +464,10 @@ def profile_report(
             "",
             "== by thread",
             *rows(folded.threads, top),
+            "",
+            "== by side (self time: in the project's own modules, or in the server, the framework, the",
+            "   libraries, the standard library and the event loop they call)",
+            *rows(sides, 2),
             "",
             "== by area (self time summed by package, or by module for the project's own code)",
             *rows(areas, top),
