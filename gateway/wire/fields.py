@@ -222,24 +222,11 @@ def refuse_named(names: Iterable[str], fields: Mapping[str, Honoured | Refused])
 
 def refuse(request: msgspec.Struct, fields: Mapping[str, Honoured | Refused]) -> None:
     """Raise OpenAI's error for the first refused field ``request`` carries (not null)."""
-    for name, entry in _refused(fields):
-        raw = getattr(request, name, None)
-        if raw is not None and isinstance(raw, msgspec.Raw) and bytes(raw) != _NULL:
-            raise InvalidRequest(entry.message, param=name, code=entry.code)
-
-
-# By the form's id, beside the form itself (kept alive, so its id is never another's).
-_REFUSED: dict[int, tuple[Mapping[str, Honoured | Refused], tuple[tuple[str, Refused], ...]]] = {}
-
-
-def _refused(fields: Mapping[str, Honoured | Refused]) -> tuple[tuple[str, Refused], ...]:
-    """The refused entries of one of the inventory's forms, listed once (every request is checked
-    against them: a few fields, not the sixty a form lists)."""
-    known = _REFUSED.get(id(fields))
-    if known is None:
-        refused = tuple((name, e) for name, e in fields.items() if isinstance(e, Refused))
-        known = _REFUSED[id(fields)] = (fields, refused)
-    return known[1]
+    for name, entry in fields.items():
+        if isinstance(entry, Refused):
+            raw = getattr(request, name, None)
+            if isinstance(raw, msgspec.Raw) and bytes(raw) != _NULL:
+                raise InvalidRequest(entry.message, param=name, code=entry.code)
 
 
 def unsupported_value(param: str, value: str, supported: str) -> InvalidRequest:
