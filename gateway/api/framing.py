@@ -104,7 +104,16 @@ def route_headers(routed: Routed) -> dict[str, str]:
 
 
 PIPELINE_HEADERS = frozenset(
-    (b"authorization", b"x-api-key", b"cache-control", b"x-session-id", b"content-length", b"x-tiergate-tags")
+    (
+        b"authorization",
+        b"x-api-key",
+        b"cache-control",
+        b"x-session-id",
+        b"content-length",
+        b"x-tiergate-tags",
+        b"anthropic-user-profile-id",  # the Messages API's (gateway/api/messages/controllers.py)
+        b"anthropic-workspace-id",
+    )
 )
 
 

@@ -8,13 +8,14 @@ pass the one ending on their way (gateway/pipeline/ending.py), so a client that 
 what the tier made, as on chat.  Errors leave in Anthropic's shape (``gateway.errors.error_response``
 looks at the path); the key may come as ``x-api-key`` or ``Authorization: Bearer``; the
 ``anthropic-version`` and ``anthropic-beta`` headers are accepted and read by no one (one version of
-the API is spoken).
+the API is spoken); ``anthropic-user-profile-id`` and ``anthropic-workspace-id`` are the SDK's
+``user_profile_id`` and ``workspace_id`` (gateway/wire/anthropic_fields.py says what each does).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Mapping
 
 import msgspec
 from litestar import asgi
@@ -23,6 +24,7 @@ from litestar.types import Receive, Scope, Send
 from gateway.api.asgi_io import JSONAnswer, SSEResponse
 from gateway.api.door import door, respond
 from gateway.api.framing import route_headers
+from gateway.api.messages.checks import PROFILE_HEADER, WORKSPACE_HEADER, check_request
 from gateway.api.messages.stream import MessageEvents
 from gateway.api.messages.translate import chat_request, finished_of, message_of, new_id
 from gateway.errors import UpstreamFailed, to_gateway_error
@@ -35,20 +37,24 @@ from tiers import Event, Finished, assemble
 
 
 class Turn:
-    """One ``POST /v1/messages``: its id and the chat request it became."""
+    """One ``POST /v1/messages`` (or its token count): its id and the chat request it became."""
 
-    def __init__(self) -> None:
+    def __init__(self, headers: Mapping[str, str], count: bool = False) -> None:
         self.id = new_id("msg")
         self.chat: ChatCompletionRequest | None = None
+        self.diagnosed = False  # the request asked for diagnostics
+        self._headers = headers
+        self._count = count
 
     async def parse(self, body: bytes, tenant: str) -> ChatCompletionRequest:
         """Stage 2 for this endpoint (the pipeline calls it once the caller is known)."""
-        self.chat = chat_request(await decoded(am.parse_create, body))  # a large body: off the loop
+        request: am.CreateMessage | am.CountTokens = await decoded(
+            am.parse_count if self._count else am.parse_create, body
+        )  # a large body: off the loop
+        check_request(request, tenant, self._headers.get(WORKSPACE_HEADER))
+        self.diagnosed = isinstance(request, am.CreateMessage) and request.diagnostics is not None
+        self.chat = chat_request(request, self._headers.get(PROFILE_HEADER))
         return self.chat
-
-
-async def count_parse(body: bytes, tenant: str) -> ChatCompletionRequest:
-    return chat_request(await decoded(am.parse_count, body))
 
 
 def _info(answer: Answer) -> am.TiergateInfo | None:
@@ -58,14 +64,15 @@ def _info(answer: Answer) -> am.TiergateInfo | None:
 
 async def _json(turn: Turn, answer: Answer) -> bytes:
     events: list[Event] = [e async for e in answer.events]
-    message = message_of(turn.id, answer.model, assemble(events), finished_of(events), _info(answer))
+    finished = finished_of(events)
+    message = message_of(turn.id, answer.model, assemble(events), finished, _info(answer), turn.diagnosed)
     return msgspec.json.encode(message)
 
 
 async def _stream(turn: Turn, answer: Answer) -> AsyncGenerator[bytes, None]:
     assert turn.chat is not None
     writer = MessageEvents(
-        turn.id, answer.model, features_of(turn.chat).prompt_tokens, answer.routed.degraded
+        turn.id, answer.model, features_of(turn.chat).prompt_tokens, answer.routed.degraded, turn.diagnosed
     )
     events = answer.events
     try:
@@ -87,7 +94,7 @@ async def _stream(turn: Turn, answer: Answer) -> AsyncGenerator[bytes, None]:
 async def create_message(scope: Scope, receive: Receive, send: Send) -> None:
     """POST only; a raw ASGI handler as the chat endpoint is (gateway/api/controllers.py)."""
     services, incoming, departure = door(scope, receive, endpoint="messages")
-    turn = Turn()
+    turn = Turn(incoming.headers)
     incoming = dataclasses.replace(incoming, parse=turn.parse)
 
     async def make() -> JSONAnswer | SSEResponse:
@@ -113,7 +120,8 @@ def _count_headers(routed: Routed, request_id: str) -> dict[str, str]:
 @asgi("/v1/messages/count_tokens", copy_scope=False)
 async def count_tokens(scope: Scope, receive: Receive, send: Send) -> None:
     """The prompt's tokens as the router estimates them (no tier runs; see ChatPipeline.count)."""
-    services, incoming, departure = door(scope, receive, endpoint="messages.count_tokens", parse=count_parse)
+    services, incoming, departure = door(scope, receive, endpoint="messages.count_tokens")
+    incoming = dataclasses.replace(incoming, parse=Turn(incoming.headers, count=True).parse)
 
     async def make() -> JSONAnswer:
         tokens, routed = await services.pipeline.count(incoming)

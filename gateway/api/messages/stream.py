@@ -36,9 +36,15 @@ class MessageEvents:
     """The events of one streamed message, its content blocks numbered as they open."""
 
     def __init__(
-        self, message_id: str, model: str, prompt_estimate: int, degraded: tuple[str, ...] = ()
+        self,
+        message_id: str,
+        model: str,
+        prompt_estimate: int,
+        degraded: tuple[str, ...] = (),
+        diagnosed: bool = False,
     ) -> None:
         self._id = message_id
+        self._diagnosed = diagnosed  # the request asked for diagnostics: said on message_start
         self._degraded = degraded  # the media it was made without: said on message_delta, as on chat
         self._model = model
         self._estimate = prompt_estimate
@@ -56,6 +62,8 @@ class MessageEvents:
             "stop_sequence": None,
             "usage": {"input_tokens": self._estimate, "output_tokens": 0},
         }
+        if self._diagnosed:
+            message["diagnostics"] = {"cache_miss_reason": {"type": "unavailable"}}
         return sse("message_start", {"message": message}) + sse("ping", {})
 
     def piece(self, event: object) -> bytes:

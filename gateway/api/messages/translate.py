@@ -1,18 +1,25 @@
 """An Anthropic Messages request as the chat request the pipeline's stages take, and an answer's
 events as Anthropic's ``message``.
 
-    system (a string, or text blocks)    the system message in front (blocks joined by newlines)
+    system (a string, or text blocks)    the system message in front (blocks joined by newlines); a
+                                         ``system`` turn: a system message where it stands
     text block                           a text part (an assistant's text: its content)
     image block, base64 or url source    an image part (``data:`` URI, or the URL, fetched behind
                                          the SSRF guard as any image URL is)
     tool_use block (assistant)           a tool call, its ``input`` as the arguments' JSON text
     tool_result block (user)             a ``tool`` message (its text; ``is_error`` says "Error: "
                                          in front); its images follow in a user message
+    thinking, redacted_thinking          left out (an earlier turn's thinking, as Anthropic does)
     tools, tool_choice                   function tools; auto → auto, any → required, tool → that
                                          function, none → none; disable_parallel_tool_use → false
                                          parallel_tool_calls
     stop_sequences, temperature, top_p,  stop, temperature, top_p, top_k, max_tokens, user
-    top_k, max_tokens, metadata.user_id
+    top_k, max_tokens, metadata.user_id  (else the ``anthropic-user-profile-id`` header)
+    output_config                        format → response_format json_schema (strict); effort →
+                                         reasoning_effort
+    tool input_examples                  appended to the function's description
+
+What the inventory refuses by value is refused first (gateway/api/messages/checks.py).
 
 Back: the text as a ``text`` block, each tool call as a ``tool_use`` block (its id ``toolu_…``, its
 arguments parsed into ``input``), finish_reason as ``stop_reason`` (stop → end_turn, or
@@ -37,6 +44,8 @@ from gateway.wire.chat import (
     FunctionDef,
     ImagePart,
     ImageURL,
+    JsonSchemaFormat,
+    JsonSchemaSpec,
     Message,
     NamedToolChoice,
     TextPart,
@@ -104,10 +113,18 @@ def _user(message: am.MessageParam, where: str) -> list[Message]:
             parts.append(_image(block))
         else:
             raise InvalidRequest(
-                f"{where}.content[{i}]: a tool_use block belongs in an assistant message",
-                param=f"{where}.content[{i}]",
+                f"{where}.content.{i}: a {block.__struct_config__.tag} block belongs in an assistant message",
+                param=f"{where}.content.{i}",
             )
     return [*results, *([Message(role="user", content=parts)] if parts else [])]
+
+
+def _system(message: am.MessageParam, where: str) -> Message:
+    if isinstance(message.content, list) and not all(isinstance(b, am.TextBlock) for b in message.content):
+        raise InvalidRequest(
+            f"{where}.content: a system turn takes text blocks only", param=f"{where}.content"
+        )
+    return Message(role="system", content=_text_of(message.content))  # type: ignore[arg-type]
 
 
 def _assistant(message: am.MessageParam, where: str) -> Message:
@@ -116,6 +133,8 @@ def _assistant(message: am.MessageParam, where: str) -> Message:
     text: list[str] = []
     calls: list[ToolCallIn] = []
     for i, block in enumerate(message.content):
+        if isinstance(block, am.ThinkingBlock | am.RedactedThinkingBlock):
+            continue  # an earlier turn's thinking: out of the prompt, as Anthropic leaves it out
         if isinstance(block, am.TextBlock):
             text.append(block.text)
         elif isinstance(block, am.ToolUseBlock):
@@ -124,7 +143,7 @@ def _assistant(message: am.MessageParam, where: str) -> Message:
         else:
             kind = "an image" if isinstance(block, am.ImageBlock) else "a tool_result"
             raise InvalidRequest(
-                f"{where}.content[{i}]: {kind} block belongs in a user message", param=f"{where}.content[{i}]"
+                f"{where}.content.{i}: {kind} block belongs in a user message", param=f"{where}.content.{i}"
             )
     joined = "".join(text)
     return Message(
@@ -138,24 +157,27 @@ def messages_of(request: am.CreateMessage | am.CountTokens) -> list[Message]:
     if request.system is not None and (system := _text_of(request.system)):
         messages.append(Message(role="system", content=system))
     for i, message in enumerate(request.messages):
-        where = f"messages[{i}]"
+        where = f"messages.{i}"
         if message.role == "user":
             messages.extend(_user(message, where))
+        elif message.role == "system":
+            messages.append(_system(message, where))
         else:
             messages.append(_assistant(message, where))
     return messages
 
 
 def _tool(tool: am.Tool, i: int) -> Tool:
-    if tool.type not in (None, "custom"):
-        raise InvalidRequest(
-            f"tools[{i}] is Anthropic's server tool {tool.type!r}, which no tier here runs; "
-            "send client tools (a name and an input_schema)",
-            param=f"tools[{i}].type",
-        )
+    """A client tool as a function (server tools were refused by checks.py)."""
     if tool.input_schema is None:
-        raise InvalidRequest(f"tools[{i}] has no input_schema", param=f"tools[{i}].input_schema")
-    return Tool(FunctionDef(tool.name, tool.description, tool.input_schema, tool.strict))
+        raise InvalidRequest(
+            f"tools.{i}.custom.input_schema: Field required", param=f"tools.{i}.input_schema"
+        )
+    description = tool.description
+    if tool.input_examples:
+        examples = "\n".join(msgspec.json.encode(e).decode() for e in tool.input_examples)
+        description = f"{description or ''}\n\nExamples of input:\n{examples}".strip()
+    return Tool(FunctionDef(tool.name, description, tool.input_schema, tool.strict))
 
 
 def _tools(request: am.CreateMessage | am.CountTokens) -> dict[str, Any]:
@@ -176,10 +198,26 @@ def _tools(request: am.CreateMessage | am.CountTokens) -> dict[str, Any]:
     return fields
 
 
-def chat_request(request: am.CreateMessage | am.CountTokens) -> ChatCompletionRequest:
-    """The chat request for ``request`` (a token count: its prompt alone), checked as a chat request is."""
-    fields = _tools(request)
+def _output(config: am.OutputConfig | None) -> dict[str, Any]:
+    if config is None:
+        return {}
+    fields: dict[str, Any] = {}
+    if config.format is not None:
+        spec = JsonSchemaSpec(name="output", schema=config.format.schema, strict=True)
+        fields["response_format"] = JsonSchemaFormat(spec)
+    if config.effort is not None:
+        fields["reasoning_effort"] = config.effort  # the same five words as chat's
+    return fields
+
+
+def chat_request(
+    request: am.CreateMessage | am.CountTokens, profile: str | None = None
+) -> ChatCompletionRequest:
+    """The chat request for ``request`` (a token count: its prompt alone), checked as a chat request is;
+    ``profile``: the ``anthropic-user-profile-id`` header (the end user when metadata names none)."""
+    fields = _tools(request) | _output(request.output_config)
     if isinstance(request, am.CreateMessage):
+        user = request.metadata.user_id if request.metadata is not None else None
         fields |= {
             "stream": request.stream,
             "max_tokens": request.max_tokens,
@@ -187,7 +225,7 @@ def chat_request(request: am.CreateMessage | am.CountTokens) -> ChatCompletionRe
             "temperature": request.temperature,
             "top_p": request.top_p,
             "top_k": request.top_k,
-            "user": request.metadata.user_id if request.metadata is not None else None,
+            "user": user if user is not None else (profile[:256] if profile else None),
         }
     chat = ChatCompletionRequest(model=request.model, messages=messages_of(request), **fields)
     if not chat.messages:
@@ -224,8 +262,14 @@ def finished_of(events: list[Event]) -> Finished | None:
 
 
 def message_of(
-    message_id: str, model: str, answer: Completion, finished: Finished | None, info: am.TiergateInfo | None
+    message_id: str,
+    model: str,
+    answer: Completion,
+    finished: Finished | None,
+    info: am.TiergateInfo | None,
+    diagnosed: bool = False,
 ) -> am.MessageOut:
+    """``diagnosed``: the request asked for ``diagnostics`` (its answer: Anthropic's ``unavailable``)."""
     choice = answer.choices[0]
     content: list[am.TextOut | am.ToolUseOut] = []
     if choice.text or not choice.tool_calls:
@@ -243,4 +287,5 @@ def message_of(
         usage=usage,
         role="assistant",
         tiergate=info if info is not None else msgspec.UNSET,
+        diagnostics=am.DiagnosticsOut(am.CacheMissReason()) if diagnosed else msgspec.UNSET,
     )

@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.accounts.tenants import key_of
+from gateway.api.messages.checks import check_request
 from gateway.api.messages.stream import MessageEvents
 from gateway.api.messages.translate import chat_request, finished_of, message_of
 from gateway.errors import (
@@ -43,9 +44,16 @@ WEATHER = {
 }
 
 
+def chat_of(body: bytes, count: bool = False) -> Any:
+    """The chat request the endpoint makes of ``body``: decoded, its values checked, translated."""
+    request = am.parse_count(body) if count else am.parse_create(body)
+    check_request(request, "default", None)
+    return chat_request(request)
+
+
 def translate(**body: Any) -> Any:
     fields = {"model": "edge", "max_tokens": 32, "messages": [{"role": "user", "content": "Hi"}], **body}
-    return chat_request(am.parse_create(json.dumps(fields).encode()))
+    return chat_of(json.dumps(fields).encode())
 
 
 def test_the_sampling_fields_and_the_system_text_pass_on() -> None:
@@ -173,11 +181,14 @@ def test_tool_choice_naming_a_tool_and_auto_without_tools() -> None:
         ({"temperature": 1.5}, "temperature"),
         (
             {"tools": [{"type": "web_search_20250305", "name": "web_search"}]},
-            "server tool 'web_search_20250305'",
+            "'edge' does not support tool types: web_search_20250305.",
         ),
-        ({"tools": [{"name": "f"}]}, "no input_schema"),
-        ({"messages": [{"role": "user", "content": [{"type": "document", "source": {}}]}]}, "document"),
-        ({"container": "c1"}, "container"),
+        ({"tools": [{"name": "f"}]}, "tools.0.custom.input_schema: Field required"),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "document", "source": {}}]}]},
+            "messages.0.content.0: document blocks (PDF and text documents) are not supported on this model",
+        ),
+        ({"container": "c1"}, "container: containers are not supported on this model ('edge')."),
         ({"tools": [WEATHER], "tool_choice": {"type": "tool", "name": "other"}}, "not among the tools"),
         ({"tool_choice": {"type": "any"}}, "tool_choice"),
         (
@@ -203,7 +214,7 @@ def test_what_is_refused_is_a_400_saying_what(body: dict[str, Any], words: str) 
     fields = {"model": "edge", "max_tokens": 32, "messages": [{"role": "user", "content": "Hi"}], **body}
     fields = {k: v for k, v in fields.items() if v is not None}
     with pytest.raises(InvalidRequest) as caught:
-        chat_request(am.parse_create(json.dumps(fields).encode()))
+        chat_of(json.dumps(fields).encode())
     assert words in caught.value.message
 
 
@@ -214,10 +225,10 @@ def test_count_tokens_takes_the_prompt_without_max_tokens() -> None:
         "messages": [{"role": "user", "content": "Hi"}],
         "tools": [WEATHER],
     }
-    chat = chat_request(am.parse_count(json.dumps(body).encode()))
+    chat = chat_of(json.dumps(body).encode(), count=True)
     assert [m.role for m in chat.messages] == ["system", "user"] and chat.max_tokens is None and chat.tools
     with pytest.raises(InvalidRequest, match="max_tokens"):
-        chat_request(am.parse_count(json.dumps({**body, "max_tokens": 5}).encode()))
+        chat_of(json.dumps({**body, "max_tokens": 5}).encode(), count=True)
 
 
 # -- the answer, JSON and streamed -----------------------------------------------------------------
@@ -472,7 +483,7 @@ def test_any_request_becomes_a_chat_request_or_a_400(
 ) -> None:
     body = json.dumps({"model": "edge", "max_tokens": 8, "messages": messages, **extra}).encode()
     try:
-        chat = chat_request(am.parse_create(body))
+        chat = chat_of(body)
     except InvalidRequest as exc:
         assert exc.status == 400 and exc.message
         assert anthropic_error_body(exc)["error"] == {"type": "invalid_request_error", "message": exc.message}

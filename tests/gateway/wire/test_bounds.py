@@ -166,7 +166,7 @@ def test_every_endpoint_refuses_at_the_bound_with_the_param() -> None:
     ).encode()
     with pytest.raises(InvalidRequest) as messages_error:
         parse_create(body)  # Anthropic's Messages API
-    assert messages_error.value.param == "messages[0].content"
+    assert messages_error.value.param == "messages.0.content"  # as Anthropic writes a path
     assert "length <= 512" in str(messages_error.value)
 
 
