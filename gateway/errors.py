@@ -6,6 +6,8 @@
     ├── PermissionDenied              403    permission_error
     ├── NotFound                      404    invalid_request_error / not_found
     │   └── ModelNotFound             404    invalid_request_error / model_not_found
+    ├── WrongKindOfModel              404/403 invalid_request_error (code null): a model of another
+    │                                        endpoint (gateway/pipeline/tierset.py)
     ├── Conflict                      409    invalid_request_error / conflict
     ├── PayloadTooLarge               413    invalid_request_error
     ├── UnsupportedMediaType          415    invalid_request_error / unsupported_media
@@ -90,6 +92,17 @@ class ModelNotFound(NotFound):
     status = 404
     type = "invalid_request_error"
     code = "model_not_found"
+
+
+class WrongKindOfModel(GatewayError):
+    """A model that exists, named at an endpoint that does not serve its kind: OpenAI's 404 (403 on
+    /v1/embeddings), ``code`` null as OpenAI's."""
+
+    type = "invalid_request_error"
+
+    def __init__(self, message: str, *, status: int, param: str | None = None) -> None:
+        super().__init__(message, param=param)
+        self.status = status
 
 
 class Conflict(GatewayError):

@@ -57,7 +57,7 @@ from gateway.pipeline.endpoints.speech import SpeechPipeline, speech_config
 from gateway.pipeline.front import Front
 from gateway.pipeline.record import Recorder
 from gateway.pipeline.routing_service import RoutingService, tier_prices
-from gateway.pipeline.tierset import TierSet
+from gateway.pipeline.tierset import Catalogue, TierSet
 from gateway.settings import Settings, SettingsError
 from tiers import Modality, ModelRegistry, Pool, Tier
 from tiers.cloud import VLLMPool
@@ -245,6 +245,8 @@ async def open_services(
         aliases = {n: (a.model, a.strategy) for n, a in settings.model_aliases().items()}
         remote = frozenset(n for n, c in settings.tier_configs().items() if c.location == "remote")
         tier_set = TierSet(tiers, breakers, aliases, remote, gates)
+        catalogue = Catalogue()  # each endpoint's models, for the error naming one at another endpoint
+        catalogue.add("chat", lambda: tier_set.model_names)
         embedder = None
         if settings.embedding.enabled:
             embedder = make_embedder(
@@ -300,9 +302,10 @@ async def open_services(
         if transcriber is not None and media is not None:
             await transcriber.start()
             if transcriber.available:
-                speech = SpeechPipeline(transcriber, front, chat.ending, media)
+                speech = SpeechPipeline(transcriber, front, chat.ending, media, catalogue)
+                catalogue.add("speech", lambda: transcriber.names if transcriber.available else ())
                 hearing = Hearing(transcriber, tier_set)
-        pipeline = ChatPipeline(chat, front, tracing, media, hearing)
+        pipeline = ChatPipeline(chat, front, tracing, media, hearing, catalogue)
         # Written ahead where the ledger's rows are too (SQLite, ledger.sync = "os"): the same promise.
         write_ahead = settings.data_path / "responses-wal" if settings.ledger.sync == "os" else None
         responses = ResponseStore(engine, settings.responses, write_ahead)
@@ -311,8 +314,9 @@ async def open_services(
         embeddings = None
         if embedder is not None:
             embeddings = EmbeddingPipeline(
-                embedder, front, chat.ending, tracing, metrics, store_, settings.cache.ttl_s
+                embedder, front, chat.ending, tracing, metrics, store_, settings.cache.ttl_s, catalogue
             )
+            catalogue.add("embedding", lambda: embeddings.model_names if embeddings is not None else ())
             stack.push_async_callback(embeddings.aclose)  # its held cache writes, before the store closes
         await _start_tiers(tiers, stack)
         if media is not None:

@@ -43,6 +43,7 @@ import router
 from gateway.accounts.quality.feedback import Outcomes
 from gateway.accounts.quality.shadow import Shadows
 from gateway.accounts.tenants import DEFAULT_TENANT, Demand
+from gateway.errors import ModelNotFound
 from gateway.media import MediaPipeline, has_media
 from gateway.ops.metrics import Metrics
 from gateway.ops.tracing import Tracing
@@ -57,7 +58,7 @@ from gateway.pipeline.front import Front, Incoming
 from gateway.pipeline.plan import Planner, features_of
 from gateway.pipeline.record import Call, Recorder, demand_of
 from gateway.pipeline.routing_service import RoutingService
-from gateway.pipeline.tierset import TierSet
+from gateway.pipeline.tierset import Catalogue, TierSet
 from gateway.residency import NOTHING, Verdict
 from gateway.wire.chat import ChatCompletionRequest, ImagePart
 from tiers import Event, ToolCallDelta, Usage
@@ -237,8 +238,11 @@ class ChatPipeline:
         tracing: Tracing,
         media: MediaPipeline | None = None,
         hearing: Hearing | None = None,
+        catalogue: Catalogue | None = None,
     ) -> None:
-        """``hearing``: audio no tier takes becomes its transcript (none: it is refused as before)."""
+        """``hearing``: audio no tier takes becomes its transcript (none: it is refused as before);
+        ``catalogue``: the other endpoints' models, named in the error for one of them named here."""
+        self._catalogue = catalogue or Catalogue()
         self._chat = chat
         self._front = front
         self.front = front  # every endpoint's way in: POST /v1/feedback takes it too
@@ -253,7 +257,7 @@ class ChatPipeline:
         incoming.noted(tenant, request.model)
         call = self._front.begin(caller, incoming, request.model, request)  # the ledger's; its cost tags
         try:
-            model, strategy = self._chat.tiers.resolve(request.model)  # an unknown model: 404
+            model, strategy = self._resolve(request.model, incoming.endpoint)  # an unknown model: 404
             if model != request.model:  # an alias stands for tiergate-auto or a tier
                 request = msgspec.structs.replace(request, model=model)
             await self._front.admit(call)  # 3 limit: requests, media parts
@@ -303,7 +307,7 @@ class ChatPipeline:
         incoming.noted(tenant, request.model)
         call = self._front.begin(caller, incoming, request.model, request)
         try:
-            model, _ = self._chat.tiers.resolve(request.model)  # an unknown model: 404
+            model, _ = self._resolve(request.model, incoming.endpoint)  # an unknown model: 404
             await self._front.admit(call, Demand())  # 3 limit: a request (its media are not fetched)
             self._front.residency(call, msgspec.to_builtins(request.messages), "messages")
             tokens = self._chat.prompt_tokens(msgspec.structs.replace(request, model=model))
@@ -313,6 +317,13 @@ class ChatPipeline:
         routed = Routed("", "token count (estimated)", server_s=time.perf_counter() - started)
         await self._chat.ending.completed(call, routed, model, Usage(0, 0))  # 10 the ending
         return tokens, routed
+
+    def _resolve(self, model: str, endpoint: str) -> tuple[str, str]:
+        """The tier or router a name stands for; a model of another endpoint is OpenAI's error for it."""
+        try:
+            return self._chat.tiers.resolve(model)
+        except ModelNotFound as exc:
+            raise self._catalogue.misplaced(model, endpoint) or exc from None
 
     async def _prepare_media(
         self, call: Call, request: ChatCompletionRequest

@@ -1,14 +1,33 @@
 """The tiers a gateway serves, by name, with their circuit breakers: what routing sees of them
-(views), what clients may name (models), and what operators see (states)."""
+(views), what clients may name (models), and what operators see (states); and the catalogue of every
+endpoint's models (:class:`Catalogue`), for the error naming one at an endpoint that does not serve it.
+
+OpenAI answers a model of the wrong kind with its own words, not "does not exist":
+
+    a non-chat model on /v1/chat/completions   404 invalid_request_error, param "model", code null:
+        "This is not a chat model and thus not supported in the v1/chat/completions endpoint.
+         Did you mean to use v1/completions?"
+    a chat model on /v1/completions            404, "This is a chat model and not supported in the
+        v1/completions endpoint. Did you mean to use v1/chat/completions?"  (tiergate's text tiers
+        serve both, so that case does not arise here)
+    a model that does not embed, /v1/embeddings  403 invalid_request_error, param and code null:
+        "You are not allowed to generate embeddings from this model"
+
+(as OpenAI's clients have reported them: e.g. github.com/Chanzhaoyu/chatgpt-web/issues/1428,
+hegelai/prompttools#115, infiniflow/ragflow#1835).  For the Responses API, legacy completions, the
+Messages API and the audio endpoints no wording of OpenAI's own is on record; they say the same as
+chat, naming their endpoint and the one that serves the model.  An unknown name stays a 404
+``model_not_found``.
+"""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Literal
 
 import router
-from gateway.errors import ModelNotFound
+from gateway.errors import GatewayError, ModelNotFound, WrongKindOfModel
 from gateway.pipeline.admission import Gates
 from gateway.wire.chat_response import ModelCard, ModelList
 from tiers import Tier, TierState
@@ -97,3 +116,67 @@ class TierSet:
     def breaker_states(self) -> list[dict[str, str]]:
         """Every circuit breaker that has seen a call: tier, modality, state, last failure."""
         return [b.as_dict() for b in self.breakers.snapshot()]
+
+
+Kind = Literal["chat", "embedding", "speech"]
+
+# The endpoint each kind is served at, as OpenAI names them in these messages.
+_SERVED_AT: dict[Kind, str] = {
+    "chat": "v1/chat/completions",
+    "embedding": "v1/embeddings",
+    "speech": "v1/audio/transcriptions",
+}
+# An ``Incoming.endpoint`` (or a speech task's path) -> the kind it serves and its name in messages.
+_ENDPOINTS: dict[str, tuple[Kind, str]] = {
+    "chat": ("chat", "v1/chat/completions"),
+    "completions": ("chat", "v1/completions"),
+    "responses": ("chat", "v1/responses"),
+    "messages": ("chat", "v1/messages"),
+    "messages.count_tokens": ("chat", "v1/messages/count_tokens"),
+    "embeddings": ("embedding", "v1/embeddings"),
+    "transcriptions": ("speech", "v1/audio/transcriptions"),
+    "translations": ("speech", "v1/audio/translations"),
+}
+_NOUN: dict[Kind, str] = {
+    "chat": "a chat model",
+    "embedding": "an embedding model",
+    "speech": "a speech model",
+}
+
+
+class Catalogue:
+    """The names of each kind of model, read when asked: a model not built (or turned off) lists none,
+    as ``/v1/models`` lists none for it."""
+
+    def __init__(self) -> None:
+        self._names: dict[Kind, Callable[[], Iterable[str]]] = {}
+
+    def add(self, kind: Kind, names: Callable[[], Iterable[str]]) -> None:
+        self._names[kind] = names
+
+    def kind_of(self, model: str) -> Kind | None:
+        return next((kind for kind, names in self._names.items() if model in names()), None)
+
+    def misplaced(self, model: str, endpoint: str) -> GatewayError | None:
+        """OpenAI's error when ``model`` is of another kind than ``endpoint`` serves; None when it is
+        of none (an unknown name: the caller's 404) or of the right one."""
+        kind = self.kind_of(model)
+        wanted, path = _ENDPOINTS[endpoint]
+        if kind is None or kind == wanted:
+            return None
+        if wanted == "embedding":
+            return WrongKindOfModel("You are not allowed to generate embeddings from this model", status=403)
+        if endpoint == "chat":  # OpenAI's words, its suggestion included
+            message = (
+                "This is not a chat model and thus not supported in the v1/chat/completions endpoint. "
+                "Did you mean to use v1/completions?"
+            )
+        elif wanted == "chat":
+            message = f"This is not a chat model and thus not supported in the {path} endpoint."
+        else:  # as OpenAI words a chat model on v1/completions
+            message = f"This is {_NOUN[kind]} and not supported in the {path} endpoint."
+        return WrongKindOfModel(
+            f"{message} Did you mean to use {_SERVED_AT[kind]}?" if endpoint != "chat" else message,
+            status=404,
+            param="model",
+        )

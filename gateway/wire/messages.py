@@ -2,10 +2,10 @@
 models: the request, decoded strictly, and the answer's shapes.
 
 Every field of the ``anthropic`` SDK's request types is in the inventory
-(:mod:`gateway.wire.anthropic_fields`, checked against the installed SDK by
+(:mod:`gateway.wire.anthropic.fields`, checked against the installed SDK by
 tests/gateway/wire/test_anthropic_fields.py): honoured here, or refused with Anthropic's own error.
 A field no Anthropic type has is Anthropic's 400 ``<path>: Extra inputs are not permitted``
-(:mod:`gateway.wire.anthropic_errors`); a block or tool of a type no tier here can take (documents,
+(:mod:`gateway.wire.anthropic.errors`); a block or tool of a type no tier here can take (documents,
 server tools, containers, ...) is refused by its ``type``, with the inventory's message.  Every list
 and string that can reach storage, logs or a tier has a bound, as on OpenAI's endpoints.
 """
@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from gateway.wire.anthropic_errors import decode_anthropic
+from gateway.wire.anthropic.errors import decode_anthropic
 from gateway.wire.chat import MAX_TOOLS, Description, ModelName, Name
 
 MAX_MESSAGES = 4096  # as a chat request's

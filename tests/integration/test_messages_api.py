@@ -118,7 +118,13 @@ def test_a_stream_is_anthropics_event_sequence(gateway: Gateway) -> None:
 
 
 @EVERY_TIER
-def test_a_tool_use_and_its_result_sent_back(client: anthropic.Anthropic, model: str) -> None:
+@pytest.mark.parametrize("passed_back", ["content", "model_dump"])
+def test_a_tool_use_and_its_result_sent_back(
+    client: anthropic.Anthropic, model: str, passed_back: str
+) -> None:
+    """The answer's blocks passed back as ``response.content`` (the SDK serialises its models) or as
+    each block's ``model_dump()`` (every field of the SDK's models, None included: ``caller``,
+    ``toolset_name``, ``citations``), with a ``cache_control`` on the result, as the SDK's types allow."""
     first = create(
         client,
         model,
@@ -132,13 +138,21 @@ def test_a_tool_use_and_its_result_sent_back(client: anthropic.Anthropic, model:
     call = calls[0]
     assert call.id.startswith("toolu_") and call.name == "get_weather"
     jsonschema.validate(call.input, WEATHER["input_schema"])
-    result = {"type": "tool_result", "tool_use_id": call.id, "content": "sunny, 21 degrees"}
+    blocks: Any = first.content if passed_back == "content" else [b.model_dump() for b in first.content]
+    if passed_back == "model_dump":
+        assert {"caller", "toolset_name"} <= set(blocks[-1]), blocks
+    result = {
+        "type": "tool_result",
+        "tool_use_id": call.id,
+        "content": "sunny, 21 degrees",
+        "cache_control": {"type": "ephemeral"},
+    }
     second = create(
         client,
         model,
         messages=[
             *ASK_WEATHER,
-            {"role": "assistant", "content": first.content},
+            {"role": "assistant", "content": blocks},
             {"role": "user", "content": [result]},
         ],
         tools=[WEATHER],

@@ -1,4 +1,4 @@
-"""The values of a Messages request that the inventory (gateway/wire/anthropic_fields.py) takes in part:
+"""The values of a Messages request that the inventory (gateway/wire/anthropic/fields.py) takes in part:
 a field decoded but refused for some of its values, with Anthropic's message for a model that lacks
 what the value asks for.  Run before translation, so a request is refused before any of it is used."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import msgspec
 
 from gateway.errors import InvalidRequest, PermissionDenied
-from gateway.wire import anthropic_fields as inventory
 from gateway.wire import messages as am
+from gateway.wire.anthropic import fields as inventory
 
 WORKSPACE_HEADER = "anthropic-workspace-id"
 PROFILE_HEADER = "anthropic-user-profile-id"

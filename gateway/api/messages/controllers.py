@@ -9,7 +9,7 @@ what the tier made, as on chat.  Errors leave in Anthropic's shape (``gateway.er
 looks at the path); the key may come as ``x-api-key`` or ``Authorization: Bearer``; the
 ``anthropic-version`` and ``anthropic-beta`` headers are accepted and read by no one (one version of
 the API is spoken); ``anthropic-user-profile-id`` and ``anthropic-workspace-id`` are the SDK's
-``user_profile_id`` and ``workspace_id`` (gateway/wire/anthropic_fields.py says what each does).
+``user_profile_id`` and ``workspace_id`` (gateway/wire/anthropic/fields.py says what each does).
 """
 
 from __future__ import annotations

@@ -39,6 +39,7 @@ from gateway.pipeline.ending import Ending
 from gateway.pipeline.endpoints.hearing import samples_of
 from gateway.pipeline.front import Front, Incoming
 from gateway.pipeline.record import Call
+from gateway.pipeline.tierset import Catalogue
 from gateway.residency import Verdict
 from gateway.wire.audio import SpeechRequest, delta_event, done_event, parse_speech_request, render
 from tiers import Usage
@@ -73,7 +74,16 @@ class SpeechAnswer:
 
 
 class SpeechPipeline:
-    def __init__(self, transcriber: Transcriber, front: Front, ending: Ending, media: MediaPipeline) -> None:
+    def __init__(
+        self,
+        transcriber: Transcriber,
+        front: Front,
+        ending: Ending,
+        media: MediaPipeline,
+        catalogue: Catalogue | None = None,
+    ) -> None:
+        """``catalogue``: the other endpoints' models, named in the error for one of them named here."""
+        self._catalogue = catalogue or Catalogue()
         self.transcriber = transcriber
         self._front = front
         self._ending = ending
@@ -126,6 +136,8 @@ class SpeechPipeline:
 
     def _check(self, request: SpeechRequest, task: Task) -> None:
         if request.model not in self.transcriber.names:
+            if misplaced := self._catalogue.misplaced(request.model, _ENDPOINT[task]):
+                raise misplaced
             shown = ", ".join(self.model_names) or "none (the speech model is not built: scripts/setup.sh)"
             path = TRANSCRIPTIONS if task == "transcribe" else TRANSLATIONS
             raise ModelNotFound(

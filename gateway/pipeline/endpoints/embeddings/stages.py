@@ -41,6 +41,7 @@ from gateway.pipeline.ending import Ending
 from gateway.pipeline.endpoints.embeddings import openai_tokens
 from gateway.pipeline.front import Front, Incoming
 from gateway.pipeline.record import Call
+from gateway.pipeline.tierset import Catalogue
 from gateway.residency import Redaction, Verdict
 from gateway.wire.decoding import decoded
 from gateway.wire.embeddings import (
@@ -95,7 +96,10 @@ class EmbeddingPipeline:
         metrics: Metrics,
         store: cache.ResultStore | None = None,
         ttl_s: float = cache.CacheConfig().ttl_s,
+        catalogue: Catalogue | None = None,
     ) -> None:
+        """``catalogue``: the other endpoints' models, named in the error for one of them named here."""
+        self._catalogue = catalogue or Catalogue()
         self.embedder = embedder
         self._names = frozenset({embedder.model, *embedder.config.aliases})
         self._front = front
@@ -168,6 +172,8 @@ class EmbeddingPipeline:
 
     def _check(self, request: EmbeddingRequest, count: int) -> None:
         if request.model not in self.model_names:
+            if misplaced := self._catalogue.misplaced(request.model, "embeddings"):
+                raise misplaced
             shown = ", ".join(self.model_names) or "none (the embedding model is not built: scripts/setup.sh)"
             raise ModelNotFound(
                 f"The model `{request.model[:256]}` does not exist for {ENDPOINT}; use one of: {shown}",

@@ -6,7 +6,7 @@ indices as numbers, and a union member's ``type`` after the index that chose it,
 ``tools.0.custom.defer_loading: ...``.  msgspec's errors (``... - at `$.messages[1].content[0]```) are
 rewritten so, on the error path only (the body decoded a second time, generically, to read the
 ``type`` of each object on the path).  A block, source or caller of a type the inventory refuses
-(:data:`gateway.wire.anthropic_fields.DECODE_REFUSALS`) gets the inventory's message.
+(:data:`gateway.wire.anthropic.fields.DECODE_REFUSALS`) gets the inventory's message.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from gateway.errors import InvalidRequest
-from gateway.wire.anthropic_fields import DECODE_REFUSALS
+from gateway.wire.anthropic.fields import DECODE_REFUSALS
 from gateway.wire.decoding import decode_body
 
 T = TypeVar("T")

@@ -12,7 +12,7 @@ One entry per ``TypedDict`` reachable from ``MessageCreateParams`` (streaming or
 
 ``tests/gateway/wire/test_anthropic_fields.py`` walks the installed SDK's types (through unions,
 lists, ``Iterable``, ``Required``, ``Annotated``) and fails when one has a type or field this inventory
-does not list.  ``python -m gateway.wire.anthropic_fields`` prints the table of docs/api.md.
+does not list.  ``python -m gateway.wire.anthropic.fields`` prints the table of docs/api.md.
 
 ``cache_control`` (on a block, a tool or the request) is accepted and changes nothing: the engines'
 prefix caches (vLLM's, llama.cpp's slots) keep every prompt's prefix without breakpoints, and the usage
