@@ -9,6 +9,7 @@ import collections.abc
 import json
 import types
 import typing
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -336,3 +337,8 @@ def test_a_system_turn_and_output_config_and_examples_are_honoured() -> None:
     assert (chat.messages[0].role, chat.messages[0].content) == ("system", "Be brief.")
     assert chat.response_format.json_schema.schema == schema and chat.reasoning_effort == "low"
     assert '{"city":"Oslo"}' in chat.tools[0].function.description
+
+
+def test_docs_api_md_shows_the_inventory_as_it_is() -> None:
+    docs = Path(__file__).parents[3] / "docs" / "api.md"
+    assert inv.table().rstrip() in docs.read_text(), "run: python -m gateway.wire.anthropic.fields"
