@@ -164,7 +164,7 @@ CASES: list[tuple[str, str, Callable[[], bytes], str]] = [
             '{"model": "cloud", "max_tokens": 8, "messages": [{"role": "user", "content": [@]}]}',
             b'{"type":"text","text":""}',
         ),
-        "messages[0].content",
+        "messages.0.content",  # as Anthropic writes a path
     ),
     (
         "messages: empty lists in a tool's input_schema",
@@ -174,7 +174,7 @@ CASES: list[tuple[str, str, Callable[[], bytes], str]] = [
             '"input_schema": {"type": "object", "x": [@]}}]}',
             b"[]",
         ),
-        "tools[0].input_schema",
+        "tools.0.input_schema",
     ),
     (
         "completions: empty lists in a prompt",

@@ -342,3 +342,18 @@ def test_a_system_turn_and_output_config_and_examples_are_honoured() -> None:
 def test_docs_api_md_shows_the_inventory_as_it_is() -> None:
     docs = Path(__file__).parents[3] / "docs" / "api.md"
     assert inv.table().rstrip() in docs.read_text(), "run: python -m gateway.wire.anthropic.fields"
+
+
+@pytest.mark.parametrize(
+    ("model", "shape"),
+    [
+        (TextBlock, am.TextBlock),
+        (ToolUseBlock, am.ToolUseBlock),
+        (ThinkingBlock, am.ThinkingBlock),
+        (RedactedThinkingBlock, am.RedactedThinkingBlock),
+    ],
+)
+def test_every_field_an_answers_block_dumps_is_a_field_here(model: Any, shape: type[msgspec.Struct]) -> None:
+    """The blocks an answer's ``model_dump()`` gives: a field the SDK's response model gains (as
+    ``toolset_name`` came) fails here before a client's round trip does."""
+    assert set(model.model_fields) - {"type"} <= {f.name for f in msgspec.structs.fields(shape)}
