@@ -209,8 +209,11 @@ def test_hostile_input_is_a_400_that_names_the_field(
 
 
 def test_wrong_model_and_wrong_key_and_the_sdk_errors(gw: Gateway) -> None:
-    resp = post(gw, input="x", model="edge")
+    resp = post(gw, input="x", model="gpt-9")
     assert resp.status_code == 404 and MODEL_NAME in error_of(resp)["message"]
+    chat_model = post(gw, input="x", model="tiergate-auto")  # a chat model: OpenAI's 403 for it
+    assert chat_model.status_code == 403
+    assert error_of(chat_model)["message"] == "You are not allowed to generate embeddings from this model"
     assert post(gw, key="sk-not-a-key", input="x").status_code == 401
     assert post(gw, key=gw.admin_key, input="x").status_code == 403
     with pytest.raises(openai.BadRequestError):
