@@ -3,7 +3,9 @@ edge, ``tiergate-auto``, and the local vLLM server for ``cloud``), as the Respon
 
 Asserted is Anthropic's behaviour as its SDK reads it: a ``Message`` with its content blocks, stop
 reason and usage; a stream's events in Anthropic's order (``text_stream`` and ``get_final_message``
-agree); a ``tool_use`` block and its ``tool_result`` sent back; a tool call's input streamed as
+agree); a ``tool_use`` block and its ``tool_result`` sent back (the answer's blocks passed back as
+``response.content`` and as each block's ``model_dump()``); the SDK's newer fields (``output_config``,
+``diagnostics``, a ``system`` turn, ``workspace_id``, ``thinking``); a tool call's input streamed as
 ``input_json_delta``; ``count_tokens``; an image block; a stop sequence named; a bad key and an
 unknown model as the SDK's own errors; the ledger row and the cost report.
 """
@@ -159,6 +161,37 @@ def test_a_tool_use_and_its_result_sent_back(
         max_tokens=32,
     )
     assert second.content and second.stop_reason in ("end_turn", "max_tokens", "tool_use")
+
+
+def test_the_sdks_newer_fields_are_honoured(gateway: Gateway) -> None:
+    """Fields of the SDK's types that change the answer or say who asks, through the SDK's own
+    arguments: ``output_config.format`` constrains the text, ``diagnostics`` is answered, a ``system``
+    turn and the headers ``user_profile_id`` and ``workspace_id`` (the key's tenant) are taken."""
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+    client = gateway.anthropic(default_headers=FRESH, timeout=120)
+    message = client.messages.create(
+        model=EDGE,
+        max_tokens=32,
+        messages=[
+            {"role": "system", "content": "Answer in JSON."},
+            {"role": "user", "content": "Is water wet?"},
+        ],
+        output_config={"format": {"type": "json_schema", "schema": schema}},
+        diagnostics={"previous_message_id": None},
+        user_profile_id="profile-1",
+        workspace_id="default",
+        **GREEDY,
+    )
+    assert isinstance(message.content[0], TextBlock)
+    jsonschema.validate(json.loads(message.content[0].text), schema)
+    assert message.diagnostics is not None and message.diagnostics.cache_miss_reason is not None
+    assert message.diagnostics.cache_miss_reason.type == "unavailable"
+    with pytest.raises(anthropic.PermissionDeniedError):
+        create(client, EDGE, workspace_id="wrkspc_someone_else")
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        create(client, EDGE, thinking={"type": "enabled", "budget_tokens": 1024})
+    error: Any = caught.value.body
+    assert error["error"]["message"] == '"thinking.type.enabled" is not supported for this model'
 
 
 @EVERY_TIER

@@ -262,6 +262,13 @@ def test_null_container_and_global_geo_and_standard_speed_are_taken() -> None:
     assert sent(container=None, inference_geo="global", speed="standard").messages
 
 
+def test_the_profile_header_is_the_end_user_unless_metadata_names_one() -> None:
+    body = {"model": "edge", "max_tokens": 4, "messages": [USER]}
+    assert chat_request(am.parse_create(json.dumps(body).encode()), "profile-1").user == "profile-1"
+    named = {**body, "metadata": {"user_id": "u-7"}}
+    assert chat_request(am.parse_create(json.dumps(named).encode()), "profile-1").user == "u-7"
+
+
 def test_a_foreign_workspace_is_403_and_the_tenants_own_is_taken() -> None:
     request = am.parse_create(json.dumps({"model": "edge", "max_tokens": 4, "messages": [USER]}).encode())
     check_request(request, "acme", "acme")
