@@ -9,22 +9,45 @@ per label, a mean and a variance per weight, no refits), over the request's hash
 difficulty model's words, without its word pairs) and numbers (:func:`vectorize`'s), its media and
 tools, and the difficulty estimate itself:
 
-    score(x)     = (w_global + w_tenant) · x          each weight Gaussian, diagonal
+    score(x)     = (w_shared + w_tenant) · x          each weight Gaussian, diagonal
     acceptable   = Φ(mean / √(β² + variance))          the predictive probability
     draw         = Φ((mean + sd · N(0, 1)) / β)        Thompson sampling: which tiers to explore
 
-The global weights learn from every tenant's labels and are each tenant's prior; a tenant's own
-weights start at zero with a small variance and learn what is peculiar to its traffic.  Before any
-label the score is ``difficulty_weight × (declared quality − difficulty)``: the declared quality and
-the template-trained difficulty are the prior, and the labels move it.
+Before any label the score is ``difficulty_weight × (declared quality − difficulty)``: the declared
+quality and the template-trained difficulty are the prior, and the labels move it.
 
-Its uncertainty decides when it replaces the declared quality: for a request whose score's sd is at
-most ``max_sd`` (labels on requests like it brought it down from the prior's) and a tier with at least
-``min_labels`` labels, the router compares the acceptability with the policy's ``acceptable_floor``;
-before that, the declared quality against the difficulty, as it always did.  Exploration sends a
-share of requests to a cheaper tier not learned yet for them, or whose draw passes the floor
-(router/_strategies.py).  Scores in [0, 1] count as good from 0.5 up.  Memory: at most two floats per
-hashed bucket per (tier, tenant), tenants bounded (least recently labelled dropped).
+**Tenants.**  Any inference key can label its own answers (``POST /v1/feedback``), so what one tenant
+teaches must not move another's routing or costs.  Three rules:
+
+- *A tenant's own labels decide its routing.*  The learned figure replaces the declared quality for a
+  request only when the tenant has ``min_labels`` (30) labels of its own for the tier and they cover
+  the request: words and kinds (media, tools, a structured format) making up ``min_coverage`` (half)
+  of it were each in ``seen_labels`` (5) of them.  Another tenant's labels count for neither, so a
+  tenant without labels routes on the declared quality whatever others said, and its reason shows
+  no learned figure.
+- *A class nobody labelled does not move with another.*  A tenant's own weights are its words' and
+  kinds' only, with ``tenant_variance`` (2×) the shared prior's word variance so that its labels
+  outweigh the prior; its intercept, numbers and difficulty stay the shared prior's.  With an
+  intercept of its own (before, e4e3b1b), 100 bad labels on short facts sent all of the tenant's
+  never-labelled word games to the cloud as well; now 300 leave them on the edge (their coverage is
+  ~0.16: a few shared words), and when the tenant then labels word games 95 % good, they stay there.
+- *What one tenant teaches the shared prior is bounded*: the prior learns from each tenant's first
+  ``shared_labels`` (20) labels per tier, no more (counted in its tally, which outlives its weights).
+  Measured (one tenant's 300 bad labels on short facts, another asking the same): the other's prior
+  figure on them falls from 0.79 to 0.44, which moves none of its requests (the gate above), and
+  once it has 40 labels of its own (80 % good) its figure is 0.69 against 0.71 with no attacker;
+  with 95 % good, 0.84 against 0.87 (``python -m bench.quality_isolation``).
+  The alternative, a prior learned only where several tenants
+  agree (a median of their weights per word), needs three or more tenants labelling the same words
+  before it learns anything, costs a pass over the tenants per label, and still lets one tenant be
+  one of the three; a cap is one counter per (tenant, tier) and its bound is one number: a key moves
+  the prior by at most 20 labels' worth, and never another tenant's routing by itself.
+
+Exploration sends a share of requests to a cheaper tier not learned yet for them, or whose draw
+passes the floor (router/_strategies.py).  Scores in [0, 1] count as good from 0.5 up.  Memory: at
+most two floats per hashed bucket per tier (shared) and three per (tier, tenant), tenants bounded
+(least recently labelled dropped).  Figures: ``python -m bench.quality_sim`` and the tests in
+tests/router/test_quality.py and tests/hostile/test_feedback_isolation.py.
 """
 
 from __future__ import annotations
@@ -179,6 +202,8 @@ class Weights:
         """Move each weight by ``step`` × its variance × x; shrink its variance by ``shrink`` × v² x²."""
         for i, x in zip(*keys, strict=True):
             m0, v0 = self._prior(i)
+            if v0 == 0.0:  # fixed (a tenant's intercept, numbers and difficulty)
+                continue
             v = self.var.get(i, v0)
             self.mean[i] = self.mean.get(i, m0) + step * v * x
             self.var[i] = max(v * (1 - shrink * v * x * x), v0 * 1e-3)
