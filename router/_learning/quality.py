@@ -232,7 +232,7 @@ def _v(t: float) -> float:
 
 
 class QualityModel:
-    """Per tier, global weights and each tenant's own; labels folded one by one (:meth:`label`)."""
+    """Per tier, the shared prior's weights and each tenant's own; labels folded one by one."""
 
     def __init__(self, config: QualityConfig | None = None, *, clock: Any = time.time) -> None:
         self.config = config or QualityConfig()

@@ -204,3 +204,38 @@ def test_what_it_learned_is_saved_and_loaded_with_the_learner() -> None:
     assert after == before
     (row,) = again.quality.report("t")
     assert (row["labels"], row["good"], row["hours"][0]["hour_start"]) == (5, 5, 36000.0)
+
+
+def test_a_reason_names_no_difficulty_when_a_learned_figure_decided() -> None:
+    """The difficulty is shown when a tier fell short of it on its declared quality, not when what was
+    learned left a tier out (the difficulty was then no part of it)."""
+    easy = router.DifficultyModel(coef=[0.0] * (4096 + 6), intercept=-3.0)  # every request is easy
+    learner = router.Learner(PRICES, exploration=0.0, seed=3, difficulty=easy)
+    learner.label([("t", "edge", router.quality_keys(features(FACT), 0.05), False, 0.0)] * 40)
+    policy = router.TenantPolicy(latency=NO_OBJECTIVE)  # weighs the difficulty
+    decision = route(learner, AUTO, views(), features(FACT), policy)
+    text = decision.reason.render()
+    assert decision.tier == "cloud" and text.startswith("cloud: edge not taken: acceptable 0.0"), text
+    assert "difficulty" not in text
+
+
+def test_the_shared_prior_and_each_tenants_count_are_saved() -> None:
+    learner = router.Learner(PRICES, seed=1)
+    learner.label([("a", "edge", keys(FACT), False, 0.0)] * 30)
+    again = router.Learner(PRICES, seed=1)
+    again.load(learner.dump())
+    rng = random.Random(0)
+    assert again.quality.assess("b", "edge", 0.4, keys(FACT), rng).shared == 20
+    again.label([("a", "edge", keys(FACT), False, 0.0)])  # past its 20: the prior learns nothing of it
+    assert again.quality.report("a")[0]["shared"] == 20
+    # Saved before the prior was bounded (no format): its weights held every tenant's labels; not loaded.
+    old = learner.dump()
+    old["quality"].pop("format")
+    for row in old["quality"]["tallies"]:
+        del row[5:]
+    fresh = router.Learner(PRICES, seed=1)
+    fresh.load(old)
+    a = fresh.quality.assess("a", "edge", 0.4, keys(FACT), rng)
+    assert (a.labels, a.shared, a.learned) == (0, 0, False)
+    (row,) = fresh.quality.report("a")
+    assert (row["labels"], row["shared"]) == (30, 0)
