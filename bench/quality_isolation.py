@@ -11,6 +11,7 @@ facts and word games, written apart from the difficulty model's templates):
        good), with and without A's 300 bad labels before them
     3. A, after its 300 bad labels on facts, labels word games 95 % good: the share of them on the
        edge after 0, 10, 20 and 40 of those labels
+    4. what the model costs a request: both tiers' acceptability for a tenant with 300 labels
 
 tests/hostile/test_feedback_isolation.py checks the first through a real gateway with the real edge.
 
@@ -20,6 +21,7 @@ tests/hostile/test_feedback_isolation.py checks the first through a real gateway
 from __future__ import annotations
 
 import random
+import timeit
 from collections.abc import Sequence
 
 import router
@@ -151,8 +153,25 @@ def recovery() -> list[str]:
     return ["A's word games labelled 95 % good after its 300 bad facts: " + "; ".join(out)]
 
 
+def cost() -> list[str]:
+    """The request path's share: the edge's and the cloud's acceptability for a tenant with 300 labels."""
+    world = World()
+    texts = prompts(FACTS + WORDS, 300, 50)
+    world.label(texts, "a", [i % 3 > 0 for i in range(300)])
+    model, rng = world.learner.quality, random.Random(0)
+    keys = [router.quality_keys(features(t, "a"), 0.2) for t in prompts(FACTS + WORDS, 200, 51)]
+
+    def assess() -> None:
+        for k in keys:
+            model.assess("a", "edge", 0.4, k, rng)
+            model.assess("a", "cloud", 0.7, k, rng)
+
+    best = min(timeit.repeat(assess, number=5, repeat=7)) / (5 * len(keys))
+    return [f"assess, two tiers, a tenant with 300 labels: {best * 1e6:.0f} µs a request (best of 7)"]
+
+
 def main() -> None:
-    for lines in (isolation(), bound(), recovery()):
+    for lines in (isolation(), bound(), recovery(), cost()):
         print("\n".join(lines))
 
 
