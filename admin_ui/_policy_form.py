@@ -70,7 +70,8 @@ def fields(tiers: list[str]) -> list[tuple[str, list[Field]]]:
                     "Acceptable floor",
                     "number",
                     "0–1, learned: the least learned probability that a tier's answer is acceptable, "
-                    "once its labels are enough (else the declared quality decides); empty: 0.7",
+                    "once the tenant's own labels cover the request (else the declared quality decides); "
+                    "empty: 0.7",
                     step="0.05",
                 ),
             ],

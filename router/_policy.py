@@ -12,8 +12,8 @@ A :class:`TenantPolicy` is a plain value (msgspec, JSON on the wire and in the d
     preferred_tier  taken whenever it meets the objective and the quality floor, even if dearer
     quality_floor   the least declared quality level (0..1) a tier's model must have
     acceptable_floor  (learned) the least probability that a tier's answer is acceptable, once the
-                    quality model has learned it from labels for the request (router/_learning/quality.py);
-                    until then the declared quality and the difficulty decide
+                    quality model has learned it from the tenant's own labels covering the request
+                    (router/_learning/quality.py); until then the declared quality and the difficulty decide
     weigh_difficulty  (learned) whether a tier must also have a quality level of at least the
                     request's estimated difficulty (a strong/weak threshold router); off, only
                     the floor counts, like the other strategies

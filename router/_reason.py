@@ -192,21 +192,45 @@ class BudgetSpent:
 
 @dataclass(frozen=True, slots=True)
 class Acceptance:
-    """The learned probability that the chosen tier's answer is acceptable, against the tenant's
-    ``acceptable_floor``, and the labels behind it; ``draw``: the Thompson draw that decided, shown
-    when it falls on the other side of the floor than the mean (the router is exploring)."""
+    """The learned probability that a tier's answer is acceptable, against the tenant's
+    ``acceptable_floor``, and the labels behind it: the tenant's own for the tier (learned figures
+    need at least ``min_labels`` of them) and other tenants' in the shared prior (at most
+    ``shared_labels`` each).  ``draw``: the Thompson draw that decided, shown when it falls on the
+    other side of the floor than the mean (the router is exploring)."""
 
     mean: float
     floor: float
     labels: int
+    shared: int = 0
     draw: float | None = None
 
     def __str__(self) -> str:
         sign = ">=" if self.mean >= self.floor else "<"
-        said = f"acceptable {self.mean:.2f} {sign} floor {self.floor:g} ({self.labels} labels)"
+        said = (
+            f"acceptable {self.mean:.2f} {sign} floor {self.floor:g} "
+            f"({self.labels} own labels, {self.shared} shared)"
+        )
         if self.draw is not None and (self.draw >= self.floor) != (self.mean >= self.floor):
             said += f", drawn {self.draw:.2f}"
         return said
+
+
+@dataclass(frozen=True, slots=True)
+class Overruled:
+    """A tier that meets the policy on its declared quality and would have been chosen before the
+    one that was, left out because its learned acceptability for the request is below the floor."""
+
+    tier: str
+    acceptance: Acceptance
+
+    def __str__(self) -> str:
+        return f"{self.tier} not taken: {self.acceptance}"
+
+
+def _learned(acceptance: Acceptance | None, overruled: tuple[Overruled, ...], said: str) -> str:
+    """``said``, after the chosen tier's learned acceptability and the tiers what was learned left out."""
+    parts = ([] if acceptance is None else [str(acceptance)]) + [str(o) for o in overruled]
+    return "; ".join([*parts, said])
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,6 +243,7 @@ class MeetsPolicy:
     preferred: bool = False
     difficulty: float | None = None
     acceptance: Acceptance | None = None  # the tier's learned acceptability, once it is trusted
+    overruled: tuple[Overruled, ...] = ()  # tiers chosen before it but for what was learned
 
     @property
     def kind(self) -> Kind:
@@ -227,7 +252,7 @@ class MeetsPolicy:
     def __str__(self) -> str:
         why = "preferred tier" if self.preferred else "cheapest that meets the policy"
         said = f"{_checks(self.checks)}, {self.cost} ({why}){_difficulty(self.difficulty)}"
-        return said if self.acceptance is None else f"{self.acceptance}; {said}"
+        return _learned(self.acceptance, self.overruled, said)
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,6 +266,7 @@ class Closest:
     objective_missed: bool = False
     difficulty: float | None = None
     acceptance: Acceptance | None = None  # the tier's learned acceptability, once it is trusted
+    overruled: tuple[Overruled, ...] = ()  # tiers chosen before it but for what was learned
 
     @property
     def kind(self) -> Kind:
@@ -257,7 +283,7 @@ class Closest:
         unmet = " and ".join(what) or "none meets the policy"
         said = f"{_checks(self.checks)}; {unmet}, most likely to meet it, {self.cost}"
         said += _difficulty(self.difficulty)
-        return said if self.acceptance is None else f"{self.acceptance}; {said}"
+        return _learned(self.acceptance, self.overruled, said)
 
 
 @dataclass(frozen=True, slots=True)

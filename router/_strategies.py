@@ -18,11 +18,12 @@ compares like with like.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from router._decision import AutoRule, TierView, why_not
 from router._features import Features
+from router._learning.predictor import Prediction
 from router._policy import ALWAYS, TenantPolicy
 from router._reason import (
     Acceptance,
@@ -34,6 +35,7 @@ from router._reason import (
     Exploring,
     LatencyCheck,
     MeetsPolicy,
+    Overruled,
     Size,
     Turn,
     Unable,
@@ -161,10 +163,13 @@ class Learned(Strategy):
         def acceptance(view: TierView) -> Acceptance | None:
             """The tier's learned acceptability, once trusted for this request (else None)."""
             a = acceptable.get(view.name)
-            return Acceptance(a.mean, floor, a.labels) if a is not None and a.learned else None
+            return Acceptance(a.mean, floor, a.labels, a.shared) if a is not None and a.learned else None
 
         latency = policy.latency
         scored = []
+        # Tiers the declared check would take but a learned acceptability below the floor leaves out.
+        overruled: dict[str, Overruled] = {}
+        short_of_difficulty = False  # a tier judged on its declared quality fell short of the need
         for view in able:
             p = predictions[view.name]
             checks = []
@@ -177,24 +182,30 @@ class Learned(Strategy):
             ratio = max((c.ratio for c in checks), default=0.0)
             # Learned from labels, the acceptability against the floor; else, declared.
             learned = acceptance(view)
-            if learned is not None:
-                shortfall = max(0.0, floor - learned.mean)
-            else:
-                shortfall = max(0.0, need - view.capabilities.quality)
+            declared = max(0.0, need - view.capabilities.quality)
+            shortfall = max(0.0, floor - learned.mean) if learned is not None else declared
             scored.append((view, ratio, shortfall, tuple(checks)))
+            if learned is not None and shortfall > 0 and declared == 0 and ratio <= 1.0:
+                overruled[view.name] = Overruled(view.name, learned)
+            elif learned is None and declared > 0:
+                short_of_difficulty = True
 
-        shown = snapshot.difficulty if any(s[2] > 0 for s in scored) else None
+        shown = snapshot.difficulty if short_of_difficulty else None
         ok = [s for s in scored if s[1] <= 1.0 and s[2] == 0.0]
         cause: Cause
         if ok:
             preferred = next((s for s in ok if s[0].name == policy.preferred_tier), None)
             pick = preferred or min(ok, key=lambda s: predictions[s[0].name].cost_usd)
             rest = sorted((s for s in scored if s is not pick), key=lambda s: (s[2], s[1] > 1, s[1]))
-            cause = MeetsPolicy(pick[3], cost(pick[0]), preferred is not None, shown, acceptance(pick[0]))
+            passed = _passed(overruled, pick[0], predictions, policy.preferred_tier)
+            said = acceptance(pick[0])
+            cause = MeetsPolicy(pick[3], cost(pick[0]), preferred is not None, shown, said, passed)
         else:
             pick, *rest = sorted(scored, key=lambda s: (s[2], s[1]))
             needed = need if pick[2] > 0 else None
-            cause = Closest(pick[3], cost(pick[0]), needed, pick[1] > 1, shown, acceptance(pick[0]))
+            passed = _passed(overruled, pick[0], predictions, policy.preferred_tier)
+            said = acceptance(pick[0])
+            cause = Closest(pick[3], cost(pick[0]), needed, pick[1] > 1, shown, said, passed)
         order = [pick[0], *(s[0] for s in rest)]
 
         if snapshot.explore is not None and len(order) > 1:
@@ -221,3 +232,20 @@ class Learned(Strategy):
                 total = predictions[chosen.name].total_p50
                 cause = Exploring(snapshot.exploration, total, cost(chosen))
         return Choice(_names(order), cause)
+
+
+def _passed(
+    overruled: Mapping[str, Overruled],
+    pick: TierView,
+    predictions: Mapping[str, Prediction],
+    preferred: str | None,
+) -> tuple[Overruled, ...]:
+    """Of the tiers a learned acceptability left out, those chosen before ``pick`` but for it: the
+    preferred tier, or a cheaper one; cheapest first."""
+    top = predictions[pick.name].cost_usd
+    chosen_before = (
+        o
+        for name, o in overruled.items()
+        if name != pick.name and (name == preferred or predictions[name].cost_usd < top)
+    )
+    return tuple(sorted(chosen_before, key=lambda o: predictions[o.tier].cost_usd))
