@@ -141,7 +141,9 @@ class RedisLimiter:
     broken while Redis was away is sent once more on a fresh one before counting falls back here, and
     a burst waits for a pooled connection instead of failing over (with redis-py 8's pool of 100 that
     raised past it, a burst of 400 across two gateways let 180 through a limit of 60).  A restarted
-    Redis has forgotten the script: ``register_script``'s object loads it again on NOSCRIPT.
+    Redis has forgotten the script: ``register_script``'s object loads it again on NOSCRIPT.  A retry
+    after a timeout can count a request twice if Redis did run the first attempt: an error towards
+    refusing, and only when Redis answers slower than the 1 s timeout.
     """
 
     def __init__(
