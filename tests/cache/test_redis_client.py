@@ -1,7 +1,8 @@
 """The one Redis connection policy (cache/_redis_client.py) against a real redis-server that is killed
 and started again on its port: pooled connections broken by the outage are replaced on their next use,
 a script the restarted server forgot is loaded again, a burst past the pool's bound waits instead of
-failing, and an idle connection is PINGed before it is used."""
+failing, an idle connection is PINGed before it is used, and one left half-open (its path went away
+without a close, as through a NAT or a container network) is found and replaced on its next use."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import msgspec
 import pytest
 import redis
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 import cache
 from gateway.accounts.tenants import Demand, RedisLimiter, Tenant, TenantLimits
@@ -95,6 +97,63 @@ async def test_an_idle_connection_is_pinged_before_use(server: RedisServer) -> N
     finally:
         await client.aclose()
         direct.close()
+        server.stop()
+
+
+class SilencingProxy:
+    """A TCP proxy to Redis whose connections can be silenced: bytes are swallowed both ways and
+    nothing is closed, so the client's sockets stay open on a path that has gone (half-open).
+    Connections made afterwards are forwarded as usual."""
+
+    def __init__(self, upstream_port: int) -> None:
+        self.port = free_port()
+        self._upstream_port = upstream_port
+        self._links: list[list[bool]] = []  # one [silenced] per connection
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self._upstream_port)
+        silenced = [False]
+        self._links.append(silenced)
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            while data := await src.read(65536):
+                if not silenced[0]:
+                    dst.write(data)
+                    await dst.drain()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer), return_exceptions=True)
+
+    def silence(self) -> None:
+        for link in self._links:
+            link[0] = True
+
+    async def aclose(self) -> None:
+        if self._server is not None:
+            self._server.close()
+
+
+@pytest.mark.parametrize("retries", [1, 0])
+async def test_a_half_open_connection_is_found_and_replaced(server: RedisServer, retries: int) -> None:
+    proxy = SilencingProxy(server.port)
+    await proxy.start()
+    policy = cache.RedisPolicy(health_check_s=0.2, retries=retries)
+    client = cache.redis_client(f"redis://127.0.0.1:{proxy.port}/0", policy, timeout_s=0.3)
+    try:
+        await client.set("k", b"v")
+        proxy.silence()  # the pooled connection now leads nowhere, and nothing tells the client
+        await asyncio.sleep(0.3)  # idle past the health check: the PING meets it, and times out
+        if retries:
+            assert await client.get("k") == b"v"  # sent again on a fresh connection
+        else:
+            with pytest.raises(RedisTimeoutError):  # without the retry, this call is lost
+                await client.get("k")
+    finally:
+        await client.aclose()
+        await proxy.aclose()
         server.stop()
 
 
