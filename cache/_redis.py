@@ -6,10 +6,10 @@ import math
 from collections.abc import Sequence
 from urllib.parse import urlsplit, urlunsplit
 
-import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from cache._protocol import CacheError
+from cache._redis_client import RedisPolicy, redis_client
 
 
 def shown_url(url: str) -> str:
@@ -27,15 +27,14 @@ class RedisStore:
 
     Keys get ``prefix`` so the cache can share a Redis with other users; the
     size bound is Redis' own ``maxmemory`` with an LRU policy.  Every call is
-    bounded by ``timeout_s``: a slow or absent Redis is a miss, not a stall.
+    bounded by ``timeout_s`` (twice that with ``policy``'s one retry): a slow or absent Redis is a
+    miss, not a stall; one that is back is used again on the next call (:mod:`cache._redis_client`).
     """
 
-    def __init__(self, url: str, *, prefix: str, timeout_s: float) -> None:
+    def __init__(self, url: str, *, prefix: str, timeout_s: float, policy: RedisPolicy | None = None) -> None:
         self._url = shown_url(url)  # for messages: never its password
         self._prefix = prefix
-        self._client = aioredis.Redis.from_url(
-            url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, decode_responses=False
-        )
+        self._client = redis_client(url, policy or RedisPolicy(), timeout_s=timeout_s)
 
     async def get(self, key: str) -> bytes | None:
         try:

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from cache._protocol import CacheError
 from cache._redis import shown_url
+from cache._redis_client import RedisPolicy, redis_client
 from cache._semantic import Entry, decode_entry, encode_entry
 
 START = "0-0"
@@ -24,21 +24,24 @@ _FIELD = b"e"
 
 class SemanticFeed:
     def __init__(
-        self, url: str, stream: str, *, max_len: int, timeout_s: float, block_s: float = 5.0
+        self,
+        url: str,
+        stream: str,
+        *,
+        max_len: int,
+        timeout_s: float,
+        block_s: float = 5.0,
+        policy: RedisPolicy | None = None,
     ) -> None:
         self._url = shown_url(url)
         self._stream = stream
         self._max_len = max_len
         self._block_ms = int(block_s * 1000)
-        self._client = aioredis.Redis.from_url(
-            url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, decode_responses=False
-        )
+        policy = policy or RedisPolicy()
+        self._client = redis_client(url, policy, timeout_s=timeout_s)
         # Blocking reads wait up to block_s, longer than the short timeout every other call has.
-        self._follower = aioredis.Redis.from_url(
-            url,
-            socket_timeout=block_s + timeout_s + 1,
-            socket_connect_timeout=timeout_s,
-            decode_responses=False,
+        self._follower = redis_client(
+            url, policy, timeout_s=timeout_s, read_timeout_s=block_s + timeout_s + 1
         )
 
     async def append(self, entry: Entry) -> None:

@@ -214,11 +214,11 @@ async def open_services(
     gates = gates_for(tiers, settings.admission, metrics)  # stage 7's, one per tier
     async with AsyncExitStack() as stack:
         stack.callback(tracing.shutdown)
-        shared = open_shared(settings.shared, settings.breakers)
+        shared = open_shared(settings.shared, settings.breakers, settings.redis)
         breakers = _breakers(settings, metrics, shared)
         engine, store = await _open_database(settings, stack)
         auth = await _started_auth(settings, store)
-        limiter: RateLimiter = make_limiter(settings.limits.redis_url)
+        limiter: RateLimiter = make_limiter(settings.limits.redis_url, settings.redis)
         stack.push_async_callback(limiter.aclose)
         policy_store = PolicyStore(engine, settings.policies.default, list(tiers))
         policies = PolicyBook(policy_store, refresh_s=settings.policies.refresh_s)
@@ -241,7 +241,9 @@ async def open_services(
         )
         await routing.start()
         stack.push_async_callback(routing.aclose)
-        store_ = cache.open_store(settings.cache, settings.data_path) if settings.cache.enabled else None
+        store_ = None
+        if settings.cache.enabled:
+            store_ = cache.open_store(settings.cache, settings.data_path, settings.redis)
         aliases = {n: (a.model, a.strategy) for n, a in settings.model_aliases().items()}
         remote = frozenset(n for n, c in settings.tier_configs().items() if c.location == "remote")
         tier_set = TierSet(tiers, breakers, aliases, remote, gates)
@@ -256,7 +258,7 @@ async def open_services(
             stack.push_async_callback(embedder.aclose)
             await embedder.start()
         semantic = semantic_cache(
-            settings.cache, store_, embedder, settings.data_path, settings.build_cache_dir
+            settings.cache, store_, embedder, settings.data_path, settings.build_cache_dir, settings.redis
         )
         if semantic is not None:
             await semantic.start()

@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from cache import CacheConfig
+from cache import CacheConfig, RedisPolicy
 from gateway.accounts.ledger import PricingSettings
 from gateway.accounts.stored_responses import ResponseSettings
 from gateway.accounts.tenants import LimitSettings
@@ -196,6 +196,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     limits: LimitSettings = msgspec.field(default_factory=LimitSettings)
     storage: StorageSettings = msgspec.field(default_factory=StorageSettings)
     shared: SharedSettings = msgspec.field(default_factory=SharedSettings)
+    # How every Redis client (cache, limits, shared) connects, loses Redis and finds it again.
+    redis: RedisPolicy = msgspec.field(default_factory=RedisPolicy)
     ledger: LedgerSettings = msgspec.field(default_factory=LedgerSettings)
     pricing: PricingSettings = msgspec.field(default_factory=PricingSettings)
     observability: ObservabilitySettings = msgspec.field(default_factory=ObservabilitySettings)

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Protocol
 
+import cache
 from gateway.accounts.tenants._models import Tenant
 from gateway.accounts.tenants._settings import TenantLimits
 from gateway.errors import RateLimited
@@ -134,12 +135,21 @@ return 0
 
 class RedisLimiter:
     """Counts in Redis, shared by every gateway on the same server. If Redis cannot be
-    reached, this process counts on its own (and logs it) rather than refusing everyone."""
+    reached, this process counts on its own (and logs it) rather than refusing everyone.
 
-    def __init__(self, url: str, *, prefix: str = "tiergate:rl") -> None:
-        import redis.asyncio as aioredis
+    The client follows the gateway's one :class:`cache.RedisPolicy`: a call that meets a connection
+    broken while Redis was away is sent once more on a fresh one before counting falls back here, and
+    a burst waits for a pooled connection instead of failing over (with redis-py 8's pool of 100 that
+    raised past it, a burst of 400 across two gateways let 180 through a limit of 60).  A restarted
+    Redis has forgotten the script: ``register_script``'s object loads it again on NOSCRIPT.  A retry
+    after a timeout can count a request twice if Redis did run the first attempt: an error towards
+    refusing, and only when Redis answers slower than the 1 s timeout.
+    """
 
-        self._redis = aioredis.from_url(url, socket_timeout=1.0, socket_connect_timeout=1.0)
+    def __init__(
+        self, url: str, *, prefix: str = "tiergate:rl", policy: cache.RedisPolicy | None = None
+    ) -> None:
+        self._redis = cache.redis_client(url, policy or cache.RedisPolicy(), timeout_s=1.0)
         self._admit = self._redis.register_script(_ADMIT)
         self._prefix = prefix
         self._fallback = LocalLimiter()
@@ -185,5 +195,5 @@ class RedisLimiter:
         await self._redis.aclose()
 
 
-def make_limiter(redis_url: str) -> RateLimiter:
-    return RedisLimiter(redis_url) if redis_url else LocalLimiter()
+def make_limiter(redis_url: str, policy: cache.RedisPolicy | None = None) -> RateLimiter:
+    return RedisLimiter(redis_url, policy=policy) if redis_url else LocalLimiter()

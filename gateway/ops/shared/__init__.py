@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import msgspec
 
+import cache
 from gateway.ops.shared._bus import Bus, instance_name, publish_now
 from gateway.ops.shared._state import RELOAD, SharedPool, SharedState, check_replica_urls
 from router import BreakerConfig
@@ -32,9 +33,12 @@ class SharedSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     instance: str = ""
 
 
-def open_shared(shared: SharedSettings, breakers: BreakerConfig) -> SharedState | None:
-    """The shared state when ``shared.redis_url`` is set, else None (everything in this process)."""
+def open_shared(
+    shared: SharedSettings, breakers: BreakerConfig, policy: cache.RedisPolicy | None = None
+) -> SharedState | None:
+    """The shared state when ``shared.redis_url`` is set (connected as ``policy`` says), else None
+    (everything in this process)."""
     if not shared.redis_url:
         return None
-    bus = Bus(shared.redis_url, prefix=shared.prefix, instance=instance_name(shared.instance))
+    bus = Bus(shared.redis_url, prefix=shared.prefix, instance=instance_name(shared.instance), policy=policy)
     return SharedState(bus, breakers)

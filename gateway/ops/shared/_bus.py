@@ -19,8 +19,9 @@ from collections.abc import Callable
 from typing import Any
 
 import msgspec
-import redis.asyncio as aioredis
 from redis.exceptions import RedisError
+
+import cache
 
 log = logging.getLogger(__name__)
 
@@ -49,14 +50,18 @@ def publish_now(url: str, prefix: str, kind: str, by: str) -> int:
 
 
 class Bus:
-    def __init__(self, url: str, *, prefix: str, instance: str) -> None:
+    def __init__(
+        self, url: str, *, prefix: str, instance: str, policy: cache.RedisPolicy | None = None
+    ) -> None:
         self._url = url
         self._prefix = prefix
         self.instance = instance
-        # Commands time out; the subscription waits for news as long as it takes, pinging the
-        # server now and then so a connection that died silently is noticed.
-        self._redis = aioredis.from_url(url, socket_connect_timeout=2.0, socket_timeout=2.0)
-        self._listener = aioredis.from_url(url, socket_connect_timeout=2.0, health_check_interval=15)
+        # Both follow the gateway's one Redis policy (cache.RedisPolicy). Commands time out; the
+        # subscription waits for news as long as it takes, PINGed every health_check_s so that a
+        # connection that died silently is noticed.
+        policy = policy or cache.RedisPolicy()
+        self._redis = cache.redis_client(url, policy, timeout_s=2.0)
+        self._listener = cache.redis_client(url, policy, timeout_s=2.0, listens=True)
         self._handlers: dict[str, Handler] = {}
         self._stored_kinds: list[str] = []
         self._resync: list[Resync] = []

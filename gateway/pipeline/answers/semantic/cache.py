@@ -64,12 +64,14 @@ def semantic_cache(
     embedder: Embedder | None,
     data_path: Path,
     build_cache_dir: str | Path,
+    redis: cache.RedisPolicy | None = None,
 ) -> SemanticCache | None:
     """The semantic cache, when there is a result store and an embedding model to make it from
-    (tenants' policies then say who uses it); WordNet is looked for in ``build_cache_dir``."""
+    (tenants' policies then say who uses it); WordNet is looked for in ``build_cache_dir``; the Redis
+    backend's feed connects as ``redis`` says."""
     if store is None or embedder is None or not embedder.available:
         return None
-    return SemanticCache(config, store, embedder, data_path, build_cache_dir)
+    return SemanticCache(config, store, embedder, data_path, build_cache_dir, redis)
 
 
 class SemanticCache:
@@ -80,6 +82,7 @@ class SemanticCache:
         embedder: Embedder,
         data_path: Path,
         build_cache_dir: str | Path,
+        redis: cache.RedisPolicy | None = None,
     ) -> None:
         semantic = config.semantic
         self._build_cache_dir = build_cache_dir
@@ -100,6 +103,7 @@ class SemanticCache:
                 semantic.redis_stream,
                 max_len=semantic.max_entries,
                 timeout_s=config.redis_timeout_s,
+                policy=redis,
             )
             self._keeper = FeedKeeper(self.index, feed)
         else:
