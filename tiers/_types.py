@@ -84,6 +84,8 @@ class TierState:
     # How many times longer each generated token of a request sent now takes than alone, as the
     # tier measured it: a batching edge decodes it with the sequences running (tiers._slots).
     slowdown: float = 1.0
+    # Where it runs, for operators (/readyz, the admin page): "cpu", "cuda:0 (NVIDIA H200)"; "": not said.
+    device: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -99,6 +101,8 @@ class TierState:
             out["slots"] = self.slots
         if self.slowdown != 1.0:
             out["slowdown"] = round(self.slowdown, 3)
+        if self.device:
+            out["device"] = self.device
         return out
 
 

@@ -112,7 +112,16 @@ class BatchedLlamaTier(LlamaCppTier):
 
     def state(self) -> TierState:
         run, jobs, slow = len(self._running), len(self._jobs), self.sustained.joining(self.load)
-        return TierState(self.name, self._health, run, jobs, self._detail, slots=self.slots, slowdown=slow)
+        return TierState(
+            self.name,
+            self._health,
+            run,
+            jobs,
+            self._detail,
+            slots=self.slots,
+            slowdown=slow,
+            device=self.device,
+        )
 
     def describe(self) -> str:
         return f"{super().describe()}, batches up to {self.max_sequences} sequences of {self.sequence_tokens}"
@@ -128,10 +137,8 @@ class BatchedLlamaTier(LlamaCppTier):
         set_verbose(False)
         llama_cpp.llama_backend_init()
         path = model_file(self._config)
-        self._gpu = bool(self._config.n_gpu_layers) and bool(llama_cpp.llama_supports_gpu_offload())
         params = llama_cpp.llama_model_default_params()
-        layers = self._config.n_gpu_layers
-        params.n_gpu_layers = (0x7FFFFFFF if layers == -1 else layers) if self._gpu else 0
+        params.n_gpu_layers = self._place()
         model = _internals.LlamaModel(path_model=str(path), params=params, verbose=False)
         context = llama_cpp.llama_context_default_params()
         context.n_ctx = (self.max_sequences + len(self._slot_ids)) * self.sequence_tokens

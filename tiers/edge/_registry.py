@@ -110,6 +110,7 @@ class EdgeRegistry:
             slots=self.concurrency,
             # The balancer sends it to the least loaded instance: the least slowed.
             slowdown=min((e.slowdown for e in engines), default=1.0),
+            device=", ".join(sorted({i.device for i in self._active.instances})),
         )
 
     async def start(self) -> None:

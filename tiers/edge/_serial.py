@@ -57,6 +57,8 @@ class SerialEngineTier:
         self._waiting = 0
         self._health = Health.STARTING
         self._detail = "loading model"
+        # Where the engine runs, set by the backend at load: "cpu", or "cuda:0 (NVIDIA H200)".
+        self.device = "cpu"
         # Saved prompt states, for backends that reuse a prompt's prefix (each stores its own kind).
         self.prefixes: PrefixStore[Any] = PrefixStore(config.prefix_cache_mb << 20)
 
@@ -91,6 +93,7 @@ class SerialEngineTier:
             in_flight=int(self._lock.locked()),
             queued=self._waiting,
             detail=self._detail,
+            device=self.device,
         )
 
     async def start(self) -> None:
@@ -101,6 +104,7 @@ class SerialEngineTier:
             log.error("edge tier %s", self._detail)
             return
         self._health, self._detail = Health.READY, f"{self._config.model_name} loaded ({self.describe()})"
+        log.info("edge instance %s runs on %s: %s", self.instance, self.device, self._detail)
 
     async def aclose(self) -> None:
         self._health, self._detail = Health.DOWN, "closed"
