@@ -43,6 +43,7 @@ wait_ready() {  # URL: until /readyz says the edge is ready (2 minutes at most)
 
 bench() {
   local wheels=$1 out=$2
+  mkdir -p "$out"
   cd "$ROOT"
   "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$SITE" \
     "$wheels"/wheels/cuda-*/llama_cpp_python-"$LLAMA_CPP_VERSION"-*.whl

@@ -86,6 +86,10 @@ class TierState:
     slowdown: float = 1.0
     # Where it runs, for operators (/readyz, the admin page): "cpu", "cuda:0 (NVIDIA H200)"; "": not said.
     device: str = ""
+    # Its speed for one request alone, as it timed itself at load (an edge engine's warm-up answer):
+    # the router's latency prior for the tier until it has fitted its own (0: not measured).
+    tokens_per_s: float = 0.0
+    first_token_s: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -103,6 +107,8 @@ class TierState:
             out["slowdown"] = round(self.slowdown, 3)
         if self.device:
             out["device"] = self.device
+        if self.tokens_per_s:
+            out["tokens_per_s"] = round(self.tokens_per_s, 1)
         return out
 
 

@@ -29,7 +29,7 @@ import logging
 import threading
 import time
 from collections.abc import AsyncGenerator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -112,16 +112,8 @@ class BatchedLlamaTier(LlamaCppTier):
 
     def state(self) -> TierState:
         run, jobs, slow = len(self._running), len(self._jobs), self.sustained.joining(self.load)
-        return TierState(
-            self.name,
-            self._health,
-            run,
-            jobs,
-            self._detail,
-            slots=self.slots,
-            slowdown=slow,
-            device=self.device,
-        )
+        # the serial engine's state (health, detail, where it runs, its speed) with the batch's load
+        return replace(super().state(), in_flight=run, queued=jobs, slots=self.slots, slowdown=slow)
 
     def describe(self) -> str:
         return f"{super().describe()}, batches up to {self.max_sequences} sequences of {self.sequence_tokens}"

@@ -51,5 +51,7 @@ async def test_the_engine_says_where_it_runs(engine: type[LlamaCppTier]) -> None
         state = tier.state()
         assert state.health.value == "ready" and state.device == "cpu"
         assert state.as_dict()["device"] == "cpu" and "GPU" not in state.detail
+        # the timed warm-up: the router's prior for this engine (tests/router/test_learned.py)
+        assert state.tokens_per_s > 1 and 0 < state.first_token_s < 30
     finally:
         await tier.aclose()
