@@ -14,12 +14,15 @@ against 347 on 15 CPU threads, 3,170 tok/s batched at 16 clients against 486 (is
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import re
 import shlex
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
 
 # The floors, as compute capability (major, minor).  ggml's CUDA backend builds for Maxwell (5.0) and
 # later; CUDA 13's nvcc drops everything before Turing (7.5); vLLM's CUDA wheels and the CUDA 12 builds of
@@ -216,6 +219,90 @@ def plan(mode: str, box: Box, vllm_version: str, torch_version: str, archs: Sequ
     if box.error and not archs:
         return cpu_plan(vllm_version, torch_version, [f"{box.error}: the CPU builds"])
     return gpu_plan(box, vllm_version, torch_version, archs)
+
+
+# In an environment (sys.prefix): the llama-cpp-python variant scripts/setup.sh installed into it.
+VARIANT_FILE = ".tiergate-llama-variant"
+Fit = tuple[Literal["ok", "warn", "fail"], str, str]  # (status, what was seen, the fix)
+
+
+def installed_variant(prefix: str = sys.prefix) -> str:
+    """The llama.cpp build of this environment: what setup.sh recorded; else ``cuda`` (architecture
+    unknown) when llama_cpp carries ggml's CUDA library, else ``cpu``."""
+    recorded = Path(prefix) / VARIANT_FILE
+    if recorded.is_file():
+        return recorded.read_text().strip() or "cpu"
+    spec = importlib.util.find_spec("llama_cpp")
+    folders = list(spec.submodule_search_locations or []) if spec else []
+    return "cuda" if any(next((Path(f) / "lib").glob("libggml-cuda*"), None) for f in folders) else "cpu"
+
+
+def variant_ccs(variant: str) -> list[tuple[int, int]]:
+    """``cuda-89-90`` → [(8, 9), (9, 0)]; none for ``cpu`` or a bare ``cuda``."""
+    return [(int(a[:-1]), int(a[-1])) for a in variant.split("-")[1:] if a.isdigit() and len(a) >= 2]
+
+
+def fit(variant: str, built_cuda: str, box: Box) -> list[Fit]:
+    """Whether a llama.cpp build (``variant``, made with CUDA ``built_cuda``) fits this box: what
+    ``tiergate doctor`` says about an installed bundle."""
+    rebuild = "scripts/setup.sh on a box with this GPU (or --gpu --cuda-arch {arch}), then tiergate bundle"
+    if not variant.startswith("cuda"):
+        return [
+            (
+                "warn",
+                f"{g.name} (compute capability {g.compute_cap}) is here but the bundle's llama.cpp is the "
+                "CPU build: the edge model runs on the CPU",
+                "for the GPU: " + rebuild.format(arch=g.arch),
+            )
+            for g in box.gpus[:1]
+        ]
+    if not box.gpus:
+        return [
+            (
+                "fail",
+                f"the bundle's llama.cpp is built for CUDA ({variant}) and no NVIDIA GPU answers here "
+                f"({box.error or 'nvidia-smi lists none'}): the edge model cannot load",
+                "install the NVIDIA driver, or a bundle built without a GPU (scripts/setup.sh --cpu, "
+                "then tiergate bundle)",
+            )
+        ]
+    out: list[Fit] = []
+    if built_cuda and box.cuda and version(box.cuda) < version(built_cuda):
+        out.append(
+            (
+                "fail",
+                f"the bundle's llama.cpp was built with CUDA {built_cuda}; this driver "
+                f"({box.gpus[0].driver}) supports CUDA {box.cuda}",
+                f"update the NVIDIA driver to one for CUDA {built_cuda} or later, or rebuild the bundle "
+                "with this box's CUDA toolkit",
+            )
+        )
+    built = variant_ccs(variant)
+    for g in box.gpus:
+        if built and g.cc < min(built):
+            out.append(
+                (
+                    "fail",
+                    f"{g.name} is compute capability {g.compute_cap}; the bundle's llama.cpp is built for "
+                    f"{variant}: it cannot run there",
+                    "rebuild for it: " + rebuild.format(arch=g.arch),
+                )
+            )
+        elif built and g.cc not in built:
+            out.append(
+                (
+                    "warn",
+                    f"{g.name} is compute capability {g.compute_cap}, not among {variant}: CUDA compiles "
+                    "the build's PTX at start (a slower first start, none of this GPU's own code)",
+                    "rebuild for it: " + rebuild.format(arch=g.arch),
+                )
+            )
+    if not out:
+        names = ", ".join(sorted({f"{g.name} ({g.compute_cap})" for g in box.gpus}))
+        out.append(
+            ("ok", f"llama.cpp {variant} (CUDA {built_cuda or '?'}) fits {names}, driver CUDA {box.cuda}", "")
+        )
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:
