@@ -98,7 +98,9 @@ def test_a_newer_gpu_than_the_build_runs_its_ptx_and_warns(
 def test_the_build_that_fits_is_ok(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     fake_gpu.install(tmp_path / "bin", monkeypatch, [fake_gpu.H200, fake_gpu.H200])
     [(status, detail, _)] = build_findings(doctor_for(tmp_path, {"variant": "cuda-90", "cuda": "13.0"}))
-    assert status == "ok" and detail == "llama.cpp cuda-90 (CUDA 13.0) fits NVIDIA H200 (9.0), driver CUDA 13.0"
+    assert (
+        status == "ok" and detail == "llama.cpp cuda-90 (CUDA 13.0) fits NVIDIA H200 (9.0), driver CUDA 13.0"
+    )
 
 
 def test_the_variant_a_bundle_records(tmp_path: Path) -> None:
