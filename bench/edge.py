@@ -59,8 +59,8 @@ from typing import Any
 import httpx
 
 from tiers import Finished, Generation, TextDelta, collect
+from tiers._gpu import GpuLayers, placement
 from tiers.edge import EdgeConfig, EdgeRegistry, LlamaCppTier, default_threads, shipped_model_path
-from tiers.edge._device import GpuLayers, placement
 from tiers.edge._onnx import FP32_FILE, INT8_FILE, ChatPrompt, DecoderShape, choose_providers
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -65,9 +65,9 @@ from bench.edge import (
     tier_batch,
 )
 from tiers import Tier
+from tiers._gpu import GpuLayers
 from tiers.edge import EdgeConfig, LlamaCppTier, default_threads
 from tiers.edge._batch import BatchedLlamaTier
-from tiers.edge._device import GpuLayers
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "edge_batch.json"

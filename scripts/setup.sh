@@ -102,7 +102,9 @@ fi
 if ! ls "$CACHE/$LLAMA_WHEELS"/llama_cpp_python-"$LLAMA_CPP_VERSION"-*.whl >/dev/null 2>&1; then
   say "building llama-cpp-python $LLAMA_CPP_VERSION ($VARIANT) from source (about 4 minutes, once)"
   # CUDA: nvcc for one architecture takes ~4 minutes on 16 cores (CMAKE_BUILD_PARALLEL_LEVEL: all of them)
-  CMAKE_ARGS="$LLAMA_CMAKE_ARGS" CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)} \
+  PARALLEL=()
+  [[ $VARIANT == cpu ]] || PARALLEL=("CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}")
+  CMAKE_ARGS="$LLAMA_CMAKE_ARGS" env "${PARALLEL[@]}" \
     .venv/bin/pip wheel --quiet --no-deps "llama-cpp-python==$LLAMA_CPP_VERSION" -w "$CACHE/$LLAMA_WHEELS"
 fi
 

@@ -85,7 +85,7 @@ class EdgeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     # Requests waiting for one instance beyond this many are answered 429 at once.
     max_queue: int = 32
     # llama.cpp: layers offloaded to the GPU (-1: all) when llama-cpp-python was built with CUDA and
-    # llama.cpp sees a GPU; "auto": all there, else 0 (tiers/edge/_device.py).
+    # llama.cpp sees a GPU; "auto": all there, else 0 (tiers/_gpu.py).
     n_gpu_layers: Annotated[int, msgspec.Meta(ge=-1)] | Literal["auto"] = "auto"
     # Saved prompt states per instance (a shared system prompt is evaluated once), in MiB; 0: off.
     prefix_cache_mb: Annotated[int, msgspec.Meta(ge=0)] = 64

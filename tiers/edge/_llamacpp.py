@@ -26,10 +26,10 @@ from typing import Any
 import numpy as np
 
 from tiers._errors import TierRejected, TierUnavailable
+from tiers._gpu import ALL_LAYERS, Placement, placement
 from tiers._types import Generation
 from tiers.edge._config import EdgeConfig, default_threads
 from tiers.edge._decode import Decoder, Emit, Vocabulary, budget_for, special_free
-from tiers.edge._device import ALL_LAYERS, Placement, placement
 from tiers.edge._prefix import MIN_GAIN_TOKENS, shared_prefix
 from tiers.edge._sampling import Row
 from tiers.edge._serial import SerialEngineTier

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from tiers._gpu import ALL_LAYERS, Gpu, Placement, llama_gpus, placement, resolve
 from tiers.edge import EdgeConfig, LlamaCppTier
 from tiers.edge._batch import BatchedLlamaTier
-from tiers.edge._device import ALL_LAYERS, Gpu, Placement, llama_gpus, placement, resolve
 from tiers.edge._onnx import providers_device
 
 H200 = Gpu("CUDA0", "NVIDIA H200", free=140 << 30, total=143 << 30)
