@@ -30,7 +30,10 @@ Method
   ``paired`` the median over rounds of (this path / the raw engine in the same round), the steadier one.
 
     .venv/bin/python -m bench.edge [--repeats 3] [--max-tokens 64] [--concurrency 1,4] [--skip-http]
-                                   [--prefix-questions 8] [--skip-prefix]
+                                   [--prefix-questions 8] [--skip-prefix] [--n-gpu-layers auto|N]
+
+``--n-gpu-layers`` is ``edge.n_gpu_layers`` for every llama.cpp path (raw too): ``auto``, the default, puts
+all layers on the GPU with a CUDA build where llama.cpp sees one (docs/edge.md, "The edge on a GPU").
 
 Prints a table and writes bench/results/edge.json.
 """
@@ -56,6 +59,7 @@ from typing import Any
 import httpx
 
 from tiers import Finished, Generation, TextDelta, collect
+from tiers._gpu import GpuLayers, placement
 from tiers.edge import EdgeConfig, EdgeRegistry, LlamaCppTier, default_threads, shipped_model_path
 from tiers.edge._onnx import FP32_FILE, INT8_FILE, ChatPrompt, DecoderShape, choose_providers
 
@@ -110,13 +114,29 @@ class Cell:
 # -- raw engines ---------------------------------------------------------------------------------
 
 
+def gpu_layers(text: str) -> GpuLayers:
+    """``--n-gpu-layers``: ``auto`` (the edge's default) or a number of layers (-1: all, 0: the CPU)."""
+    return "auto" if text == "auto" else int(text)
+
+
+def gpu_toml(layers: GpuLayers) -> str:
+    """The ``[edge]`` line that gives a gateway child the same GPU setting."""
+    return f"n_gpu_layers = {json.dumps(layers)}\n"
+
+
 class RawLlama:
-    def __init__(self) -> None:
+    def __init__(self, n_gpu_layers: GpuLayers = "auto") -> None:
+        import llama_cpp
         from llama_cpp import Llama
         from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
+        llama_cpp.llama_backend_init()
         self.llm = Llama(
-            model_path=str(shipped_model_path()), n_ctx=2048, n_threads=default_threads(), verbose=False
+            model_path=str(shipped_model_path()),
+            n_ctx=2048,
+            n_threads=default_threads(),
+            n_gpu_layers=placement(n_gpu_layers).layers,  # where the tier would put it
+            verbose=False,
         )
         text = self.llm._model.token_get_text
         formatter = Jinja2ChatFormatter(
@@ -278,9 +298,11 @@ class GatewayProcess:
             f'data_dir = "{tmp / name}"\n[edge]\n{edge_toml}\n[cloud]\nenabled = false\n'
             "[cache]\nenabled = false\n[auth]\nopen_mode = true\n"
         )
-        tiergate = str(Path(sys.executable).with_name("tiergate"))
+        tiergate = Path(sys.executable).with_name("tiergate")
+        # python -m gateway where the package is on PYTHONPATH rather than installed (a GPU box's run)
+        command = [str(tiergate)] if tiergate.exists() else [sys.executable, "-m", "gateway"]
         self.process = subprocess.Popen(
-            [tiergate, "serve", "--config", str(config), "--port", str(self.port)],
+            [*command, "serve", "--config", str(config), "--port", str(self.port)],
             stdout=(tmp / f"{name}.log").open("wb"),
             stderr=subprocess.STDOUT,
         )
@@ -417,7 +439,11 @@ async def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--engines", default="llamacpp,onnx-fp32,onnx-int8")
     parser.add_argument("--prefix-questions", type=int, default=8)
     parser.add_argument("--skip-prefix", action="store_true", help="no prompt-prefix reuse measurement")
+    parser.add_argument(
+        "--n-gpu-layers", type=gpu_layers, default="auto", help="edge.n_gpu_layers (llama.cpp)"
+    )
     args = parser.parse_args(argv)
+    gpu = args.n_gpu_layers
     levels = [int(c) for c in args.concurrency.split(",")]
     engines = args.engines.split(",")
     have_onnx = (ONNX_DIR / FP32_FILE).exists() and (ONNX_DIR / INT8_FILE).exists()
@@ -427,7 +453,10 @@ async def main(argv: list[str] | None = None) -> int:
 
     configs = {
         # the serial engine, as the raw loop it is compared with (batching: bench/edge_batch.py)
-        "llamacpp": ('backend = "llamacpp"\nmax_sequences = 1', EdgeConfig(max_sequences=1)),
+        "llamacpp": (
+            f'backend = "llamacpp"\nmax_sequences = 1\n{gpu_toml(gpu)}',
+            EdgeConfig(max_sequences=1, n_gpu_layers=gpu),
+        ),
         "onnx-fp32": (
             f'backend = "onnx"\nonnx_model_dir = "{ONNX_DIR}"',
             EdgeConfig(backend="onnx", onnx_model_dir=str(ONNX_DIR)),
@@ -447,7 +476,7 @@ async def main(argv: list[str] | None = None) -> int:
         for engine in engines:
             toml, config = configs[engine]
             raws[engine] = (
-                RawLlama()
+                RawLlama(gpu)
                 if engine == "llamacpp"
                 else RawOnnx(INT8_FILE if config.onnx_quantized else FP32_FILE)
             )
@@ -507,6 +536,8 @@ async def main(argv: list[str] | None = None) -> int:
             {
                 "machine": machine(),
                 "threads": default_threads(),
+                "n_gpu_layers": gpu,
+                "devices": {e: t.state().device for e, t in tiers.items()},
                 "max_tokens": args.max_tokens,
                 "repeats": args.repeats,
                 "command": "python -m bench.edge " + " ".join(sys.argv[1:]),

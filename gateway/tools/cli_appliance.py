@@ -28,7 +28,10 @@ def bundle(
     source: Annotated[Path | None, typer.Option(help="tiergate's source folder [default: this one].")] = None,
     wheel_cache: Annotated[
         Path | None,
-        typer.Option(help="Wheels built here (llama-cpp-python) [default: <build_cache_dir>/wheels]."),
+        typer.Option(
+            help="Wheels built here (llama-cpp-python) [default: <build_cache_dir>/wheels, or "
+            "wheels/cuda-<cc> for the CUDA build setup.sh installed]."
+        ),
     ] = None,
 ) -> None:
     """Build an offline bundle: wheels for this platform (at the versions installed here), the edge
@@ -36,12 +39,15 @@ def bundle(
     the cloud model, the default config, a checksum manifest and install.sh."""
     from gateway.pipeline.answers.semantic.wordnet import FOLDER as WORDNET_FOLDER
     from gateway.settings import load_settings
+    from gateway.tools.accel import installed_variant
     from gateway.tools.appliance.bundle import BundleError, build
     from tiers.embedding import DEFAULT_EMBEDDING_MODEL_DIR
     from tiers.speech import DEFAULT_SPEECH_MODEL_DIR
 
     build_cache = Path(load_settings().build_cache_dir).expanduser()
-    cache = wheel_cache or build_cache / "wheels"
+    # the llama-cpp-python build installed here: setup.sh keeps a CUDA one under wheels/<variant>
+    variant = installed_variant()
+    cache = wheel_cache or build_cache / "wheels" / ("" if variant in ("cpu", "cuda") else variant)
     if embedding_model is None and (build_cache / DEFAULT_EMBEDDING_MODEL_DIR / "model.onnx").is_file():
         embedding_model = build_cache / DEFAULT_EMBEDDING_MODEL_DIR
     if embedding_model is None:

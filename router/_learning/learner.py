@@ -101,6 +101,7 @@ class Learner:
     ) -> tuple[tuple[float, ...], Prediction]:
         predictor = self.predictor(view.name)
         state = view.state
+        predictor.seed(state.tokens_per_s, state.first_token_s)
         others = load - (state.in_flight + state.queued)
         wait = self.work.wait(
             view.name, state.in_flight, state.queued, now, predictor.mean_service_s, state.slots

@@ -168,6 +168,18 @@ def _dot(a: Sequence[float], b: Sequence[float]) -> float:
 # ~25 generated tokens/s, and waiting work counted in full; the high quantile 1.5x.
 _PRIOR_TTFT = (0.3, 1.0, 0.0, 0.2, 0.0, 0.05, 0.02, 0.5, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0)
 _PRIOR_TOTAL = (0.3, 1.0, 40.0, 0.2, 0.0, 0.05, 0.02, 0.5, 1.0, 0.0, 40.0, 0.0, 0.0, 0.0)
+Prior = tuple[tuple[float, ...], tuple[float, ...]]
+
+
+def measured_prior(tokens_per_s: float, first_token_s: float) -> Prior:
+    """The prior of a tier that timed itself at load (an edge engine, one request alone): its first
+    token in ``first_token_s`` and each further one in ``1 / tokens_per_s``.  The guess above is off
+    by 30x on a GPU: SmolLM2 makes 766 tok/s on an H200, ~25 on two busy CPU cores."""
+    ttft, total = list(_PRIOR_TTFT), list(_PRIOR_TOTAL)
+    if first_token_s > 0:
+        ttft[0] = total[0] = first_token_s
+    total[OUT_K] = total[BATCH] = 1000.0 / tokens_per_s
+    return tuple(ttft), tuple(total)
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,6 +243,15 @@ class TierPredictor:
     mean_service_s: float = 1.0
     completion_ratio: float = 0.6  # EWMA of completion tokens / max_tokens
     since_refit: int = 0
+    # What stands in before the first fit: the guess above, or the tier's own speed (:meth:`seed`).
+    prior: Prior = (_PRIOR_TTFT, _PRIOR_TOTAL)
+    seeded: tuple[float, float] = (0.0, 0.0)  # (tokens/s, first token s) the prior was made from
+
+    def seed(self, tokens_per_s: float, first_token_s: float) -> None:
+        """Start from the speed the tier measured on this hardware (TierState.tokens_per_s)."""
+        if tokens_per_s > 0 and (tokens_per_s, first_token_s) != self.seeded:
+            self.prior = measured_prior(tokens_per_s, first_token_s)
+            self.seeded = (tokens_per_s, first_token_s)
 
     def predict(self, x: Sequence[float], ceiling: float = 1.0) -> tuple[float, float, float, float]:
         """(ttft p50, ttft high, total p50, total high) in seconds.  The models are of latency
@@ -240,7 +261,7 @@ class TierPredictor:
         x = within(x, c.others_max) if c is not None else x
         top = with_output(x, ceiling) if ceiling != 1.0 else x
         out = []
-        for target, prior in (("ttft", _PRIOR_TTFT), ("total", _PRIOR_TOTAL)):
+        for target, prior in zip(TARGETS, self.prior, strict=True):
             if c is None:
                 mid = _dot(prior, x)
                 hi = (_dot(prior, top) if top is not x else mid) * 1.5
@@ -262,7 +283,7 @@ class TierPredictor:
             return 0.0
         c = self.coefficients
         x = within(x, c.others_max) if c is not None else x
-        coefs = c.total[0] if c is not None else _PRIOR_TOTAL
+        coefs = c.total[0] if c is not None else self.prior[1]
         part = sum(coefs[i] * x[i] for i in OUTPUT) * math.exp(self.correction.get("total", 0.0))
         return part / tokens
 
@@ -342,4 +363,5 @@ class TierPredictor:
             "correction": {t: math.exp(v) for t, v in self.correction.items()},
             "mean_service_s": self.mean_service_s,
             "completion_ratio": self.completion_ratio,
+            "prior_tokens_per_s": self.seeded[0] or None,  # None: the generic guess (~25 tok/s)
         }

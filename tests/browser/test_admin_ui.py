@@ -69,6 +69,10 @@ def test_sign_in_then_the_live_view_shows_tiers_and_refreshes_with_new_decisions
     sign_in(page, ui_gateway)
     expect(page).to_have_url(f"{ui_gateway.url}/admin/live")
     expect(page.locator("tr[data-tier='edge'] .pill")).to_have_text("ready")
+    # where the engine runs and how fast it timed itself at load (no GPU here: the CPU)
+    expect(page.locator("tr[data-tier='edge'] .device")).to_contain_text(
+        re.compile(r"^cpu \(\d+ tok/s alone\)")
+    )
     cookie = next(c for c in context.cookies() if c["name"] == "tiergate_admin")
     assert cookie["httpOnly"] and cookie["sameSite"] == "Strict" and cookie["path"] == "/admin"
 

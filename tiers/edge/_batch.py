@@ -29,7 +29,7 @@ import logging
 import threading
 import time
 from collections.abc import AsyncGenerator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -112,7 +112,8 @@ class BatchedLlamaTier(LlamaCppTier):
 
     def state(self) -> TierState:
         run, jobs, slow = len(self._running), len(self._jobs), self.sustained.joining(self.load)
-        return TierState(self.name, self._health, run, jobs, self._detail, slots=self.slots, slowdown=slow)
+        # the serial engine's state (health, detail, where it runs, its speed) with the batch's load
+        return replace(super().state(), in_flight=run, queued=jobs, slots=self.slots, slowdown=slow)
 
     def describe(self) -> str:
         return f"{super().describe()}, batches up to {self.max_sequences} sequences of {self.sequence_tokens}"
@@ -128,10 +129,8 @@ class BatchedLlamaTier(LlamaCppTier):
         set_verbose(False)
         llama_cpp.llama_backend_init()
         path = model_file(self._config)
-        self._gpu = bool(self._config.n_gpu_layers) and bool(llama_cpp.llama_supports_gpu_offload())
         params = llama_cpp.llama_model_default_params()
-        layers = self._config.n_gpu_layers
-        params.n_gpu_layers = (0x7FFFFFFF if layers == -1 else layers) if self._gpu else 0
+        params.n_gpu_layers = self._place()
         model = _internals.LlamaModel(path_model=str(path), params=params, verbose=False)
         context = llama_cpp.llama_context_default_params()
         context.n_ctx = (self.max_sequences + len(self._slot_ids)) * self.sequence_tokens

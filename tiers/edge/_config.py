@@ -84,8 +84,9 @@ class EdgeConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     sequence_tokens: Annotated[int, msgspec.Meta(ge=0)] = 0
     # Requests waiting for one instance beyond this many are answered 429 at once.
     max_queue: int = 32
-    # llama.cpp: layers offloaded to the GPU (-1: all) when llama-cpp-python was built with CUDA.
-    n_gpu_layers: Annotated[int, msgspec.Meta(ge=-1)] = 0
+    # llama.cpp: layers offloaded to the GPU (-1: all) when llama-cpp-python was built with CUDA and
+    # llama.cpp sees a GPU; "auto": all there, else 0 (tiers/_gpu.py).
+    n_gpu_layers: Annotated[int, msgspec.Meta(ge=-1)] | Literal["auto"] = "auto"
     # Saved prompt states per instance (a shared system prompt is evaluated once), in MiB; 0: off.
     prefix_cache_mb: Annotated[int, msgspec.Meta(ge=0)] = 64
     # More versions (each a GGUF or ONNX model by path); empty: only the model above.

@@ -107,6 +107,7 @@ class InstanceSet:
                     "health": state.health.value,
                     "running": state.in_flight,
                     "queued": state.queued,
+                    "device": instance.device,
                     "prefix_restores": instance.prefixes.hits,  # prompts that reused a saved state
                 }
             )

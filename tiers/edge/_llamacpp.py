@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from tiers._errors import TierRejected, TierUnavailable
+from tiers._gpu import ALL_LAYERS, Placement, placement
 from tiers._types import Generation
 from tiers.edge._config import EdgeConfig, default_threads
 from tiers.edge._decode import Decoder, Emit, Vocabulary, budget_for, special_free
@@ -67,24 +68,31 @@ class LlamaCppTier(SerialEngineTier):
         super().__init__(config, instance)
         self._llm: Any = None
         self._vocab: Vocabulary | None = None
-        self._gpu = False
         self._tokens = {"bos": "", "eos": ""}
+        self.placement = Placement(0, "cpu")
 
     def describe(self) -> str:
-        where = f", {self._config.n_gpu_layers} layers on the GPU" if self._gpu else ""
+        layers = self.placement.layers
+        where = "" if not layers else ", all layers on " if layers == ALL_LAYERS else f", {layers} layers on "
+        where += self.device if layers else ""
         batch = self._config.batch_threads or self._config.threads or default_threads()
         return f"llama.cpp, {self._config.threads or default_threads()} threads ({batch} for batches){where}"
+
+    def _place(self) -> int:
+        """Resolve ``n_gpu_layers`` for this build and box (``"auto"``: all on a GPU, if one is there)."""
+        self.placement = placement(self._config.n_gpu_layers)
+        self.device = self.placement.device
+        return self.placement.layers
 
     def _unload(self) -> None:
         self._llm = None
         self._vocab = None
 
     def _load(self) -> None:
-        from llama_cpp import Llama, llama_supports_gpu_offload
+        from llama_cpp import Llama
 
         path = model_file(self._config)
-        # n_gpu_layers only where this llama.cpp build can offload (built with CMAKE_ARGS=-DGGML_CUDA=on)
-        self._gpu = bool(self._config.n_gpu_layers) and bool(llama_supports_gpu_offload())
+        layers = self._place()
         llm = Llama(
             model_path=str(path),
             n_ctx=self._config.context_tokens,
@@ -92,7 +100,7 @@ class LlamaCppTier(SerialEngineTier):
             n_threads=self._config.threads or default_threads(),
             # not Llama's default (every core): a second thread spinning on a busy core stalls a prompt
             n_threads_batch=self._config.batch_threads or self._config.threads or default_threads(),
-            n_gpu_layers=self._config.n_gpu_layers if self._gpu else 0,
+            n_gpu_layers=layers,
             verbose=False,
         )
         token_text = llm._model.token_get_text

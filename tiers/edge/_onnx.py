@@ -47,6 +47,12 @@ def choose_providers(available: list[str]) -> list[str]:
     return chosen or list(available)
 
 
+def providers_device(providers: list[str]) -> str:
+    """Where a session with these providers runs its graph: CUDA's device 0 (the session's default
+    ``device_id``) when CUDA is among them, else the CPU."""
+    return "cuda:0" if "CUDAExecutionProvider" in providers else "cpu"
+
+
 @dataclass(frozen=True)
 class DecoderShape:
     layers: int
@@ -197,6 +203,7 @@ class OnnxTier(SerialEngineTier):
         self._providers = choose_providers(ort.get_available_providers())
         self._session = ort.InferenceSession(str(path), options, providers=self._providers)
         self._providers = list(self._session.get_providers())
+        self.device = providers_device(self._providers)
         self._prompt = ChatPrompt(path.parent, shape)
         self._vocab = vocabulary(path.parent, self._prompt.tokenizer, shape.eos_token_ids)
         self._shape = shape

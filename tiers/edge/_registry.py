@@ -110,6 +110,10 @@ class EdgeRegistry:
             slots=self.concurrency,
             # The balancer sends it to the least loaded instance: the least slowed.
             slowdown=min((e.slowdown for e in engines), default=1.0),
+            device=", ".join(sorted({i.device for i in self._active.instances})),
+            # the slowest instance's timed warm-up (they run alike; the router's prior errs slow)
+            tokens_per_s=min((i.speed[0] for i in self._active.instances if i.speed[0]), default=0.0),
+            first_token_s=max((i.speed[1] for i in self._active.instances), default=0.0),
         )
 
     async def start(self) -> None:

@@ -39,6 +39,7 @@ from pathlib import Path
 
 from packaging.requirements import Requirement
 
+from gateway.tools import accel
 from gateway.tools.appliance import installer
 from tiers.embedding import DEFAULT_EMBEDDING_MODEL_DIR
 from tiers.speech import DEFAULT_SPEECH_MODEL_DIR
@@ -211,6 +212,11 @@ class Models:
     )
 
 
+def _accelerator() -> dict[str, str]:
+    variant = accel.installed_variant()
+    return {"variant": variant, "cuda": accel.probe().nvcc if variant != "cpu" else ""}
+
+
 def _copy_model(folder: Path, model: Path, name: str, say: Say, what: str) -> dict[str, object]:
     """``model`` copied to models/<name> (links followed); its files' SHA-256 for bundle.json."""
     say(f"copying the {what} {model.name}")
@@ -311,6 +317,9 @@ def _fill(
         "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "versions": {"tiergate": version, EDGE_MODEL_DIST: edge_version, **pins},
         "no_deps": [edge_wheel.name],
+        # the llama.cpp build in the wheels (setup.sh's variant: cpu, cuda-90) and the CUDA it was made
+        # with: `tiergate doctor` on the target checks them against its driver and GPUs
+        "accelerator": _accelerator(),
         "models": models,
     }
     (folder / installer.INFO).write_text(json.dumps(info, indent=2) + "\n")

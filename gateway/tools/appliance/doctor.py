@@ -298,7 +298,11 @@ class Doctor:
         return [] if self.settings is None else host.check_shared(self.settings)
 
     def check_gpu(self) -> list[Finding]:
-        return host.check_gpu()
+        """GPU visibility, and whether the bundle's llama.cpp build (bundle.json's ``accelerator``;
+        bundles from before it are the CPU build) fits this box's driver and GPUs."""
+        built = self.info.get("accelerator")
+        built = built if isinstance(built, dict) else {}
+        return host.check_gpu(str(built.get("variant", "cpu")), str(built.get("cuda", "")))
 
 
 def _key(name: str) -> str:

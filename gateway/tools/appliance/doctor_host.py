@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 
 from gateway.settings import Settings
+from gateway.tools import accel
 from gateway.tools.appliance.doctor_report import Finding, Status
 
 
@@ -79,15 +80,16 @@ def check_shared(s: Settings) -> list[Finding]:
     return out
 
 
-def check_gpu() -> list[Finding]:
-    """The GPUs nvidia-smi lists; none is fine (the edge model runs on the CPU), a broken driver warns."""
+def check_gpu(variant: str = "cpu", built_cuda: str = "") -> list[Finding]:
+    """The GPUs nvidia-smi lists; none is fine for a CPU bundle (the edge model runs on the CPU), a
+    broken driver warns; and whether the bundle's llama.cpp build (``variant``: cpu, cuda-90, made with
+    CUDA ``built_cuda``) fits the driver, its CUDA version and the GPUs' compute capability."""
     smi = shutil.which("nvidia-smi")
     if smi is None:
         devices = sorted(str(p) for p in Path("/dev").glob("nvidia[0-9]*"))
         detail = f"devices {', '.join(devices)} but no nvidia-smi" if devices else "no GPU visible"
-        return [
-            Finding("gpu", "ok", f"{detail}: the edge model runs on the CPU; vLLM runs on its own servers")
-        ]
+        seen = Finding("gpu", "ok", f"{detail}: the edge model runs on the CPU; vLLM runs on its own servers")
+        return [seen, *_fits(variant, built_cuda, accel.Box())]
     done = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=20, check=False)
     if done.returncode != 0:
         return [
@@ -99,7 +101,16 @@ def check_gpu() -> list[Finding]:
             )
         ]
     gpus = [line for line in done.stdout.splitlines() if line.startswith("GPU")]
-    return [Finding("gpu", "ok", f"{len(gpus)} GPU(s): {'; '.join(gpus)[:300]}")]
+    listed = Finding("gpu", "ok", f"{len(gpus)} GPU(s): {'; '.join(gpus)[:300]}")
+    return [listed, *_fits(variant, built_cuda, accel.probe())]
+
+
+def _fits(variant: str, built_cuda: str, box: accel.Box) -> list[Finding]:
+    """The build against the box (gateway/tools/accel.py's ``fit``), as the doctor's findings."""
+    return [
+        Finding("gpu-build", status, detail, fix)
+        for status, detail, fix in accel.fit(variant, built_cuda, box)
+    ]
 
 
 def _reach(kind: str, url: str) -> Finding:
