@@ -22,6 +22,7 @@ import msgspec
 
 from cache import CacheConfig
 from gateway.accounts.ledger import PricingSettings
+from gateway.accounts.quality.settings import FeedbackSettings
 from gateway.accounts.stored_responses import ResponseSettings
 from gateway.accounts.tenants import LimitSettings
 from gateway.media import MediaSettings
@@ -104,6 +105,10 @@ class StorageSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     # SQLAlchemy URL of the tenants/keys/ledger database; empty: SQLite (WAL) at
     # <data_dir>/tiergate.db. PostgreSQL: postgresql+psycopg://user@host:port/db
     database_url: str = ""
+    # Connections kept open to it (the ledger's loader, tenants, labels, reports), and twice as many more
+    # for a burst; with SQLite each holds up to sqlite_cache_mib of pages (SQLite's default is 2).
+    pool_size: int = 5
+    sqlite_cache_mib: int = 2
 
 
 class LedgerSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -204,6 +209,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     policies: PolicySettings = msgspec.field(default_factory=PolicySettings)
     responses: ResponseSettings = msgspec.field(default_factory=ResponseSettings)
     router: RouterSettings = msgspec.field(default_factory=RouterSettings)
+    feedback: FeedbackSettings = msgspec.field(default_factory=FeedbackSettings)  # answers kept for labels
 
     @property
     def data_path(self) -> Path:
