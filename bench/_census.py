@@ -1,11 +1,11 @@
 """``tiergate serve`` with an object census on SIGUSR1, for ``bench/memory_soak.py --census``.
 
-On the signal the gateway writes, to the file named by ``TIERGATE_BENCH_CENSUS`` (suffixed with a
+On the signal the gateway writes, to the file named by ``BENCH_CENSUS_PATH`` (suffixed with a
 count), how many objects of each type the garbage collector tracks and their shallow bytes, and the
 largest dicts, lists, deques and sets with their owner's type when one holds them as an attribute.
 Two censuses, a third of the way in and at the end, name what grows (docs/reliability.md).
 
-    TIERGATE_BENCH_CENSUS=/tmp/census python -m bench._census serve --port 8080
+    BENCH_CENSUS_PATH=/tmp/census python -m bench._census serve --port 8080
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def census() -> dict[str, object]:
 
 def dump(_signum: int, _frame: FrameType | None) -> None:
     dump.n = getattr(dump, "n", 0) + 1  # type: ignore[attr-defined]
-    path = f"{os.environ['TIERGATE_BENCH_CENSUS']}.{dump.n}.json"  # type: ignore[attr-defined]
+    path = f"{os.environ['BENCH_CENSUS_PATH']}.{dump.n}.json"  # type: ignore[attr-defined]
     with open(path, "w") as out:
         json.dump(census(), out, indent=1)
 

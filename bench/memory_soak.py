@@ -213,7 +213,7 @@ def start_gateway(
         else [str(Path(sys.executable).with_name("tiergate"))]
     )
     if census:
-        env = {**env, "TIERGATE_BENCH_CENSUS": str(tmp / "census"), "PYTHONPATH": f"{code}:{ROOT}"}
+        env = {**env, "BENCH_CENSUS_PATH": str(tmp / "census"), "PYTHONPATH": f"{code}:{ROOT}"}
     return subprocess.Popen(
         [*serve, "serve", "--port", str(port)],
         cwd=ROOT,

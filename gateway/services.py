@@ -157,9 +157,17 @@ async def _open_database(settings: Settings, stack: AsyncExitStack) -> tuple[Eng
 async def _started_auth(settings: Settings, store: TenantStore) -> Authenticator:
     if settings.auth.open_mode:
         log.warning("auth.open_mode is on: no API keys are checked (local development only)")
-    throttle = FailureThrottle(settings.auth.failed_auth_limit, settings.auth.failed_auth_window_s)
+    throttle = FailureThrottle(
+        settings.auth.failed_auth_limit,
+        settings.auth.failed_auth_window_s,
+        max_addresses=settings.auth.failed_auth_addresses,
+    )
     auth = Authenticator(
-        store, cache_s=settings.auth.key_cache_s, open_mode=settings.auth.open_mode, throttle=throttle
+        store,
+        cache_s=settings.auth.key_cache_s,
+        open_mode=settings.auth.open_mode,
+        throttle=throttle,
+        cache_entries=settings.auth.key_cache_entries,
     )
     await auth.start()
     return auth

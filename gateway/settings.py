@@ -95,10 +95,16 @@ class AuthSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     # failed_auth_limit within failed_auth_window_s, that address gets 429 with Retry-After; 0: off.
     failed_auth_limit: int = 20
     failed_auth_window_s: float = 60.0
+    # Addresses whose failures are remembered (the least recently failed forgotten first): ~0.9 KB
+    # each, ~90 MB when full (docs/reliability.md, "Memory bounds").
+    failed_auth_addresses: int = 100_000
     # How long a key looked up in the database is trusted before it is looked up again
     # (a key revoked by another process stops working within this time; the admin API's
     # revocation is immediate in the process that served it).
     key_cache_s: float = 2.0
+    # Key ids remembered so (unknown ones too, so a flood of made-up keys is not a database query
+    # each); past this many the memory is emptied and filled again.
+    key_cache_entries: int = 100_000
 
 
 class StorageSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
