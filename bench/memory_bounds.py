@@ -7,6 +7,10 @@ and the models are native and bounded by their settings, not measured here.
 
     .venv/bin/python -m bench.memory_bounds
 
+``--sqlite`` adds the result cache's SQLite: the RSS a fresh process gains storing and reading back
+20,000 embedding-sized entries (1.5 KB) in a DiskStore, with diskcache's own defaults and with
+tiergate's (``[cache] sqlite_cache_mib``/``sqlite_mmap_mib``).
+
 Prints a table and writes bench/results/memory_bounds.json.
 """
 
@@ -15,11 +19,15 @@ from __future__ import annotations
 import json
 import os
 import random
+import subprocess
+import sys
+import tempfile
 import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 
 import router
+from cache import DiskStore
 from gateway.accounts.quality.feedback import Outcomes
 from gateway.accounts.quality.settings import FeedbackSettings
 from gateway.accounts.tenants._throttle import FailureThrottle
@@ -55,6 +63,48 @@ def keys(rng: random.Random) -> router.QualityKeys:
         text=text,
     )
     return router.quality_keys(features, 0.3)
+
+
+def rss_mib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+async def fill(directory: str, memory: dict[str, int] | None, entries: int = 20_000) -> float:
+    """MiB of RSS gained storing and reading ``entries`` vectors-sized values in a DiskStore."""
+    store = DiskStore(directory, 1 << 30, memory)
+    await store.set("warm", b"x", 60)
+    await store.get("warm")
+    before = rss_mib()
+    value = os.urandom(1536)
+    for i in range(0, entries, 100):
+        await store.set_many([(f"k{j}", value) for j in range(i, i + 100)], 3600)
+    for i in range(0, entries, 8):
+        await store.get_many([f"k{j}" for j in range(i, i + 8)])
+    gained = rss_mib() - before
+    await store.aclose()
+    return gained
+
+
+def sqlite_figures() -> dict[str, float]:
+    """Each configuration in a fresh interpreter, so one's pages do not count in the other's."""
+    out = {}
+    for name, memory in (
+        ("diskcache defaults", "None"),
+        ("tiergate defaults (4 MiB, no map)", "sqlite_memory(4, 0)"),
+    ):
+        with tempfile.TemporaryDirectory() as tmp:
+            code = (
+                "import asyncio; from bench.memory_bounds import fill; from cache import sqlite_memory; "
+                f"print(asyncio.run(fill({tmp!r}, {memory})))"
+            )
+            ran = subprocess.run(
+                [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+            )
+            out[f"result cache, 20,000 x 1.5 KB stored and read, RSS MiB: {name}"] = float(ran.stdout.strip())
+    return out
 
 
 def main() -> None:
@@ -94,10 +144,15 @@ def main() -> None:
     out["metrics: one request label set (counter + histogram)"] = per_entry(
         31, lambda i: metrics.request_done("/v1/chat/completions", f"t{i}", "edge", "m", 200, 0.01)
     )
-    width = max(map(len, out))
+    sqlite = sqlite_figures() if "--sqlite" in sys.argv else {}
+    width = max(map(len, [*out, *sqlite]))
     for name, value in out.items():
         print(f"{name:<{width}} {value:>10,.0f} bytes")
-    RESULTS.write_text(json.dumps({"method": __doc__, "bytes_per_entry": out}, indent=1))
+    for name, value in sqlite.items():
+        print(f"{name:<{width}} {value:>10,.1f} MiB")
+    RESULTS.write_text(
+        json.dumps({"method": __doc__, "bytes_per_entry": out, "sqlite_mib": sqlite}, indent=1)
+    )
     print(f"wrote {RESULTS.relative_to(ROOT)}")
 
 

@@ -243,8 +243,13 @@ def report(result: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     print(f"\n{'kind':<13} {'requests':>9}  statuses")
     for kind, counts in result["statuses"].items():
         print(f"{kind:<13} {sum(counts.values()):>9}  {dict(sorted(counts.items()))}")
+    sent = samples[-1][2]
     print(
-        f"\nRSS {samples[0][1]} → {samples[-1][1]} MiB (peak {max(s[1] for s in samples)}); after the first "
+        f"\n{int(sent)} requests in {samples[-1][0]:.0f} s ({sent / samples[-1][0]:.1f}/s; "
+        f"asked for {args.rate}/s)"
+    )
+    print(
+        f"RSS {samples[0][1]} → {samples[-1][1]} MiB (peak {max(s[1] for s in samples)}); after the first "
         f"third: {per_hour:+.1f} MiB/hour, {per_1k:+.3f} MiB per 1,000 requests"
     )
     return {"mib_per_hour_after_first_third": per_hour, "mib_per_1000_requests_after_first_third": per_1k}
