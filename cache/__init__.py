@@ -16,7 +16,7 @@ from pathlib import Path
 
 from cache._buffered import BufferedWrites
 from cache._config import CacheConfig, SemanticConfig
-from cache._disk import DiskStore
+from cache._disk import DiskStore, sqlite_memory
 from cache._entry import CachedAnswer, decode_answer, encode_answer
 from cache._keys import canonical_request, content_hash, embedding_key, result_key
 from cache._protocol import CacheError, ResultStore
@@ -34,7 +34,9 @@ def open_store(config: CacheConfig, data_path: Path, policy: RedisPolicy | None 
             config.redis_url, prefix=config.redis_prefix, timeout_s=config.redis_timeout_s, policy=policy
         )
     directory = Path(config.directory).expanduser() if config.directory else data_path / "cache" / "results"
-    return DiskStore(directory, config.max_bytes)
+    return DiskStore(
+        directory, config.max_bytes, sqlite_memory(config.sqlite_cache_mib, config.sqlite_mmap_mib)
+    )
 
 
 __all__ = [
@@ -59,4 +61,5 @@ __all__ = [
     "open_store",
     "redis_client",
     "result_key",
+    "sqlite_memory",
 ]

@@ -20,6 +20,12 @@ INLINE_READ_KEYS = 8  # a get_many of at most this many keys reads on the event 
 INLINE_BUSY_S = 0.005  # how long such a read may wait for a lock before it goes to the thread
 
 
+def sqlite_memory(cache_mib: int, mmap_mib: int) -> dict[str, int]:
+    """diskcache's settings that bound one SQLite connection's memory: its page cache (a negative
+    ``cache_size`` is KiB, whatever the page size) and its memory map, ``cache_mib`` and ``mmap_mib``."""
+    return {"sqlite_cache_size": -1024 * cache_mib, "sqlite_mmap_size": mmap_mib * 1024 * 1024}
+
+
 class DiskStore:
     """A :class:`~cache.ResultStore` on diskcache.
 
@@ -33,12 +39,14 @@ class DiskStore:
     (docs/performance.md, ``bench/cache_read.py``).  A read that finds the
     database locked all the same (recovery, a checkpoint) is done again on the
     thread.  ``max_bytes`` is diskcache's ``size_limit`` (a soft bound: it culls
-    least recently stored entries on writes).
+    least recently stored entries on writes).  ``memory`` (:func:`sqlite_memory`) bounds each of
+    the two SQLite connections' page cache and memory map.
     """
 
-    def __init__(self, directory: str | Path, max_bytes: int) -> None:
+    def __init__(self, directory: str | Path, max_bytes: int, memory: dict[str, int] | None = None) -> None:
         self._directory = Path(directory)
         self._max_bytes = max_bytes
+        self._memory = memory or {}
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="diskcache")
         self._cache: diskcache.Cache | None = None
         self._reader: diskcache.Cache | None = None  # the loop's handle (opened on the thread)
@@ -47,7 +55,10 @@ class DiskStore:
         if self._cache is None:
             self._directory.mkdir(parents=True, exist_ok=True)
             self._cache = diskcache.Cache(
-                str(self._directory), size_limit=self._max_bytes, eviction_policy="least-recently-stored"
+                str(self._directory),
+                size_limit=self._max_bytes,
+                eviction_policy="least-recently-stored",
+                **self._memory,
             )
             # Its settings are the ones the first handle wrote; only the lock wait differs.
             self._reader = diskcache.Cache(str(self._directory), timeout=INLINE_BUSY_S)

@@ -139,7 +139,15 @@ def _breakers(settings: Settings, metrics: Metrics, shared: SharedState | None) 
 
 async def _open_database(settings: Settings, stack: AsyncExitStack) -> tuple[Engine, TenantStore]:
     durable = settings.ledger.sync == "disk"
-    engine = await asyncio.to_thread(functools.partial(open_database, settings.database_url, durable=durable))
+    engine = await asyncio.to_thread(
+        functools.partial(
+            open_database,
+            settings.database_url,
+            durable=durable,
+            sqlite_cache_mib=settings.storage.sqlite_cache_mib,
+            pool_size=settings.storage.pool_size,
+        )
+    )
     stack.callback(engine.dispose)
     store = TenantStore(engine, settings.limits.default)
     await bootstrap.first_run(store, settings.data_path)
@@ -149,9 +157,17 @@ async def _open_database(settings: Settings, stack: AsyncExitStack) -> tuple[Eng
 async def _started_auth(settings: Settings, store: TenantStore) -> Authenticator:
     if settings.auth.open_mode:
         log.warning("auth.open_mode is on: no API keys are checked (local development only)")
-    throttle = FailureThrottle(settings.auth.failed_auth_limit, settings.auth.failed_auth_window_s)
+    throttle = FailureThrottle(
+        settings.auth.failed_auth_limit,
+        settings.auth.failed_auth_window_s,
+        max_addresses=settings.auth.failed_auth_addresses,
+    )
     auth = Authenticator(
-        store, cache_s=settings.auth.key_cache_s, open_mode=settings.auth.open_mode, throttle=throttle
+        store,
+        cache_s=settings.auth.key_cache_s,
+        open_mode=settings.auth.open_mode,
+        throttle=throttle,
+        cache_entries=settings.auth.key_cache_entries,
     )
     await auth.start()
     return auth
@@ -267,7 +283,7 @@ async def open_services(
         recorder = Recorder(limiter, ledger, prices, metrics, tracing, activity)
         labels = LabelStore(engine)  # answers' labels, beside the ledger
         stack.push_async_callback(labels.aclose)
-        outcomes = Outcomes(routing.label, record=labels.add)  # answers kept for their labels
+        outcomes = Outcomes(routing.label, record=labels.add, settings=settings.feedback)  # kept for labels
         shadows = Shadows(  # off unless a tenant's policy turns them on
             tier_set.__getitem__,
             tier_set.queued,

@@ -22,6 +22,7 @@ import msgspec
 
 from cache import CacheConfig, RedisPolicy
 from gateway.accounts.ledger import PricingSettings
+from gateway.accounts.quality.settings import FeedbackSettings
 from gateway.accounts.stored_responses import ResponseSettings
 from gateway.accounts.tenants import LimitSettings
 from gateway.media import MediaSettings
@@ -100,16 +101,26 @@ class AuthSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     # failed_auth_limit within failed_auth_window_s, that address gets 429 with Retry-After; 0: off.
     failed_auth_limit: int = 20
     failed_auth_window_s: float = 60.0
+    # Addresses whose failures are remembered (the least recently failed forgotten first): ~0.9 KB
+    # each, ~90 MB when full (docs/reliability.md, "Memory bounds").
+    failed_auth_addresses: int = 100_000
     # How long a key looked up in the database is trusted before it is looked up again
     # (a key revoked by another process stops working within this time; the admin API's
     # revocation is immediate in the process that served it).
     key_cache_s: float = 2.0
+    # Key ids remembered so (unknown ones too, so a flood of made-up keys is not a database query
+    # each); past this many the memory is emptied and filled again.
+    key_cache_entries: int = 100_000
 
 
 class StorageSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     # SQLAlchemy URL of the tenants/keys/ledger database; empty: SQLite (WAL) at
     # <data_dir>/tiergate.db. PostgreSQL: postgresql+psycopg://user@host:port/db
     database_url: str = ""
+    # Connections kept open to it (the ledger's loader, tenants, labels, reports), and twice as many more
+    # for a burst; with SQLite each holds up to sqlite_cache_mib of pages (SQLite's default is 2).
+    pool_size: int = 5
+    sqlite_cache_mib: int = 2
 
 
 class LedgerSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -212,6 +223,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     policies: PolicySettings = msgspec.field(default_factory=PolicySettings)
     responses: ResponseSettings = msgspec.field(default_factory=ResponseSettings)
     router: RouterSettings = msgspec.field(default_factory=RouterSettings)
+    feedback: FeedbackSettings = msgspec.field(default_factory=FeedbackSettings)  # answers kept for labels
 
     @property
     def data_path(self) -> Path:

@@ -14,7 +14,8 @@ through instead.
 Reads see a held row at once (only this gateway writes its SQLite file).  A held row leaves memory
 only once its transaction committed, and the file's segments go only then, so a failed write is
 tried again at the next flush and nothing answered is lost.  Memory is bounded: past
-:data:`MAX_HELD_BYTES` a put writes through (it waits for the database) until a flush catches up.
+``[responses] max_held_bytes`` (:data:`MAX_HELD_BYTES` by default) a put writes through (it waits
+for the database) until a flush catches up.
 """
 
 from __future__ import annotations
@@ -61,8 +62,11 @@ def read_rows(path: Path) -> list[HeldRow]:
 
 
 class HeldResponses:
-    def __init__(self, directory: Path, insert: Insert, *, interval_s: float) -> None:
+    def __init__(
+        self, directory: Path, insert: Insert, *, interval_s: float, max_bytes: int = MAX_HELD_BYTES
+    ) -> None:
         self._wal = WriteAheadLog(directory)
+        self._max_bytes = max_bytes
         self._insert = insert
         self._interval_s = interval_s
         self._rows: dict[str, HeldRow] = {}
@@ -74,7 +78,7 @@ class HeldResponses:
 
     @property
     def full(self) -> bool:
-        return self._bytes >= MAX_HELD_BYTES
+        return self._bytes >= self._max_bytes
 
     def recover(self) -> int:
         """Blocking, before serving: what a killed run left in the file, into the database."""

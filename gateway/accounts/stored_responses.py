@@ -61,6 +61,9 @@ class ResponseSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
     # How long a new response may wait in the write-ahead file before it is in the database (SQLite
     # with ledger.sync = "os" only; it is readable at once either way).
     flush_interval_s: float = 0.25
+    # ... and the most such responses may take in memory together; past it a new one waits for the
+    # database (docs/reliability.md, "Memory bounds").
+    max_held_bytes: int = 64 << 20
 
 
 class StoreFull(RateLimited):
@@ -108,7 +111,12 @@ class ResponseStore:
         self.settings = settings
         self._held: HeldResponses | None = None
         if write_ahead is not None and engine.dialect.name == "sqlite":
-            self._held = HeldResponses(write_ahead, self._insert, interval_s=settings.flush_interval_s)
+            self._held = HeldResponses(
+                write_ahead,
+                self._insert,
+                interval_s=settings.flush_interval_s,
+                max_bytes=settings.max_held_bytes,
+            )
         self._sweeper: asyncio.Task[None] | None = None
         # Each tenant's stored bytes as last read (when, how many), plus what this gateway stored
         # since: the room check reads the database at most every USAGE_TTL_S per tenant (another

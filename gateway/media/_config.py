@@ -64,6 +64,9 @@ class MediaCacheSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unkno
     enabled: bool = True
     directory: str = ""  # empty: <data_dir>/cache/media
     max_bytes: int = 536_870_912
+    # Its one SQLite connection's page cache and memory map, in MiB (as [cache] sqlite_cache_mib).
+    sqlite_cache_mib: int = 4
+    sqlite_mmap_mib: int = 0
 
 
 class MediaSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

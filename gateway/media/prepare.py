@@ -159,7 +159,7 @@ class MediaPipeline:
         self._cache: MediaCache | None = None
         if settings.cache.enabled:
             directory = Path(settings.cache.directory).expanduser() if settings.cache.directory else None
-            self._cache = MediaCache(directory or data_path / "cache" / "media", settings.cache.max_bytes)
+            self._cache = MediaCache(directory or data_path / "cache" / "media", settings.cache)
         image_pixels = settings.image.max_pixels
         if targets.image_max_pixels is not None:
             image_pixels = min(image_pixels, targets.image_max_pixels)

@@ -1,8 +1,10 @@
 """Which answers were acceptable: a tenant's feedback and the outcomes the gateway sees itself.
 
-Each answer a tier completed is kept here, by its request id, for a while (:data:`HELD` answers, the
-oldest forgotten first): the tenant, the tier that answered, and the request's quality features (what
-the router's quality model learns over, router/_learning/quality.py).  A label for it then reaches
+Each answer a tier completed is kept here, by its request id, for a while (``[feedback]
+answers_held``, the oldest forgotten first): the tenant, the tier that answered, and the request's
+quality features (what the router's quality model learns over, router/_learning/quality.py), packed
+(packed.py): ~420 bytes an answer, never the answer itself nor a label's note (those go to the
+ledger's ``answer_labels``).  A label for it then reaches
 the router's learner through ``learn`` (gateway/pipeline/routing_service.py queues it and folds it
 beside the request path):
 
@@ -36,10 +38,10 @@ from typing import Annotated, Literal
 import msgspec
 
 import router
+from gateway.accounts.quality.packed import pack, unpack
+from gateway.accounts.quality.settings import FeedbackSettings
 from gateway.errors import Conflict, InvalidRequest, NotFound
 
-HELD = 100_000  # answers kept for labels (~30 MB at ~300 bytes each)
-SESSIONS = 50_000  # sessions whose last turn is kept for re-asks
 REASK_WINDOW_S = 120.0
 REASK_SIMILARITY = 0.6
 NOTE_CHARS = 1000
@@ -70,15 +72,13 @@ class FeedbackRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 @dataclass(slots=True)
 class Answered:
-    """One answer a tier completed, as labels need it."""
+    """One answer a tier completed, as labels need it: ~420 bytes with its place in the map."""
 
     tenant: str
     tier: str
-    keys: router.QualityKeys
-    at: float
+    keys: bytes  # its quality features, packed (packed.py)
     good: bool | None = None  # its label, once it has one
     source: Source | None = None
-    note: str | None = None
 
 
 BUCKETS = 1 << 12  # the hashed words' buckets come first (router/_learning/difficulty.py)
@@ -101,16 +101,18 @@ class Outcomes:
         learn: Learn,
         *,
         record: Record | None = None,
-        held: int = HELD,
+        settings: FeedbackSettings | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._learn = learn
         self._record = record
-        self._held = held
+        settings = settings or FeedbackSettings()
+        self._held, self._sessions_held = settings.answers_held, settings.sessions_held
         self._clock = clock
         self._answers: OrderedDict[str, Answered] = OrderedDict()
         self._aliases: OrderedDict[str, str] = OrderedDict()  # resp_… → its request id
-        self._sessions: OrderedDict[tuple[str, str], tuple[str, float, router.QualityKeys]] = OrderedDict()
+        # (tenant, session) → its last turn: request id, when, packed features; oldest first
+        self._sessions: OrderedDict[tuple[str, str], tuple[str, float, bytes]] = OrderedDict()
         self.counts: dict[tuple[str, str, str, bool], int] = {}  # (tenant, tier, source, good) → labels
 
     # -- the ending's side -----------------------------------------------------------------------
@@ -120,7 +122,8 @@ class Outcomes:
     ) -> None:
         """A tier completed an answer: kept for labels; a re-ask of the session's last turn labels that."""
         now = self._clock()
-        self._answers[request_id] = Answered(tenant, tier, keys, now)
+        packed = pack(keys)
+        self._answers[request_id] = Answered(tenant, tier, packed)
         while len(self._answers) > self._held:
             self._answers.popitem(last=False)
         if session is None:
@@ -130,11 +133,15 @@ class Outcomes:
         if (
             last is not None
             and now - last[1] <= REASK_WINDOW_S
-            and similarity(last[2], keys) >= REASK_SIMILARITY
+            and similarity(unpack(last[2]), keys) >= REASK_SIMILARITY
         ):
             self.outcome(last[0], False, "re-ask")
-        self._sessions[key] = (request_id, now, keys)
-        while len(self._sessions) > SESSIONS:
+        self._sessions[key] = (request_id, now, packed)
+        # Turns past the re-ask window can never be re-asked: they go first, then any over the bound.
+        while self._sessions and (
+            len(self._sessions) > self._sessions_held
+            or now - next(iter(self._sessions.values()))[1] > REASK_WINDOW_S
+        ):
             self._sessions.popitem(last=False)
 
     def outcome(self, request_id: str, good: bool, source: Source, note: str | None = None) -> bool:
@@ -142,8 +149,8 @@ class Outcomes:
         answered = self._answers.get(request_id)
         if answered is None or answered.good is not None:
             return False
-        answered.good, answered.source, answered.note = good, source, note
-        self._learn(answered.tenant, answered.tier, answered.keys, good)
+        answered.good, answered.source = good, source
+        self._learn(answered.tenant, answered.tier, unpack(answered.keys), good)
         if self._record is not None:
             self._record(
                 {

@@ -133,7 +133,7 @@ class Shadows:
         self._learn = learn
         self._clock = clock
         self._rng = random.Random(seed)
-        self._spent: dict[tuple[str, str], float] = {}  # (tenant, UTC day) → USD
+        self._spent: dict[tuple[str, str], float] = {}  # (tenant, UTC day) → USD; today's only
         self._running: asyncio.Task[None] | None = None
         self.counts = {"sampled": 0, "run": 0, "agreed": 0, "skipped_busy": 0, "skipped_budget": 0}
 
@@ -162,6 +162,8 @@ class Shadows:
             self.counts["skipped_busy"] += 1
             return False
         key = (job.tenant, self._day())
+        if key not in self._spent:  # a tenant's first today: earlier days' spending is done with
+            self._spent = {k: v for k, v in self._spent.items() if k[1] == key[1]}
         self._spent[key] = self._spent.get(key, 0.0) + job.worst_usd  # held until it is known
         self._running = asyncio.get_running_loop().create_task(self._run(job, key, bill), name="shadow")
         return True
@@ -177,10 +179,10 @@ class Shadows:
                     usage = event.usage
             cost = await bill(job, "".join(text), usage)
         except Exception as exc:
-            self._spent[key] -= job.worst_usd
+            self._spent[key] = self._spent.get(key, 0.0) - job.worst_usd
             log.info("shadow of %s on %s failed: %s", job.request_id, job.reference, exc)
             return
-        self._spent[key] += cost - job.worst_usd
+        self._spent[key] = self._spent.get(key, 0.0) + cost - job.worst_usd
         self.counts["run"] += 1
         reference, similar = "".join(text), None
         if self._similarity is not None and is_prose(job.answer, reference, job.structured):

@@ -41,16 +41,21 @@ class SchemaTooNew(RuntimeError):
     """The database was written by a newer tiergate."""
 
 
-def open_database(url: str, *, durable: bool = False) -> Engine:
+def open_database(
+    url: str, *, durable: bool = False, sqlite_cache_mib: int = 2, pool_size: int = 5
+) -> Engine:
     """An engine on ``url`` with the schema at :data:`SCHEMA_VERSION`; ``durable``: every commit
-    is on disk when it returns."""
+    is on disk when it returns.  At most ``3 × pool_size`` connections (``pool_size`` kept, twice as many
+    more for a burst), each SQLite one with a page cache of at most ``sqlite_cache_mib``."""
+    pool = {"pool_size": pool_size, "max_overflow": 2 * pool_size}
     if url.startswith("sqlite:///"):
         Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
-        event.listen(engine, "connect", functools.partial(_sqlite_pragmas, durable=durable))
+        engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False}, **pool)
+        pragmas = functools.partial(_sqlite_pragmas, durable=durable, cache_kib=1024 * sqlite_cache_mib)
+        event.listen(engine, "connect", pragmas)
     else:
         # A database that stops answering fails a new connection in seconds instead of hanging it.
-        engine = create_engine(url, pool_pre_ping=True, connect_args={"connect_timeout": 5})
+        engine = create_engine(url, pool_pre_ping=True, connect_args={"connect_timeout": 5}, **pool)
     migrate(engine)
     if durable and engine.dialect.name == "postgresql":
         with engine.connect() as conn:
@@ -62,8 +67,11 @@ def open_database(url: str, *, durable: bool = False) -> Engine:
     return engine
 
 
-def _sqlite_pragmas(dbapi_connection: Any, _record: Any, *, durable: bool = False) -> None:
+def _sqlite_pragmas(
+    dbapi_connection: Any, _record: Any, *, durable: bool = False, cache_kib: int = 2048
+) -> None:
     cursor = dbapi_connection.cursor()
+    cursor.execute(f"PRAGMA cache_size=-{int(cache_kib)}")  # negative: KiB, whatever the page size
     cursor.execute("PRAGMA journal_mode=WAL")
     # NORMAL: the ledger's own write-ahead file is what makes a row durable; the database may lag
     # (and the segment with it). FULL: a commit is on disk before the segment holding it is deleted.

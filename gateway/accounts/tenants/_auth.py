@@ -47,10 +47,12 @@ class Authenticator:
         cache_s: float,
         open_mode: bool = False,
         throttle: FailureThrottle | None = None,
+        cache_entries: int = 100_000,
     ) -> None:
         self._store = store
         self._throttle = throttle or FailureThrottle(0, 0.0)
         self._cache_s = cache_s
+        self._cache_entries = cache_entries
         self._open_mode = open_mode
         self._open_caller: Caller | None = None
         self._cache: dict[str, _Entry | None] = {}
@@ -99,7 +101,7 @@ class Authenticator:
             self._fetched[key_id] = now
             return self._cache[key_id]
         entry = None if found is None else (now, *found)
-        if len(self._cache) > 100_000:  # unknown ids are cached too; keep the map bounded
+        if len(self._cache) >= self._cache_entries:  # unknown ids are cached too; keep the map bounded
             self._cache.clear()
             self._fetched.clear()
         self._cache[key_id] = entry

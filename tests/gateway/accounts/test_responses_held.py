@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, func, select
 
-from gateway.accounts import held_responses
 from gateway.accounts.held_responses import HeldResponses, HeldRow
 from gateway.accounts.storage import open_database, responses
 from gateway.accounts.stored_responses import ResponseSettings, ResponseStore, Stored
@@ -24,9 +23,10 @@ def table_rows(engine: Engine) -> int:
         return int(conn.execute(select(func.count()).select_from(responses)).scalar_one())
 
 
-def ahead(tmp_path: Path) -> tuple[ResponseStore, Engine]:
+def ahead(tmp_path: Path, max_held_bytes: int = 64 << 20) -> tuple[ResponseStore, Engine]:
     engine = open_database(f"sqlite:///{tmp_path / 'tiergate.db'}")
-    settings = ResponseSettings(flush_interval_s=3600)  # only flushed when a test says so
+    # Only flushed when a test says so.
+    settings = ResponseSettings(flush_interval_s=3600, max_held_bytes=max_held_bytes)
     return ResponseStore(engine, settings, tmp_path / "responses-wal"), engine
 
 
@@ -124,11 +124,11 @@ def test_a_failing_database_keeps_the_rows_held_and_in_the_file(tmp_path: Path) 
     asyncio.run(run())
 
 
-def test_past_the_memory_bound_a_put_writes_through(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(held_responses, "MAX_HELD_BYTES", 1000)
-
+def test_past_the_memory_bound_a_put_writes_through(tmp_path: Path) -> None:
     async def run() -> None:
-        store, engine = ahead(tmp_path)  # not started: no sweep (which flushes first) runs meanwhile
+        store, engine = ahead(
+            tmp_path, max_held_bytes=1000
+        )  # not started: no sweep (which flushes first) runs meanwhile
         await store.put("acme", "resp_1", Stored(b"x" * 600, b"[]"))
         await store.put("acme", "resp_2", Stored(b"x" * 600, b"[]"))  # 1204 held: at the bound
         assert table_rows(engine) == 0
