@@ -32,6 +32,7 @@ import router
 from gateway.accounts import bootstrap
 from gateway.accounts.admin import AdminService
 from gateway.accounts.budgets import BudgetBook
+from gateway.accounts.key_budgets import KeyBudgets
 from gateway.accounts.ledger import Ledger, PriceBook
 from gateway.accounts.policies import PolicyBook, PolicyStore
 from gateway.accounts.quality.feedback import Outcomes
@@ -146,14 +147,19 @@ async def _open_database(settings: Settings, stack: AsyncExitStack) -> tuple[Eng
     return engine, store
 
 
-async def _started_auth(settings: Settings, store: TenantStore) -> Authenticator:
+async def _started_auth(settings: Settings, store: TenantStore, stack: AsyncExitStack) -> Authenticator:
     if settings.auth.open_mode:
         log.warning("auth.open_mode is on: no API keys are checked (local development only)")
     throttle = FailureThrottle(settings.auth.failed_auth_limit, settings.auth.failed_auth_window_s)
     auth = Authenticator(
-        store, cache_s=settings.auth.key_cache_s, open_mode=settings.auth.open_mode, throttle=throttle
+        store,
+        cache_s=settings.auth.key_cache_s,
+        open_mode=settings.auth.open_mode,
+        throttle=throttle,
+        flush_s=settings.auth.last_used_flush_s,
     )
     await auth.start()
+    stack.push_async_callback(auth.aclose)  # the keys' last use, written once more
     return auth
 
 
@@ -217,7 +223,7 @@ async def open_services(
         shared = open_shared(settings.shared, settings.breakers, settings.redis)
         breakers = _breakers(settings, metrics, shared)
         engine, store = await _open_database(settings, stack)
-        auth = await _started_auth(settings, store)
+        auth = await _started_auth(settings, store, stack)
         limiter: RateLimiter = make_limiter(settings.limits.redis_url, settings.redis)
         stack.push_async_callback(limiter.aclose)
         policy_store = PolicyStore(engine, settings.policies.default, list(tiers))
@@ -299,7 +305,10 @@ async def open_services(
             hears_video = transcriber is not None and transcriber.available and settings.speech.video_audio
             targets = media_targets(tiers, video_audio=hears_video)
             media = MediaPipeline(settings.media, settings.data_path, targets, metrics=MediaMetrics(metrics))
-        front = Front(auth, policies, limiter, recorder, tracing, metrics)  # every endpoint's way in
+        key_budgets = KeyBudgets(engine, settings.router.budget_refresh_s)  # keys' own budgets
+        front = Front(
+            auth, policies, limiter, recorder, tracing, metrics, key_budgets
+        )  # every endpoint's way in
         speech = hearing = None
         if transcriber is not None and media is not None:
             await transcriber.start()

@@ -98,6 +98,9 @@ class AuthSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     # (a key revoked by another process stops working within this time; the admin API's
     # revocation is immediate in the process that served it).
     key_cache_s: float = 2.0
+    # Keys' last use is kept in memory and written in one transaction this often (and at shutdown):
+    # one write per key per interval, never a write per request.
+    last_used_flush_s: float = 30.0
 
 
 class StorageSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
