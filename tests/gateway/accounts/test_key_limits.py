@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
+import uuid
 from pathlib import Path
 
 import pytest
 from sqlalchemy import event, inspect
 
+from gateway.accounts.budgets import period_bounds
+from gateway.accounts.key_budgets import spent_by_key
 from gateway.accounts.storage import open_database
 from gateway.accounts.tenants import Authenticator, KeyLimits, TenantLimits, TenantStore, checked_limits
 from gateway.errors import AuthenticationFailed, InvalidRequest
@@ -120,3 +124,41 @@ def test_a_v5_database_gains_the_key_columns_and_its_keys_keep_working(tmp_path:
     found = store.lookup(made.id)
     assert found is not None and found.limits == KeyLimits() and not found.revoked
     assert asyncio.run(Authenticator(store, cache_s=1).caller(bearer(made.key))).key_id == made.id
+
+
+NEW_COLUMNS = (
+    "budget_day_usd",
+    "budget_month_usd",
+    "tiers",
+    "models",
+    "expires_at",
+    "requests_per_min",
+    "tokens_per_min",
+    "last_used",
+    "previous_hash",
+    "previous_until",
+)
+
+
+def test_on_postgresql_a_v5_database_is_migrated_and_a_keys_spend_is_summed(postgres_url: str) -> None:
+    engine = open_database(postgres_url)
+    with engine.begin() as conn:  # back to v5
+        for column in NEW_COLUMNS:
+            conn.exec_driver_sql(f"ALTER TABLE api_keys DROP COLUMN IF EXISTS {column}")
+        conn.exec_driver_sql("DELETE FROM schema_version WHERE version = 6")
+    engine.dispose()
+    engine = open_database(postgres_url)
+    assert set(NEW_COLUMNS) <= {c["name"] for c in inspect(engine).get_columns("api_keys")}
+    store = TenantStore(engine, TenantLimits())
+    name = f"pg-{uuid.uuid4().hex[:8]}"
+    tenant = store.create_tenant(name)
+    made = store.create_key(name, limits=checked_limits({"budget_day_usd": 2, "models": "m1,m2"}))
+    assert store.key(made.id).limits == KeyLimits(budget_day_usd=2.0, models=("m1", "m2"))
+    rotated = store.rotate_key(made.id, 60)
+    auth = Authenticator(store, cache_s=1)
+    for key in (made.key, rotated.key):
+        assert asyncio.run(auth.caller(bearer(key))).limits.budget_day_usd == 2.0
+    now = time.time()
+    day, month = period_bounds("day", now)[0], period_bounds("month", now)[0]
+    assert spent_by_key(engine, tenant.id, made.id, day, month) == (0.0, 0.0)
+    engine.dispose()
