@@ -365,7 +365,7 @@ async def open_services(
             tenants=store,
             policies=policies,
             ledger=ledger,
-            admin=AdminService(store, auth),
+            admin=AdminService(store, auth, list(tiers)),
             activity=activity,
             pool=SharedPool(pool, shared) if shared is not None and pool is not None else pool,
             edge_models=edge_models,

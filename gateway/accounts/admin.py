@@ -12,6 +12,7 @@ tenant, but not lift or set what keys are allowed.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Collection
 from typing import Any
 
 from gateway.accounts.ledger import ReportQuery, cost_report
@@ -23,18 +24,26 @@ from gateway.accounts.tenants import (
     Authenticator,
     Caller,
     KeyInfo,
+    KeyLimits,
     NewKey,
     Tenant,
     TenantStore,
+    check_tiers,
     checked_limits,
 )
 from gateway.errors import NotFound, PermissionDenied
 
 
 class AdminService:
-    def __init__(self, store: TenantStore, auth: Authenticator) -> None:
+    def __init__(self, store: TenantStore, auth: Authenticator, tiers: Collection[str] = ()) -> None:
+        """``tiers``: this gateway's tier names, which a key's ``tiers`` must name (none: unchecked)."""
         self._store = store
         self._auth = auth
+        self._tiers = tuple(tiers)
+
+    def _limits(self, changes: dict[str, Any], base: KeyLimits = NO_LIMITS) -> KeyLimits:
+        limits = checked_limits(changes, base)
+        return check_tiers(limits, self._tiers) if self._tiers and "tiers" in changes else limits
 
     def _visible(self, caller: Caller, tenant: str) -> None:
         if not caller.may_see(tenant):
@@ -91,7 +100,7 @@ class AdminService:
         self._manages_keys(caller, tenant)
         if role == TENANT_ADMIN and not caller.is_admin:
             raise PermissionDenied("only an admin key creates tenant-admin keys")
-        own = checked_limits(limits or {})
+        own = self._limits(limits or {})
         if own != NO_LIMITS and not caller.is_admin:
             raise PermissionDenied("only an admin key sets a key's limits")
         return await asyncio.to_thread(self._store.create_key, tenant, name, role, own)
@@ -109,7 +118,7 @@ class AdminService:
         key = await self.key(caller, key_id)
         if not caller.is_admin:
             raise PermissionDenied("only an admin key changes a key's limits")
-        updated = await asyncio.to_thread(self._store.update_key, key_id, checked_limits(changes, key.limits))
+        updated = await asyncio.to_thread(self._store.update_key, key_id, self._limits(changes, key.limits))
         self._auth.forget(key_id)
         return updated
 

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import msgspec
 import typer
 
-from gateway.accounts.tenants import TenantStore, checked_limits
+from gateway.accounts.tenants import KeyLimits, TenantStore, check_tiers, checked_limits
 from gateway.errors import GatewayError
 from gateway.settings import Settings, SettingsError, load_settings
 
@@ -140,11 +140,16 @@ def keys_create(
         raise typer.Exit(2)
     try:
         limits = checked_limits(_limit_changes(budget_day, budget_month, tiers, models, expires, rpm, tpm))
-        key = _store(config).create_key(tenant, name, role, limits)
+        key = _store(config).create_key(tenant, name, role, _known_tiers(limits, config))
     except GatewayError as exc:
         raise _fail(exc) from exc
     typer.echo(f"key {key.id} for {tenant or 'admin'}; shown once, store it now:", err=True)
     typer.echo(key.key)
+
+
+def _known_tiers(limits: KeyLimits, config: Path | None) -> KeyLimits:
+    """A key's tiers must be the configured ones (a misspelt one would keep it off every tier)."""
+    return check_tiers(limits, list(_settings(config).tier_configs()))
 
 
 @keys_cli.command("update")
@@ -164,7 +169,8 @@ def keys_update(
     try:
         store = _store(config)
         changes = _limit_changes(budget_day, budget_month, tiers, models, expires, rpm, tpm)
-        _print(store.update_key(key_id, checked_limits(changes, store.key(key_id).limits)))
+        limits = checked_limits(changes, store.key(key_id).limits)
+        _print(store.update_key(key_id, _known_tiers(limits, config) if tiers else limits))
     except GatewayError as exc:
         raise _fail(exc) from exc
 

@@ -235,6 +235,8 @@ def test_only_an_admin_key_sets_changes_or_rotates_a_keys_limits(gw: Gateway, te
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "budget_day_usd"
     unknown = admin(gw, "PATCH", f"/keys/{wid}", json={"budget_year_usd": 1})
     assert unknown.status_code == 400  # never accepted and ignored
+    misspelt = admin(gw, "PATCH", f"/keys/{wid}", json={"tiers": ["edgy"]})
+    assert misspelt.status_code == 400 and misspelt.json()["error"]["param"] == "tiers"
 
 
 def test_keys_list_shows_limits_expiry_and_last_used_and_costs_group_by_key(
@@ -298,3 +300,9 @@ def test_the_cli_creates_updates_rotates_and_lists_keys_with_their_limits(gw: Ga
         text=True,
     )
     assert failed.returncode == 1 and "ISO-8601" in failed.stderr
+    misspelt = subprocess.run(
+        [TIERGATE, "keys", "create", "--tenant", tenant, "--tiers", "edgy", "--config", config],
+        capture_output=True,
+        text=True,
+    )
+    assert misspelt.returncode == 1 and "no tier named edgy" in misspelt.stderr

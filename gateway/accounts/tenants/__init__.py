@@ -6,7 +6,7 @@ a :class:`RateLimiter` (in-process or Redis) admits or refuses each request.
 """
 
 from gateway.accounts.tenants._auth import Authenticator, key_of
-from gateway.accounts.tenants._keylimits import NO_LIMITS, KeyLimits, checked_limits
+from gateway.accounts.tenants._keylimits import NO_LIMITS, KeyLimits, check_tiers, checked_limits
 from gateway.accounts.tenants._keys import hash_key, key_id_of, matches, new_key
 from gateway.accounts.tenants._limits import (
     Demand,
@@ -55,6 +55,7 @@ __all__ = [
     "TenantLimits",
     "TenantStore",
     "check_tenant_name",
+    "check_tiers",
     "checked_limits",
     "hash_key",
     "key_id_of",

@@ -9,6 +9,7 @@ authenticator (the expiry, a rotation's overlap).
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Collection
 from typing import Any
 
 import msgspec
@@ -93,6 +94,16 @@ def checked_limits(changes: dict[str, Any], base: KeyLimits = NO_LIMITS) -> KeyL
                 raise InvalidRequest(f"{field} must be an integer >= 0", param=field)
             values[field] = value
     return msgspec.structs.replace(base, **values)
+
+
+def check_tiers(limits: KeyLimits, tiers: Collection[str]) -> KeyLimits:
+    """A key's tiers must be this gateway's (a misspelt one would keep the key off every tier)."""
+    unknown = [t for t in limits.tiers if t not in tiers]
+    if unknown:
+        raise InvalidRequest(
+            f"no tier named {', '.join(unknown)}; tiers: {', '.join(sorted(tiers))}", param="tiers"
+        )
+    return limits
 
 
 def to_row(limits: KeyLimits) -> dict[str, Any]:
