@@ -272,7 +272,9 @@ class ChatPipeline:
             heard = Listened(request, media)
             if self._hearing is not None:  # audio no tier takes: its transcript
                 with self._tracing.span("transcribe"):
-                    heard = await self._hearing.listen(request, media, policy.fail_instead_of_degrade)
+                    heard = await self._hearing.listen(
+                        request, media, policy.fail_instead_of_degrade, caller.limits.tiers
+                    )
                 request, media = heard.request, heard.media
                 if heard.changed:  # the tenant's rules read the transcript too
                     verdict = self._front.residency(call, msgspec.to_builtins(request.messages), param)
