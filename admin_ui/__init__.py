@@ -25,7 +25,7 @@ from litestar.template import TemplateConfig
 
 from admin_ui._context import UI, problem, refused
 from admin_ui._costs import COST_ROUTES
-from admin_ui._format import limit_label, usd, utc_time
+from admin_ui._format import key_limit_label, limit_label, usd, utc_time
 from admin_ui._guard import CsrfRefused, SignInRequired, to_sign_in
 from admin_ui._live import LIVE_ROUTES
 from admin_ui._policies import POLICY_ROUTES
@@ -47,7 +47,7 @@ def template_config() -> TemplateConfig[JinjaTemplateEngine]:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(utc_time=utc_time, usd=usd, limit_label=limit_label)
+    env.filters.update(utc_time=utc_time, usd=usd, limit_label=limit_label, key_limit_label=key_limit_label)
     return TemplateConfig(instance=JinjaTemplateEngine.from_environment(env))
 
 

@@ -21,7 +21,7 @@ from gateway.accounts.ledger import report_csv, valid_tag_key
 from gateway.errors import GatewayError, InvalidRequest
 from gateway.wire.chat import encode
 
-SPLITS = ("tier", "model")
+SPLITS = ("tier", "model", "key")  # key: the API key's id
 TAG = "tag:"  # by=tag:<key>: split by the value of one cost tag
 DEFAULT_DAYS = 30
 

@@ -24,3 +24,19 @@ def usd(amount: float) -> str:
 def limit_label(field: str) -> str:
     """``requests_per_min`` → ``Requests/min``."""
     return field.removesuffix("_per_min").replace("_", " ").capitalize() + "/min"
+
+
+_KEY_LIMIT_LABELS = {
+    "budget_day_usd": "Budget per UTC day (USD)",
+    "budget_month_usd": "Budget per UTC month (USD)",
+    "tiers": "Tiers (comma list)",
+    "models": "Models (comma list)",
+    "expires_at": "Expires (UTC, ISO-8601)",
+    "requests_per_min": "Requests/min",
+    "tokens_per_min": "Tokens/min",
+}
+
+
+def key_limit_label(field: str) -> str:
+    """A key's own limit's label: ``budget_day_usd`` → ``Budget per UTC day (USD)``."""
+    return _KEY_LIMIT_LABELS.get(field, field)

@@ -63,7 +63,7 @@ async def operator(request: AnyRequest, sessions: SessionStore, *, page: bool = 
     session = sessions.get(token)
     if session is not None and token is not None:
         found = await asyncio.to_thread(services_of(request.app.state).tenants.lookup, session.key_id)
-        if found is not None and found[1] == ADMIN and not found[3]:
+        if found is not None and found.role == ADMIN and not found.revoked:
             return Operator(token, session, Caller(key_id=session.key_id, role=ADMIN, tenant=None))
         sessions.close_key(session.key_id)
     if page:

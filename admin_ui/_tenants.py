@@ -1,7 +1,9 @@
-"""Tenants and their keys: list and create tenants, create keys (shown once) and revoke them."""
+"""Tenants and their keys: list and create tenants, create keys (shown once), set a key's own limits,
+rotate (the new key shown once) and revoke them."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from litestar import get, post
@@ -12,10 +14,11 @@ from litestar.response import Redirect, Template
 from admin_ui._context import UI, page, services
 from admin_ui._guard import AnyRequest, Operator, checked_form, operator
 from gateway.accounts.admin import AdminService
-from gateway.accounts.tenants import TenantLimits, check_tenant_name
+from gateway.accounts.tenants import KeyLimits, TenantLimits, check_tenant_name
 from gateway.errors import GatewayError
 
 LIMIT_FIELDS = tuple(TenantLimits.__struct_fields__)
+KEY_LIMIT_FIELDS = tuple(KeyLimits.__struct_fields__)
 
 
 def _admin(request: AnyRequest) -> AdminService:
@@ -94,6 +97,8 @@ async def _tenant_page(request: AnyRequest, op: Operator, name: str, **extra: An
         tenant=tenant,
         keys=keys,
         limit_fields=LIMIT_FIELDS,
+        key_limit_fields=KEY_LIMIT_FIELDS,
+        now=time.time(),
         **({"new_key": None, "error": ""} | extra),
     )
 
@@ -123,4 +128,53 @@ async def revoke_key(request: AnyRequest, ui: NamedDependency[UI], key_id: FromP
     return Redirect(back, status_code=303)
 
 
-TENANT_ROUTES = [tenants_page, create_tenant, tenant_page, create_key, revoke_key]
+def _key_limit_changes(fields: dict[str, str]) -> dict[str, Any]:
+    """The form's limits as the admin API takes them: an empty field is none of its own."""
+    changes: dict[str, Any] = {}
+    for name in KEY_LIMIT_FIELDS:
+        text = fields.get(name, "").strip()
+        if name in ("tiers", "models", "expires_at"):
+            changes[name] = text or None
+        elif not text:
+            changes[name] = None
+        else:
+            try:
+                changes[name] = float(text) if name.startswith("budget_") else int(text)
+            except ValueError:
+                changes[name] = text  # refused by the check, naming the field
+    return changes
+
+
+@post("/keys/{key_id:str}/limits", name="admin_ui:key_limits")
+async def key_limits(
+    request: AnyRequest, ui: NamedDependency[UI], key_id: FromPath[str]
+) -> Template | Redirect:
+    op = await operator(request, ui.sessions)
+    fields = await checked_form(request, op.csrf)
+    admin = _admin(request)
+    key = await admin.key(op.caller, key_id)
+    try:
+        await admin.update_key(op.caller, key_id, _key_limit_changes(fields))
+    except GatewayError as exc:
+        return await _tenant_page(
+            request, op, key.tenant or "", error=f"key {key_id}: {exc.message}", status=400
+        )
+    return Redirect(f"/admin/tenants/{key.tenant}", status_code=303)
+
+
+@post("/keys/{key_id:str}/rotate", name="admin_ui:rotate_key")
+async def rotate_key(request: AnyRequest, ui: NamedDependency[UI], key_id: FromPath[str]) -> Template:
+    op = await operator(request, ui.sessions)
+    fields = await checked_form(request, op.csrf)
+    admin = _admin(request)
+    key = await admin.key(op.caller, key_id)
+    try:
+        hours = float(fields.get("overlap_hours", "0") or 0)
+        rotated = await admin.rotate_key(op.caller, key_id, hours)
+    except (ValueError, GatewayError) as exc:
+        message = exc.message if isinstance(exc, GatewayError) else "overlap hours: a number"
+        return await _tenant_page(request, op, key.tenant or "", error=f"key {key_id}: {message}", status=400)
+    return await _tenant_page(request, op, key.tenant or "", new_key=rotated, status=201)
+
+
+TENANT_ROUTES = [tenants_page, create_tenant, tenant_page, create_key, key_limits, rotate_key, revoke_key]

@@ -32,6 +32,7 @@ import router
 from gateway.accounts import bootstrap
 from gateway.accounts.admin import AdminService
 from gateway.accounts.budgets import BudgetBook
+from gateway.accounts.key_budgets import KeyBudgets
 from gateway.accounts.ledger import Ledger, PriceBook
 from gateway.accounts.policies import PolicyBook, PolicyStore
 from gateway.accounts.quality.feedback import Outcomes
@@ -116,17 +117,6 @@ def build_tiers(settings: Settings) -> dict[str, Tier]:
     return tiers
 
 
-def media_targets(tiers: dict[str, Tier], *, video_audio: bool = False) -> MediaTargets:
-    """How media are normalised: for the most any tier takes (each tier's limits are checked later);
-    ``video_audio``: videos' audio tracks are extracted for the transcriber too."""
-    caps = [t.capabilities for t in tiers.values()]
-    pixels = [c.limits.max_image_pixels for c in caps if Modality.IMAGE in c.modalities]
-    return MediaTargets(
-        image_max_pixels=None if not pixels or None in pixels else max(p for p in pixels if p is not None),
-        audio=video_audio or any(Modality.AUDIO in c.modalities for c in caps),
-    )
-
-
 def _breakers(settings: Settings, metrics: Metrics, shared: SharedState | None) -> router.BreakerBoard:
     def changed(tier: str, modality: Modality, state: router.BreakerState) -> None:
         log.warning("circuit breaker %s/%s is now %s", tier, modality, state.value)
@@ -154,22 +144,23 @@ async def _open_database(settings: Settings, stack: AsyncExitStack) -> tuple[Eng
     return engine, store
 
 
-async def _started_auth(settings: Settings, store: TenantStore) -> Authenticator:
-    if settings.auth.open_mode:
+async def _started_auth(settings: Settings, store: TenantStore, stack: AsyncExitStack) -> Authenticator:
+    given = settings.auth
+    if given.open_mode:
         log.warning("auth.open_mode is on: no API keys are checked (local development only)")
     throttle = FailureThrottle(
-        settings.auth.failed_auth_limit,
-        settings.auth.failed_auth_window_s,
-        max_addresses=settings.auth.failed_auth_addresses,
+        given.failed_auth_limit, given.failed_auth_window_s, max_addresses=given.failed_auth_addresses
     )
     auth = Authenticator(
         store,
-        cache_s=settings.auth.key_cache_s,
-        open_mode=settings.auth.open_mode,
+        cache_s=given.key_cache_s,
+        cache_entries=given.key_cache_entries,
+        open_mode=given.open_mode,
         throttle=throttle,
-        cache_entries=settings.auth.key_cache_entries,
+        flush_s=given.last_used_flush_s,
     )
     await auth.start()
+    stack.push_async_callback(auth.aclose)  # the keys' last use, written once more
     return auth
 
 
@@ -233,7 +224,7 @@ async def open_services(
         shared = open_shared(settings.shared, settings.breakers, settings.redis)
         breakers = _breakers(settings, metrics, shared)
         engine, store = await _open_database(settings, stack)
-        auth = await _started_auth(settings, store)
+        auth = await _started_auth(settings, store, stack)
         limiter: RateLimiter = make_limiter(settings.limits.redis_url, settings.redis)
         stack.push_async_callback(limiter.aclose)
         policy_store = PolicyStore(engine, settings.policies.default, list(tiers))
@@ -313,9 +304,12 @@ async def open_services(
         if settings.media.enabled:
             # videos' tracks are taken out for the transcriber only where there is one to hear them
             hears_video = transcriber is not None and transcriber.available and settings.speech.video_audio
-            targets = media_targets(tiers, video_audio=hears_video)
+            targets = MediaTargets.of([t.capabilities for t in tiers.values()], video_audio=hears_video)
             media = MediaPipeline(settings.media, settings.data_path, targets, metrics=MediaMetrics(metrics))
-        front = Front(auth, policies, limiter, recorder, tracing, metrics)  # every endpoint's way in
+        key_budgets = KeyBudgets(engine, settings.router.budget_refresh_s)  # keys' own budgets
+        front = Front(
+            auth, policies, limiter, recorder, tracing, metrics, key_budgets
+        )  # every endpoint's way in
         speech = hearing = None
         if transcriber is not None and media is not None:
             await transcriber.start()
@@ -372,7 +366,7 @@ async def open_services(
             tenants=store,
             policies=policies,
             ledger=ledger,
-            admin=AdminService(store, auth),
+            admin=AdminService(store, auth, list(tiers)),
             activity=activity,
             pool=SharedPool(pool, shared) if shared is not None and pool is not None else pool,
             edge_models=edge_models,
@@ -400,4 +394,4 @@ def _also(first: Callable[[], None], then: Callable[[], None] | None) -> Callabl
     return both
 
 
-__all__ = ["Services", "build_tiers", "media_targets", "open_services", "services_of"]
+__all__ = ["Services", "build_tiers", "open_services", "services_of"]

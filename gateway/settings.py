@@ -111,6 +111,9 @@ class AuthSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     # Key ids remembered so (unknown ones too, so a flood of made-up keys is not a database query
     # each); past this many the memory is emptied and filled again.
     key_cache_entries: int = 100_000
+    # Keys' last use is kept in memory and written in one transaction this often (and at shutdown):
+    # one write per key per interval, never a write per request.
+    last_used_flush_s: float = 30.0
 
 
 class StorageSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -4,33 +4,46 @@ An admin key sees every tenant.  A tenant's key sees its own tenant and reports;
 another tenant is answered as if it did not exist (404), and creating tenants is refused (403).
 Keys are managed (listed, created, revoked) by an admin key or by a tenant's ``tenant-admin``
 key, for that tenant only; an inference key (role ``tenant``) and open mode get 403.  Only an
-admin key creates ``tenant-admin`` keys.
+admin key creates ``tenant-admin`` keys, and only an admin key sets, changes or rotates a key's own
+limits (budgets, tiers, models, expiry, per-minute counts): a tenant-admin key may mint keys for its
+tenant, but not lift or set what keys are allowed.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Collection
 from typing import Any
 
 from gateway.accounts.ledger import ReportQuery, cost_report
 from gateway.accounts.tenants import (
+    NO_LIMITS,
     OPEN_MODE_KEY_ID,
     TENANT,
     TENANT_ADMIN,
     Authenticator,
     Caller,
     KeyInfo,
+    KeyLimits,
     NewKey,
     Tenant,
     TenantStore,
+    check_tiers,
+    checked_limits,
 )
 from gateway.errors import NotFound, PermissionDenied
 
 
 class AdminService:
-    def __init__(self, store: TenantStore, auth: Authenticator) -> None:
+    def __init__(self, store: TenantStore, auth: Authenticator, tiers: Collection[str] = ()) -> None:
+        """``tiers``: this gateway's tier names, which a key's ``tiers`` must name (none: unchecked)."""
         self._store = store
         self._auth = auth
+        self._tiers = tuple(tiers)
+
+    def _limits(self, changes: dict[str, Any], base: KeyLimits = NO_LIMITS) -> KeyLimits:
+        limits = checked_limits(changes, base)
+        return check_tiers(limits, self._tiers) if self._tiers and "tiers" in changes else limits
 
     def _visible(self, caller: Caller, tenant: str) -> None:
         if not caller.may_see(tenant):
@@ -68,18 +81,58 @@ class AdminService:
         self._manages_keys(caller, tenant)
         return await asyncio.to_thread(self._store.list_keys, tenant)
 
-    async def create_key(self, caller: Caller, tenant: str, name: str, role: str = TENANT) -> NewKey:
+    async def all_keys(self, caller: Caller) -> list[KeyInfo]:
+        """Every key (an admin), or the caller's tenant's (a tenant-admin key)."""
+        if caller.is_admin:
+            return await asyncio.to_thread(self._store.list_keys, None)
+        assert caller.tenant is not None
+        return await self.keys(caller, caller.tenant.name)
+
+    async def create_key(
+        self,
+        caller: Caller,
+        tenant: str,
+        name: str,
+        role: str = TENANT,
+        limits: dict[str, Any] | None = None,
+    ) -> NewKey:
+        """``limits``: the key's own (field → value as the API takes it); an admin key only."""
         self._manages_keys(caller, tenant)
         if role == TENANT_ADMIN and not caller.is_admin:
             raise PermissionDenied("only an admin key creates tenant-admin keys")
-        return await asyncio.to_thread(self._store.create_key, tenant, name, role)
+        own = self._limits(limits or {})
+        if own != NO_LIMITS and not caller.is_admin:
+            raise PermissionDenied("only an admin key sets a key's limits")
+        return await asyncio.to_thread(self._store.create_key, tenant, name, role, own)
 
-    async def revoke_key(self, caller: Caller, key_id: str) -> KeyInfo:
+    async def key(self, caller: Caller, key_id: str) -> KeyInfo:
         key = await asyncio.to_thread(self._store.key, key_id)
         if not caller.is_admin and (key.tenant is None or not caller.may_see(key.tenant)):
             raise NotFound(f"no key with id {key_id!r}")
         if key.tenant is not None:
             self._manages_keys(caller, key.tenant)
+        return key
+
+    async def update_key(self, caller: Caller, key_id: str, changes: dict[str, Any]) -> KeyInfo:
+        """Change a key's own limits (the fields given; the others stay): an admin key only."""
+        key = await self.key(caller, key_id)
+        if not caller.is_admin:
+            raise PermissionDenied("only an admin key changes a key's limits")
+        updated = await asyncio.to_thread(self._store.update_key, key_id, self._limits(changes, key.limits))
+        self._auth.forget(key_id)
+        return updated
+
+    async def rotate_key(self, caller: Caller, key_id: str, overlap_hours: float) -> NewKey:
+        """A new secret for the key; the old one works ``overlap_hours`` more: an admin key only."""
+        await self.key(caller, key_id)
+        if not caller.is_admin:
+            raise PermissionDenied("only an admin key rotates keys")
+        rotated = await asyncio.to_thread(self._store.rotate_key, key_id, overlap_hours * 3600)
+        self._auth.forget(key_id)
+        return rotated
+
+    async def revoke_key(self, caller: Caller, key_id: str) -> KeyInfo:
+        await self.key(caller, key_id)
         revoked = await asyncio.to_thread(self._store.revoke_key, key_id)
         self._auth.forget(key_id)
         return revoked

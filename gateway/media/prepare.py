@@ -14,7 +14,7 @@ import asyncio
 import base64
 import binascii
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +46,7 @@ from gateway.wire.chat import (
     VideoPart,
 )
 from router import NO_MEDIA, MediaSummary
+from tiers import Capabilities, Modality
 
 _ERRORS: dict[str, type[GatewayError]] = {
     INVALID: InvalidRequest,
@@ -66,6 +67,19 @@ class MediaTargets:
 
     image_max_pixels: int | None = None  # the largest any image-taking tier accepts; None: no limit
     audio: bool = False  # some tier takes audio (a video's audio track is then extracted too)
+
+    @classmethod
+    def of(cls, caps: Iterable[Capabilities], *, video_audio: bool = False) -> MediaTargets:
+        """For the most any tier takes (each tier's limits are checked later); ``video_audio``:
+        videos' audio tracks are extracted for the transcriber too."""
+        caps = list(caps)
+        pixels = [c.limits.max_image_pixels for c in caps if Modality.IMAGE in c.modalities]
+        return cls(
+            image_max_pixels=None
+            if not pixels or None in pixels
+            else max(p for p in pixels if p is not None),
+            audio=video_audio or any(Modality.AUDIO in c.modalities for c in caps),
+        )
 
 
 @dataclass(frozen=True, slots=True)

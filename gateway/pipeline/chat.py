@@ -89,6 +89,7 @@ class RequestContext:
     # for X-Tiergate-Degraded, and what the route reason adds.
     degraded: tuple[str, ...] = ()
     note: str = ""
+    tiers: tuple[str, ...] = ()  # the tiers its key may use (empty: every tier)
 
 
 class ChatService:
@@ -150,6 +151,7 @@ class ChatService:
                 tags=ctx.tags,
                 degraded_before=ctx.degraded,
                 note=ctx.note,
+                allowed=ctx.tiers,
             )
             generation = plan.generation(request_id, ctx.session_id, ctx.tenant, raw_prompt=ctx.raw_prompt)
             answer = await self._dispatcher.dispatch(
@@ -260,7 +262,8 @@ class ChatPipeline:
             model, strategy = self._resolve(request.model, incoming.endpoint)  # an unknown model: 404
             if model != request.model:  # an alias stands for tiergate-auto or a tier
                 request = msgspec.structs.replace(request, model=model)
-            await self._front.admit(call)  # 3 limit: requests, media parts
+            await self._front.admit(call)  # 3 limit: the key's, then requests, media parts
+            self._front.tier_allowed(call, self._pinned(model, strategy))  # a key's tiers
             param = "messages" if incoming.endpoint in ("chat", "messages") else "input"
             verdict = self._front.residency(call, msgspec.to_builtins(request.messages), param)  # residency
             with self._tracing.span("media"):
@@ -269,7 +272,9 @@ class ChatPipeline:
             heard = Listened(request, media)
             if self._hearing is not None:  # audio no tier takes: its transcript
                 with self._tracing.span("transcribe"):
-                    heard = await self._hearing.listen(request, media, policy.fail_instead_of_degrade)
+                    heard = await self._hearing.listen(
+                        request, media, policy.fail_instead_of_degrade, caller.limits.tiers
+                    )
                 request, media = heard.request, heard.media
                 if heard.changed:  # the tenant's rules read the transcript too
                     verdict = self._front.residency(call, msgspec.to_builtins(request.messages), param)
@@ -290,6 +295,7 @@ class ChatPipeline:
                 semantic=policy.semantic_cache,
                 degraded=heard.degraded,
                 note=heard.note,
+                tiers=caller.limits.tiers,
             )
             return await self._chat.answer(request, incoming.request_id, ctx, call)  # 5–8, then its ending
         except BaseException as exc:  # refused, or its client left (unless it ended already)
@@ -317,6 +323,12 @@ class ChatPipeline:
         routed = Routed("", "token count (estimated)", server_s=time.perf_counter() - started)
         await self._chat.ending.completed(call, routed, model, Usage(0, 0))  # 10 the ending
         return tokens, routed
+
+    def _pinned(self, model: str, strategy: str) -> str | None:
+        """The tier a request is pinned to: named, or by an alias's ``always:<tier>``; None: routed."""
+        if model in self._chat.tiers.tiers:
+            return model
+        return router.always_tier(strategy) if strategy else None
 
     def _resolve(self, model: str, endpoint: str) -> tuple[str, str]:
         """The tier or router a name stands for; a model of another endpoint is OpenAI's error for it."""

@@ -353,6 +353,8 @@ class Ending:
         reference = policy.reference or max(views, key=lambda v: v.capabilities.quality).name
         if reference == attempt.tier or reference not in {v.name for v in views}:
             return
+        if not call.caller.limits.allows_tier(reference):  # a key kept off that tier: never asked there
+            return
         price = self._routing.learner.prices.get(reference)
         snapshot = plan.decision.snapshot
         made = snapshot.predictions.get(reference) if snapshot is not None else None

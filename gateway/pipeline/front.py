@@ -9,7 +9,10 @@ holds on every endpoint by construction, and an endpoint added later takes the s
      1 authenticate   the API key → the caller; an admin key may not call a model      caller()
      2 parse          the endpoint's own (OpenAI's shape, strictly)
        the call       the request as the ledger will see it; its cost tags             begin()
-     3 limit          the tenant's per-minute limits → 429 + Retry-After               admit()
+     3 limit          the key's own: its models (404), its budget, its per-minute      admit()
+                      limits (429); then the tenant's per-minute limits → 429 + Retry-After
+       tiers          a key's tiers: one pinned outside them is a 403; routed requests   tier_allowed()
+                      land only on them (gateway/pipeline/plan.py filters the candidates)
        residency      the tenant's rules on the request's text: a ``refuse`` is a 400  residency()
 """
 
@@ -22,9 +25,10 @@ from typing import Any
 import msgspec
 
 import router
+from gateway.accounts.key_budgets import KeyBudgets
 from gateway.accounts.policies import PolicyBook
-from gateway.accounts.tenants import Authenticator, Caller, Demand, RateLimiter
-from gateway.errors import InvalidRequest, PermissionDenied
+from gateway.accounts.tenants import Authenticator, Caller, Demand, RateLimiter, key_scope
+from gateway.errors import InvalidRequest, ModelNotFound, PermissionDenied
 from gateway.ops.metrics import Metrics
 from gateway.ops.tracing import Tracing
 from gateway.pipeline.record import Call, Recorder
@@ -88,8 +92,12 @@ class Front:
         recorder: Recorder,
         tracing: Tracing,
         metrics: Metrics,
+        key_budgets: KeyBudgets | None = None,
     ) -> None:
+        """``key_budgets``: keys' own budgets (none: keys with a budget are refused nothing for it;
+        the gateway always passes one)."""
         self.policies = policies
+        self._key_budgets = key_budgets
         self._auth = auth
         self._limiter = limiter
         self._recorder = recorder
@@ -116,9 +124,33 @@ class Front:
         return self._recorder.begin_other(caller, model, incoming.request_id, incoming.endpoint, tags)
 
     async def admit(self, call: Call, demand: Demand | None = None) -> None:
-        """3 limit: the tenant's per-minute limits (``demand``: what it asks beyond the call's own)."""
+        """3 limit: the key's own limits, then the tenant's per-minute limits (``demand``: what it asks
+        beyond the call's own).  A model the key may not use is OpenAI's 404 for a model the key
+        cannot see.  The key is counted before its tenant: a request its tenant then refuses has
+        used one of the key's (never the other way round)."""
+        demand = call.demand if demand is None else demand
+        caller = call.caller
         with self._tracing.span("rate_limit"):
-            await self._limiter.admit(call.tenant, call.demand if demand is None else demand)
+            if demand.request:
+                if not caller.limits.allows_model(call.model_asked):
+                    raise ModelNotFound(
+                        f"The model `{call.model_asked[:256]}` does not exist or you do not have access "
+                        "to it.",
+                        param="model",
+                    )
+                if self._key_budgets is not None:
+                    await self._key_budgets.check(caller)
+            scope = key_scope(caller.key_id, caller.limits)
+            if scope is not None:
+                await self._limiter.admit(scope, Demand(request=demand.request))
+            await self._limiter.admit(call.tenant, demand)
+
+    def tier_allowed(self, call: Call, tier: str | None) -> None:
+        """A request pinned to ``tier`` (None: routed) by a key that may not use it: 403."""
+        if tier is not None and not call.caller.limits.allows_tier(tier):
+            raise PermissionDenied(
+                f"this key may not use the {tier} tier (its tiers: {', '.join(call.caller.limits.tiers)})"
+            )
 
     def residency(self, call: Call, messages: list[dict[str, Any]], param: str) -> Verdict:
         """What the tenant's residency rules find in the request's text (``messages``: OpenAI's

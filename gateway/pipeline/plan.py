@@ -214,9 +214,14 @@ class Planner:
         tags: Mapping[str, str] | None = None,
         degraded_before: tuple[str, ...] = (),
         note: str = "",
+        allowed: tuple[str, ...] = (),
     ) -> Plan:
-        """``degraded_before``, ``note``: what happened to the request before (its audio transcribed)."""
+        """``degraded_before``, ``note``: what happened to the request before (its audio transcribed);
+        ``allowed``: the only tiers its key may use (empty: all): the router's candidates, and so its
+        choice and its fallbacks, are those alone."""
         views = self._tiers.views()
+        if allowed:
+            views = [v for v in views if v.name in allowed]
         kept_local = residency.first("keep_local")
         features = dataclasses.replace(
             features_of(request, media, tenant, strategy), kept_local=kept_local, tags=tags

@@ -27,7 +27,7 @@ from gateway.accounts.ledger import (
     new_entry_id,
     request_tags,
 )
-from gateway.accounts.tenants import Caller, Demand, RateLimiter, Tenant
+from gateway.accounts.tenants import Caller, Demand, RateLimiter, Tenant, key_scope
 from gateway.errors import PermissionDenied, to_gateway_error
 from gateway.ops.activity import Activity, Decision
 from gateway.ops.metrics import Metrics
@@ -161,7 +161,7 @@ class Recorder:
         this returns (a completed answer's, before its last event goes on), else it is handed to the
         writer without waiting (a client that left is not kept waiting for it)."""
         self._note(call, routed, status)
-        await self._limiter.charge_tokens(call.tenant, usage.total_tokens)
+        await self._charge(call, usage.total_tokens)
         if self._ledger is None:
             return
         row = self._row(call, routed, model, usage, call.ttft_ms, status=status, error=error)
@@ -179,15 +179,20 @@ class Recorder:
         """:meth:`ended` without waiting for anything (its task is being cancelled): the row is
         handed to the writer and the tokens are charged in the background."""
         self._note(call, routed, status)
-        task = asyncio.get_running_loop().create_task(
-            self._limiter.charge_tokens(call.tenant, usage.total_tokens)
-        )
+        task = asyncio.get_running_loop().create_task(self._charge(call, usage.total_tokens))
         self._charging.add(task)
         task.add_done_callback(self._charging.discard)
         if self._ledger is not None:
             self._ledger.submit(
                 self._row(call, routed, model, usage, call.ttft_ms, status=status, error=error)
             )
+
+    async def _charge(self, call: Call, tokens: int) -> None:
+        """The tokens go to the tenant's per-minute count, and to its key's when it has a limit."""
+        await self._limiter.charge_tokens(call.tenant, tokens)
+        scope = key_scope(call.caller.key_id, call.caller.limits)
+        if scope is not None:
+            await self._limiter.charge_tokens(scope, tokens)
 
     def shadowed(self, call: Call, tier: str, model: str, usage: Usage, started: float) -> float:
         """A shadow comparison of ``call``'s answer (gateway/accounts/quality/shadow.py) asked of

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import msgspec
 import typer
 
-from gateway.accounts.tenants import TenantStore
+from gateway.accounts.tenants import KeyLimits, TenantStore, check_tiers, checked_limits
 from gateway.errors import GatewayError
 from gateway.settings import Settings, SettingsError, load_settings
 
@@ -20,7 +20,41 @@ ConfigOption = Annotated[
 ]
 
 tenants_cli = typer.Typer(help="Create and list tenants.", no_args_is_help=True)
-keys_cli = typer.Typer(help="Create, list and revoke API keys.", no_args_is_help=True)
+keys_cli = typer.Typer(help="Create, list, limit, rotate and revoke API keys.", no_args_is_help=True)
+
+# A key's own limits, the same options on `keys create` and `keys update` (0 or "": none of its own).
+BudgetDay = Annotated[float | None, typer.Option("--budget-day", help="USD per UTC day (0: none).")]
+BudgetMonth = Annotated[float | None, typer.Option("--budget-month", help="USD per UTC month (0: none).")]
+Tiers = Annotated[str | None, typer.Option("--tiers", help='Comma list of tiers it may use ("": all).')]
+Models = Annotated[
+    str | None, typer.Option("--models", help='Comma list of models it may ask for ("": all).')
+]
+Expires = Annotated[
+    str | None, typer.Option("--expires", help='ISO-8601 date-time, e.g. 2027-01-31T00:00:00Z ("": never).')
+]
+KeyRpm = Annotated[int | None, typer.Option("--rpm", help="Its requests per minute (0: the tenant's only).")]
+KeyTpm = Annotated[int | None, typer.Option("--tpm", help="Its tokens per minute (0: the tenant's only).")]
+
+
+def _limit_changes(
+    budget_day: float | None,
+    budget_month: float | None,
+    tiers: str | None,
+    models: str | None,
+    expires: str | None,
+    rpm: int | None,
+    tpm: int | None,
+) -> dict[str, Any]:
+    given = {
+        "budget_day_usd": budget_day,
+        "budget_month_usd": budget_month,
+        "tiers": tiers,
+        "models": models,
+        "expires_at": expires,
+        "requests_per_min": rpm,
+        "tokens_per_min": tpm,
+    }
+    return {k: v for k, v in given.items() if v is not None}
 
 
 def _settings(config: Path | None) -> Settings:
@@ -90,17 +124,72 @@ def keys_create(
         str,
         typer.Option(help="With --tenant: tenant (inference only) or tenant-admin (also manages its keys)."),
     ] = "tenant",
+    budget_day: BudgetDay = None,
+    budget_month: BudgetMonth = None,
+    tiers: Tiers = None,
+    models: Models = None,
+    expires: Expires = None,
+    rpm: KeyRpm = None,
+    tpm: KeyTpm = None,
     config: ConfigOption = None,
 ) -> None:
-    """Create a key and print it once (only its hash is stored)."""
+    """Create a key, with its own limits beneath its tenant's, and print it once (only its hash is
+    stored)."""
     if (tenant is None) == (not admin):
         typer.echo("tiergate: give --tenant NAME or --admin", err=True)
         raise typer.Exit(2)
     try:
-        key = _store(config).create_key(tenant, name, role)
+        limits = checked_limits(_limit_changes(budget_day, budget_month, tiers, models, expires, rpm, tpm))
+        key = _store(config).create_key(tenant, name, role, _known_tiers(limits, config))
     except GatewayError as exc:
         raise _fail(exc) from exc
     typer.echo(f"key {key.id} for {tenant or 'admin'}; shown once, store it now:", err=True)
+    typer.echo(key.key)
+
+
+def _known_tiers(limits: KeyLimits, config: Path | None) -> KeyLimits:
+    """A key's tiers must be the configured ones (a misspelt one would keep it off every tier)."""
+    return check_tiers(limits, list(_settings(config).tier_configs()))
+
+
+@keys_cli.command("update")
+def keys_update(
+    key_id: str,
+    budget_day: BudgetDay = None,
+    budget_month: BudgetMonth = None,
+    tiers: Tiers = None,
+    models: Models = None,
+    expires: Expires = None,
+    rpm: KeyRpm = None,
+    tpm: KeyTpm = None,
+    config: ConfigOption = None,
+) -> None:
+    """Change a key's own limits (those given; the others stay). Running gateways apply them within
+    auth.key_cache_s."""
+    try:
+        store = _store(config)
+        changes = _limit_changes(budget_day, budget_month, tiers, models, expires, rpm, tpm)
+        limits = checked_limits(changes, store.key(key_id).limits)
+        _print(store.update_key(key_id, _known_tiers(limits, config) if tiers else limits))
+    except GatewayError as exc:
+        raise _fail(exc) from exc
+
+
+@keys_cli.command("rotate")
+def keys_rotate(
+    key_id: str,
+    overlap_hours: Annotated[
+        float, typer.Option("--overlap-hours", help="Hours the old key keeps working (0.25: 15 minutes).")
+    ] = 0.0,
+    config: ConfigOption = None,
+) -> None:
+    """A new secret for the key (same id, limits and budget), printed once; the old one works for
+    --overlap-hours more, then is refused (401)."""
+    try:
+        key = _store(config).rotate_key(key_id, overlap_hours * 3600)
+    except GatewayError as exc:
+        raise _fail(exc) from exc
+    typer.echo(f"key {key.id} rotated; the old one works {overlap_hours:g} h more. Shown once:", err=True)
     typer.echo(key.key)
 
 
@@ -109,7 +198,7 @@ def keys_list(
     tenant: Annotated[str | None, typer.Option(help="Only this tenant's keys.")] = None,
     config: ConfigOption = None,
 ) -> None:
-    """List keys (ids, never the keys themselves) as JSON."""
+    """List keys (ids, never the keys themselves) with their limits, expiry and last_used, as JSON."""
     try:
         _print(_store(config).list_keys(tenant))
     except GatewayError as exc:
@@ -131,7 +220,10 @@ def report(
     since: Annotated[str | None, typer.Option(help="From this ISO date or date-time (UTC).")] = None,
     until: Annotated[str | None, typer.Option(help="Until this ISO date (inclusive) or date-time.")] = None,
     group_by: Annotated[
-        str, typer.Option(help="Comma list of day, tier, model, tenant, tag:<key> (a cost tag's key).")
+        str,
+        typer.Option(
+            help="Comma list of day, tier, model, endpoint, tenant, key, tag:<key> (a cost tag's key)."
+        ),
     ] = "",
     tag: Annotated[str | None, typer.Option(help="Only requests with this cost tag (team=search).")] = None,
     format: Annotated[str, typer.Option(help="json or csv.")] = "json",

@@ -26,6 +26,7 @@ GROUPS = {
     "model": ledger.c.model_used,
     "endpoint": ledger.c.endpoint,
     "tenant": tenants.c.name,
+    "key": ledger.c.key_id,  # the API key's id (every row has one: the key that made the request)
 }
 FORMATS = ("json", "csv")
 TAG = "tag:"  # group_by=tag:<key>: by the value of one cost tag

@@ -23,7 +23,7 @@ from gateway.accounts.storage._schema import metadata, schema_version
 log = logging.getLogger(__name__)
 
 # Bump with a migration step in _MIGRATIONS when a table changes.
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 # version -> statements that bring a database from version-1 to version.
 _MIGRATIONS: dict[int, list[str]] = {
     2: [
@@ -34,6 +34,22 @@ _MIGRATIONS: dict[int, list[str]] = {
     # Cost tags: the row's own copy; the ledger_tags table is new, so create_all makes it.
     4: ["ALTER TABLE ledger ADD COLUMN tags TEXT"],
     5: ["ALTER TABLE ledger ADD COLUMN endpoint VARCHAR(32) NOT NULL DEFAULT 'chat'"],
+    # Keys with their own limits, expiry, last use and a rotation's overlap.
+    6: [
+        f"ALTER TABLE api_keys ADD COLUMN {column} {kind}"
+        for column, kind in (
+            ("budget_day_usd", "FLOAT"),
+            ("budget_month_usd", "FLOAT"),
+            ("tiers", "TEXT"),
+            ("models", "TEXT"),
+            ("expires_at", "FLOAT"),
+            ("requests_per_min", "INTEGER"),
+            ("tokens_per_min", "INTEGER"),
+            ("last_used", "FLOAT"),
+            ("previous_hash", "VARCHAR(64)"),
+            ("previous_until", "FLOAT"),
+        )
+    ],
 }
 
 

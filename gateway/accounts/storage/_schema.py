@@ -53,6 +53,17 @@ api_keys = Table(
     Column("name", String(128), nullable=False, default=""),
     Column("created_at", Float, nullable=False),
     Column("revoked_at", Float),
+    # Schema v6: the key's own limits (NULL: none; gateway/accounts/tenants/_keylimits.py).
+    Column("budget_day_usd", Float),
+    Column("budget_month_usd", Float),
+    Column("tiers", Text),  # comma list of the tiers it may use
+    Column("models", Text),  # comma list of the model names it may ask for
+    Column("expires_at", Float),
+    Column("requests_per_min", Integer),
+    Column("tokens_per_min", Integer),
+    Column("last_used", Float),  # written in batches (gateway/accounts/tenants/_auth.py)
+    Column("previous_hash", String(64)),  # a rotated key's old hash, taken until previous_until
+    Column("previous_until", Float),
 )
 
 prices = Table(

@@ -6,8 +6,16 @@ a :class:`RateLimiter` (in-process or Redis) admits or refuses each request.
 """
 
 from gateway.accounts.tenants._auth import Authenticator, key_of
+from gateway.accounts.tenants._keylimits import NO_LIMITS, KeyLimits, check_tiers, checked_limits
 from gateway.accounts.tenants._keys import hash_key, key_id_of, matches, new_key
-from gateway.accounts.tenants._limits import Demand, LocalLimiter, RateLimiter, RedisLimiter, make_limiter
+from gateway.accounts.tenants._limits import (
+    Demand,
+    LocalLimiter,
+    RateLimiter,
+    RedisLimiter,
+    key_scope,
+    make_limiter,
+)
 from gateway.accounts.tenants._models import (
     ADMIN,
     DEFAULT_TENANT,
@@ -27,6 +35,7 @@ from gateway.accounts.tenants._throttle import FailureThrottle
 __all__ = [
     "ADMIN",
     "DEFAULT_TENANT",
+    "NO_LIMITS",
     "OPEN_MODE_KEY_ID",
     "TENANT",
     "TENANT_ADMIN",
@@ -36,6 +45,7 @@ __all__ = [
     "Demand",
     "FailureThrottle",
     "KeyInfo",
+    "KeyLimits",
     "LimitSettings",
     "LocalLimiter",
     "NewKey",
@@ -45,9 +55,12 @@ __all__ = [
     "TenantLimits",
     "TenantStore",
     "check_tenant_name",
+    "check_tiers",
+    "checked_limits",
     "hash_key",
     "key_id_of",
     "key_of",
+    "key_scope",
     "make_limiter",
     "matches",
     "new_key",

@@ -14,9 +14,10 @@ _SECRET_BYTES = 24
 _NO_SUCH_KEY_HASH = "0" * 64
 
 
-def new_key() -> tuple[str, str, str]:
-    """A fresh key: (key id, the whole key to hand out once, its hash to store)."""
-    key_id = secrets.token_hex(_ID_BYTES)
+def new_key(key_id: str | None = None) -> tuple[str, str, str]:
+    """A fresh key: (key id, the whole key to hand out once, its hash to store); ``key_id``: a new
+    secret for that id (a rotation)."""
+    key_id = key_id or secrets.token_hex(_ID_BYTES)
     key = f"{PREFIX}{key_id}_{secrets.token_urlsafe(_SECRET_BYTES)}"
     return key_id, key, hash_key(key)
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import cache
+from gateway.accounts.tenants._keylimits import KeyLimits
 from gateway.accounts.tenants._models import Tenant
 from gateway.accounts.tenants._settings import TenantLimits
 from gateway.errors import RateLimited
@@ -58,13 +59,28 @@ def _checks(limits: TenantLimits, demand: Demand) -> list[_Check]:
     return [(n, a, limit) for n, a, limit in wanted if limit > 0 and (a or (n == "tokens" and tokens))]
 
 
+def key_scope(key_id: str, limits: KeyLimits) -> Tenant | None:
+    """A key's own per-minute limits as a scope the limiters count as they count a tenant's (None when
+    it has none).  Its id is negative (minus one minus the key id read as hex), so a key's counters
+    never share a tenant's, in this process or in Redis."""
+    if not (limits.requests_per_min or limits.tokens_per_min):
+        return None
+    try:
+        number = int(key_id, 16)
+    except ValueError:
+        number = int.from_bytes(key_id.encode()[:8], "big")
+    own = TenantLimits(requests_per_min=limits.requests_per_min, tokens_per_min=limits.tokens_per_min)
+    return Tenant(id=-1 - number, name=key_id, created_at=0.0, limits=own)
+
+
 def _refuse(tenant: Tenant, counter: str, limit: int, now: float) -> RateLimited:
     unit = counter.replace("_", " ") + (" parts" if counter in ("audio", "video") else "")
+    kind = "key" if tenant.id < 0 else "tenant"  # a key's scope (key_scope) or a tenant
     return RateLimited(
-        f"tenant {tenant.name!r} is over its limit of {limit} {unit} per minute; retry after the "
+        f"{kind} {tenant.name!r} is over its limit of {limit} {unit} per minute; retry after the "
         "Retry-After seconds",
         retry_after_s=WINDOW_S - (now % WINDOW_S),
-        reason=f"tenant_{counter}",
+        reason=f"{kind}_{counter}",
     )
 
 

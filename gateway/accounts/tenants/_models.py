@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import msgspec
 
+from gateway.accounts.tenants._keylimits import NO_LIMITS, KeyLimits
 from gateway.accounts.tenants._settings import TenantLimits
 
 ADMIN = "admin"  # every tenant; the only role that creates tenants, admin keys and tenant-admin keys
@@ -30,6 +31,9 @@ class KeyInfo(msgspec.Struct, frozen=True, kw_only=True):
     name: str
     created_at: float
     revoked_at: float | None = None
+    limits: KeyLimits = NO_LIMITS
+    last_used: float | None = None  # as last written (batched: up to auth.last_used_flush_s behind)
+    previous_until: float | None = None  # after a rotation: when the old key stops working
 
 
 class NewKey(msgspec.Struct, frozen=True, kw_only=True):
@@ -40,6 +44,7 @@ class NewKey(msgspec.Struct, frozen=True, kw_only=True):
     role: str
     name: str
     key: str
+    limits: KeyLimits = NO_LIMITS
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +55,7 @@ class Caller:
     key_id: str
     role: str
     tenant: Tenant | None  # None for admin keys
+    limits: KeyLimits = NO_LIMITS  # the key's own, beneath its tenant's
 
     @property
     def is_admin(self) -> bool:

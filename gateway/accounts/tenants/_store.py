@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import re
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -12,7 +13,8 @@ from sqlalchemy import Engine, Row, select
 from sqlalchemy.exc import IntegrityError
 
 from gateway.accounts.storage import api_keys, tenants
-from gateway.accounts.tenants._keys import new_key
+from gateway.accounts.tenants._keylimits import NO_LIMITS, KeyLimits, from_row, to_row
+from gateway.accounts.tenants._keys import hash_key, new_key
 from gateway.accounts.tenants._models import (
     ADMIN,
     DEFAULT_TENANT,
@@ -45,6 +47,19 @@ def check_key_name(name: str) -> None:
             f"invalid key name: use at most {MAX_KEY_NAME} characters and no control characters",
             param="name",
         )
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRecord:
+    """A key as authentication reads it (its hashes; never the key)."""
+
+    key_hash: str
+    role: str
+    tenant: Tenant | None
+    revoked: bool
+    limits: KeyLimits
+    previous_hash: str | None  # a rotated key's old secret, taken until previous_until
+    previous_until: float | None
 
 
 class TenantStore:
@@ -88,14 +103,18 @@ class TenantStore:
 
     # -- keys ----------------------------------------------------------------
 
-    def create_key(self, tenant_name: str | None, name: str = "", role: str = TENANT) -> NewKey:
-        """A key for ``tenant_name`` with ``role`` (tenant or tenant-admin), or an admin key when
-        ``tenant_name`` is None."""
+    def create_key(
+        self, tenant_name: str | None, name: str = "", role: str = TENANT, limits: KeyLimits = NO_LIMITS
+    ) -> NewKey:
+        """A key for ``tenant_name`` with ``role`` (tenant or tenant-admin) and its own ``limits``, or
+        an admin key when ``tenant_name`` is None (an admin key calls no model: no limits)."""
         check_key_name(name)
         if tenant_name is not None and role not in TENANT_ROLES:
             raise InvalidRequest(f"role must be one of {', '.join(TENANT_ROLES)}", param="role")
         tenant_id = None if tenant_name is None else self.tenant(tenant_name).id
         role = ADMIN if tenant_name is None else role
+        if tenant_name is None and limits != NO_LIMITS:
+            raise InvalidRequest("an admin key calls no model: it takes no limits", param="limits")
         key_id, key, key_hash = new_key()
         with self.engine.begin() as conn:
             conn.execute(
@@ -106,9 +125,53 @@ class TenantStore:
                     key_hash=key_hash,
                     name=name,
                     created_at=time.time(),
+                    **to_row(limits),
                 )
             )
-        return NewKey(id=key_id, tenant=tenant_name, role=role, name=name, key=key)
+        return NewKey(id=key_id, tenant=tenant_name, role=role, name=name, key=key, limits=limits)
+
+    def update_key(self, key_id: str, limits: KeyLimits) -> KeyInfo:
+        """Replace a tenant key's limits (the caller merged the changes into its current ones)."""
+        if self.key(key_id).tenant is None:
+            raise InvalidRequest("an admin key calls no model: it takes no limits", param="limits")
+        with self.engine.begin() as conn:
+            conn.execute(api_keys.update().where(api_keys.c.id == key_id).values(**to_row(limits)))
+        return self.key(key_id)
+
+    def rotate_key(self, key_id: str, overlap_s: float, now: float | None = None) -> NewKey:
+        """A new secret for the same key id (its limits, budget, ledger rows and name stay); the old
+        secret keeps working for ``overlap_s`` seconds (0: not at all), then is a 401."""
+        if overlap_s < 0:
+            raise InvalidRequest("the overlap must be >= 0 hours", param="overlap_hours")
+        info = self.key(key_id)
+        if info.revoked_at is not None:
+            raise Conflict(f"key {key_id!r} is revoked; create a new one")
+        now = time.time() if now is None else now
+        _, key, key_hash = new_key(key_id)
+        with self.engine.begin() as conn:
+            old = conn.execute(select(api_keys.c.key_hash).where(api_keys.c.id == key_id)).scalar_one()
+            conn.execute(
+                api_keys.update()
+                .where(api_keys.c.id == key_id)
+                .values(key_hash=key_hash, previous_hash=old, previous_until=now + overlap_s)
+            )
+        assert hash_key(key) == key_hash
+        return NewKey(
+            id=key_id, tenant=info.tenant, role=info.role, name=info.name, key=key, limits=info.limits
+        )
+
+    def touch(self, used: dict[str, float]) -> None:
+        """Write keys' last use (key id → epoch seconds), all in one transaction; never backwards."""
+        if not used:
+            return
+        with self.engine.begin() as conn:
+            for key_id, when in used.items():
+                conn.execute(
+                    api_keys.update()
+                    .where(api_keys.c.id == key_id)
+                    .where((api_keys.c.last_used.is_(None)) | (api_keys.c.last_used < when))
+                    .values(last_used=when)
+                )
 
     def list_keys(self, tenant_name: str | None = None) -> list[KeyInfo]:
         """Keys of one tenant, or every key (admin keys included) when ``tenant_name`` is None."""
@@ -136,8 +199,8 @@ class TenantStore:
             )
         return self.key(key_id)
 
-    def lookup(self, key_id: str) -> tuple[str, str, Tenant | None, bool] | None:
-        """(hash, role, tenant, revoked) of a key, for authentication."""
+    def lookup(self, key_id: str) -> KeyRecord | None:
+        """What authentication needs of a key."""
         with self.engine.connect() as conn:
             row = conn.execute(select(api_keys).where(api_keys.c.id == key_id)).first()
             if row is None:
@@ -146,7 +209,15 @@ class TenantStore:
             if row.tenant_id is not None:
                 trow = conn.execute(select(tenants).where(tenants.c.id == row.tenant_id)).first()
                 tenant = None if trow is None else self._tenant(trow)
-        return row.key_hash, row.role, tenant, row.revoked_at is not None
+        return KeyRecord(
+            key_hash=row.key_hash,
+            role=row.role,
+            tenant=tenant,
+            revoked=row.revoked_at is not None,
+            limits=from_row(row),
+            previous_hash=row.previous_hash,
+            previous_until=row.previous_until,
+        )
 
     # -- first run -----------------------------------------------------------
 
@@ -170,4 +241,7 @@ def _key_info(row: Row[Any]) -> KeyInfo:
         name=row.name,
         created_at=row.created_at,
         revoked_at=row.revoked_at,
+        limits=from_row(row),
+        last_used=row.last_used,
+        previous_until=row.previous_until,
     )

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import msgspec
-from litestar import Request, Response, delete, get, post
+from litestar import Request, Response, delete, get, patch, post
 from litestar.datastructures import State
 from litestar.di import NamedDependency
 from litestar.params import FromPath, FromQuery
@@ -28,6 +28,16 @@ class NewTenantBody(msgspec.Struct, forbid_unknown_fields=True):
 class NewKeyBody(msgspec.Struct, forbid_unknown_fields=True):
     name: str = ""
     role: str = TENANT  # or "tenant-admin" (an admin key only)
+    # The key's own limits (an admin key only), as PATCH /admin/api/keys/{id} takes them.
+    limits: dict[str, Any] | None = None
+
+
+class NewKeyAnyTenantBody(NewKeyBody, forbid_unknown_fields=True):
+    tenant: str = ""
+
+
+class RotateBody(msgspec.Struct, forbid_unknown_fields=True):
+    overlap_hours: float = 0.0  # how long the old secret keeps working (0.25: 15 minutes)
 
 
 T = TypeVar("T")
@@ -90,7 +100,57 @@ async def create_key(
 ) -> Response[bytes]:
     admin, caller = await _admin(request, services)
     body = _decode(await request.body(), NewKeyBody)
-    return _json(await admin.create_key(caller, name, body.name, body.role), 201)
+    return _json(await admin.create_key(caller, name, body.name, body.role, body.limits), 201)
+
+
+@get("/admin/api/keys")
+async def list_all_keys(
+    request: Request[object, object, State], services: NamedDependency[Services]
+) -> Response[bytes]:
+    """Every key with its limits, expiry and last use (a tenant-admin key: its tenant's)."""
+    admin, caller = await _admin(request, services)
+    return _json({"data": await admin.all_keys(caller)})
+
+
+@post("/admin/api/keys")
+async def create_any_key(
+    request: Request[object, object, State], services: NamedDependency[Services]
+) -> Response[bytes]:
+    """``{"tenant": T, "name", "role", "limits": {budget_day_usd, budget_month_usd, tiers, models,
+    expires_at, requests_per_min, tokens_per_min}}``."""
+    admin, caller = await _admin(request, services)
+    body = _decode(await request.body(), NewKeyAnyTenantBody)
+    if not body.tenant:
+        raise InvalidRequest("name the key's tenant", param="tenant")
+    return _json(await admin.create_key(caller, body.tenant, body.name, body.role, body.limits), 201)
+
+
+@get("/admin/api/keys/{key_id:str}")
+async def get_key(
+    request: Request[object, object, State], services: NamedDependency[Services], key_id: FromPath[str]
+) -> Response[bytes]:
+    admin, caller = await _admin(request, services)
+    return _json(await admin.key(caller, key_id))
+
+
+@patch("/admin/api/keys/{key_id:str}")
+async def update_key(
+    request: Request[object, object, State], services: NamedDependency[Services], key_id: FromPath[str]
+) -> Response[bytes]:
+    """The limits given change (0, an empty list or null: none of its own); the others stay."""
+    admin, caller = await _admin(request, services)
+    changes = _decode(await request.body(), dict[str, Any])
+    return _json(await admin.update_key(caller, key_id, changes))
+
+
+@post("/admin/api/keys/{key_id:str}/rotate")
+async def rotate_key(
+    request: Request[object, object, State], services: NamedDependency[Services], key_id: FromPath[str]
+) -> Response[bytes]:
+    """The new key, shown this once; the old one works ``overlap_hours`` more."""
+    admin, caller = await _admin(request, services)
+    body = _decode(await request.body(), RotateBody)
+    return _json(await admin.rotate_key(caller, key_id, body.overlap_hours), 201)
 
 
 @delete("/admin/api/keys/{key_id:str}", status_code=200)
@@ -121,4 +181,17 @@ async def cost_report(
     return _json(report)
 
 
-ADMIN_ROUTES = [list_tenants, create_tenant, get_tenant, list_keys, create_key, revoke_key, cost_report]
+ADMIN_ROUTES = [
+    list_tenants,
+    create_tenant,
+    get_tenant,
+    list_keys,
+    create_key,
+    list_all_keys,
+    create_any_key,
+    get_key,
+    update_key,
+    rotate_key,
+    revoke_key,
+    cost_report,
+]

@@ -65,23 +65,29 @@ class Hearing:
         self._breakers = tiers.breakers
         self._name = transcriber.name
 
-    def _heard_by_a_tier(self, request: ChatCompletionRequest) -> bool:
-        """Whether some candidate tier takes audio now (then the router decides, as for any medium)."""
+    def _heard_by_a_tier(self, request: ChatCompletionRequest, allowed: tuple[str, ...]) -> bool:
+        """Whether some candidate tier takes audio now (then the router decides, as for any medium);
+        ``allowed``: the tiers the request's key may use (empty: all)."""
         pinned = None if request.model == AUTO_MODEL else request.model
         for view in self._tiers.views():
-            if pinned is not None and view.name != pinned:
+            if (pinned is not None and view.name != pinned) or (allowed and view.name not in allowed):
                 continue
             if Modality.AUDIO in view.capabilities.modalities and Modality.AUDIO not in view.open_breakers:
                 return True
         return False
 
     async def listen(
-        self, request: ChatCompletionRequest, media: router.MediaSummary, refuse: bool | None
+        self,
+        request: ChatCompletionRequest,
+        media: router.MediaSummary,
+        refuse: bool | None,
+        allowed: tuple[str, ...] = (),
     ) -> Listened:
         """``request`` with its audio parts as transcripts when no tier can take them (unchanged when one
-        can, when there are none, or when ``refuse``: the tenant's policy would rather fail)."""
+        can, when there are none, or when ``refuse``: the tenant's policy would rather fail); ``allowed``:
+        the tiers its key may use (a tier outside them that hears audio does not count)."""
         tracks = _has_tracks(request)  # videos' audio, extracted for the transcriber ([speech] video_audio)
-        if not (media.audio_clips or tracks) or self._heard_by_a_tier(request):
+        if not (media.audio_clips or tracks) or self._heard_by_a_tier(request, allowed):
             return Listened(request, media)
         if refuse or (not media.audio_clips and not self._transcriber.available):
             # what the client sent is left as it was: a track was only taken out to be transcribed

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.accounts.tenants import Demand, LocalLimiter, RateLimiter, RedisLimiter, Tenant, TenantLimits
+from gateway.accounts.tenants import (
+    Demand,
+    KeyLimits,
+    LocalLimiter,
+    RateLimiter,
+    RedisLimiter,
+    Tenant,
+    TenantLimits,
+    key_scope,
+)
 from gateway.errors import RateLimited
 
 
@@ -106,3 +115,25 @@ def test_demand_counts_parts_and_the_measured_seconds() -> None:
     media = MediaSummary(images=1, videos=1, video_seconds=12.2, audio_clips=1, audio_seconds=3.0)
     demand = demand_of(parse_chat_request(body), media)
     assert demand == Demand(images=1, audio=1, video=1, video_seconds=13, audio_seconds=3)
+
+
+async def test_a_keys_own_limits_are_counted_apart_from_its_tenants_and_shared_over_redis(
+    redis_url: str,
+) -> None:
+    """Two gateways on one Redis: a key of 3 requests/min gets 3 between them; its tenant (id 1, the
+    same number as no key's scope can have) and another key are counted apart."""
+    first, second = RedisLimiter(redis_url, prefix="keys"), RedisLimiter(redis_url, prefix="keys")
+    key = key_scope("000000000001", KeyLimits(requests_per_min=3))
+    other = key_scope("000000000002", KeyLimits(requests_per_min=3, tokens_per_min=10))
+    assert key is not None and other is not None and key.id < 0 and other.id < 0 and key.id != other.id
+    assert key_scope("000000000003", KeyLimits(budget_day_usd=1)) is None  # no per-minute limit of its own
+    try:
+        assert await _admitted(first, key, 2) + await _admitted(second, key, 2) == 3
+        assert await _admitted(first, _tenant(1, requests_per_min=3), 3) == 3
+        await second.admit(other, Demand())
+        await first.charge_tokens(other, 10)
+        with pytest.raises(RateLimited, match="key '000000000002' is over its limit of 10 tokens"):
+            await second.admit(other, Demand())
+    finally:
+        await first.aclose()
+        await second.aclose()

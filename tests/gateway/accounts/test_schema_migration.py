@@ -32,7 +32,7 @@ def test_a_v1_database_is_migrated_and_a_fresh_one_is_created_current(tmp_path: 
         assert {"video_seconds_per_min", "audio_seconds_per_min"} <= columns
         with engine.connect() as conn:
             versions = conn.execute(select(schema_version.c.version)).scalars().all()
-        assert max(versions) == SCHEMA_VERSION == 5
+        assert max(versions) == SCHEMA_VERSION == 6
         ledger = {c["name"] for c in inspect(engine).get_columns("ledger")}
         assert {"metadata", "tags", "endpoint"} <= ledger
         assert "ledger_tags" in inspect(engine).get_table_names()

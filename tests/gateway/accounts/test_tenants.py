@@ -43,10 +43,12 @@ def test_key_lifecycle(store: TenantStore) -> None:
     made = store.create_key("acme", "ci")
     assert [k.id for k in store.list_keys("acme")] == [made.id]
     found = store.lookup(made.id)
-    assert found is not None and found[2] is not None and found[2].name == "acme" and found[3] is False
+    assert found is not None and found.tenant is not None and found.tenant.name == "acme"
+    assert found.revoked is False
     revoked = store.revoke_key(made.id)
     assert revoked.revoked_at is not None
-    assert store.lookup(made.id)[3] is True  # type: ignore[index]
+    again = store.lookup(made.id)
+    assert again is not None and again.revoked is True
 
 
 def test_bad_tenant_names_duplicates_and_unknowns(store: TenantStore) -> None:

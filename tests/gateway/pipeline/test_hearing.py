@@ -100,6 +100,13 @@ async def test_left_alone_when_a_tier_hears_or_the_policy_would_rather_fail(
     assert heard.request is REQUEST and not heard.changed and transcriber.heard == []
 
 
+async def test_a_tier_outside_the_keys_tiers_that_hears_audio_does_not_count() -> None:
+    """A key kept to the cloud: the edge hears audio, but not for this key, so it is transcribed."""
+    transcriber = FakeTranscriber()
+    heard = await hearing(transcriber, FakeTiers(audio=True)).listen(REQUEST, MEDIA, None, ("cloud",))
+    assert heard.degraded == (TRANSCRIBED,) and transcriber.heard == [1600]
+
+
 async def test_a_failing_transcriber_drops_the_audio_and_opens_its_breaker() -> None:
     transcriber, tiers = FakeTranscriber(fail=True), FakeTiers()
     ear = hearing(transcriber, tiers)
