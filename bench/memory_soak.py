@@ -43,7 +43,8 @@ from typing import Any
 import httpx
 
 from bench.memory_plot import fit, svg
-from bench.overhead import children, free_port, wait_for_file
+from bench.overhead import free_port, wait_for_file
+from bench.soak import rss_mib
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -75,18 +76,6 @@ VOCABULARY = tuple(
     ).split()
 )
 TASKS = ("Explain", "Summarise", "Compare", "List three facts about", "Write a haiku on", "Define")
-
-
-def rss_mib(pid: int) -> float:
-    total = 0
-    for p in [pid, *children(pid)]:
-        try:
-            for line in Path(f"/proc/{p}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1])
-        except OSError:
-            pass
-    return total / 1024
 
 
 class Traffic:
