@@ -192,6 +192,9 @@ class Usage:
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int = 0  # prompt tokens served from a prefix cache (prompt_tokens_details)
+    # Prompt tokens written to a provider's prompt cache (Anthropic's cache_creation_input_tokens),
+    # billed at their own price; like cached_tokens, a part of prompt_tokens.
+    cache_write_tokens: int = 0
 
     @property
     def total_tokens(self) -> int:
