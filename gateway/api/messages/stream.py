@@ -21,9 +21,10 @@ from typing import Any
 
 import msgspec
 
-from gateway.api.messages.translate import stop_of, tool_use_id
+from gateway.api.messages.translate import stop_of
 from gateway.errors import GatewayError, anthropic_error_body
 from tiers import Finished, TextDelta, ToolCallDelta
+from tiers.cloud.provider.anthropic import text_block, tool_use_block
 
 _encoder = msgspec.json.Encoder()
 
@@ -69,13 +70,12 @@ class MessageEvents:
     def piece(self, event: object) -> bytes:
         """The events of one tier event between the opening and :class:`~tiers.Finished` (b"" for none)."""
         if isinstance(event, TextDelta) and event.text and event.choice == 0:
-            out = b"" if self._open == "text" else self._start({"type": "text", "text": ""}, "text")
+            out = b"" if self._open == "text" else self._start(text_block(""), "text")
             return out + self._delta({"type": "text_delta", "text": event.text})
         if isinstance(event, ToolCallDelta) and event.choice == 0:
             out = b""
             if event.id or self._open != "tool_use":
-                block = {"type": "tool_use", "id": tool_use_id(event.id), "name": event.name, "input": {}}
-                out += self._start(block, "tool_use")
+                out += self._start(tool_use_block(event.id, event.name, {}), "tool_use")
             if event.arguments:
                 out += self._delta({"type": "input_json_delta", "partial_json": event.arguments})
             return out
@@ -99,7 +99,7 @@ class MessageEvents:
     def finish(self, finished: Finished) -> bytes:
         """The open block's end (an empty answer is one empty text block), then the stop reason and the
         counted tokens, then ``message_stop``."""
-        out = b"" if self._blocks else self._start({"type": "text", "text": ""}, "text")
+        out = b"" if self._blocks else self._start(text_block(""), "text")
         out += self._stop()
         reason, sequence = stop_of(finished.reason, finished.stop)
         usage = {

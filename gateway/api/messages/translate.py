@@ -19,7 +19,9 @@ events as Anthropic's ``message``.
                                          reasoning_effort
     tool input_examples                  appended to the function's description
 
-What the inventory refuses by value is refused first (gateway/api/messages/checks.py).
+What the inventory refuses by value is refused first (gateway/api/messages/checks.py).  The
+mapping tables (stop reasons, tool_choice, image sources, tool ids) are the provider tier's
+(tiers/cloud/provider/anthropic/_tables.py): one pair of translators for both ways.
 
 Back: the text as a ``text`` block, each tool call as a ``tool_use`` block (its id ``toolu_…``, its
 arguments parsed into ``input``), finish_reason as ``stop_reason`` (stop → end_turn, or
@@ -28,9 +30,8 @@ stop_sequence when a stop sequence ended it; length → max_tokens; tool_calls �
 
 from __future__ import annotations
 
-import logging
 import secrets
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
@@ -54,31 +55,21 @@ from gateway.wire.chat import (
     check_chat_request,
 )
 from tiers import Completion, Event, Finished
-
-log = logging.getLogger(__name__)
-
-STOP_REASONS: dict[str, am.StopReason] = {
-    "stop": "end_turn",
-    "length": "max_tokens",
-    "tool_calls": "tool_use",
-    "content_filter": "refusal",
-}
+from tiers.cloud.provider.anthropic import (
+    image_url,
+    neutral_tool_choice,
+    stop_reason,
+    tool_input,
+    tool_use_block,
+)
 
 
 def new_id(prefix: str) -> str:
     return f"{prefix}_{secrets.token_hex(12)}"
 
 
-def tool_use_id(call_id: str) -> str:
-    """A tier's call id (``call_…``) as Anthropic's (``toolu_…``); a client's own ids pass as sent."""
-    return "toolu_" + call_id.removeprefix("call_") if not call_id.startswith("toolu_") else call_id
-
-
 def _image(block: am.ImageBlock) -> ImagePart:
-    source = block.source
-    if isinstance(source, am.Base64Source):
-        return ImagePart(ImageURL(f"data:{source.media_type};base64,{source.data}"))
-    return ImagePart(ImageURL(source.url))
+    return ImagePart(ImageURL(image_url(msgspec.to_builtins(block.source))))
 
 
 def _text_of(content: str | list[am.TextBlock]) -> str:
@@ -187,14 +178,12 @@ def _tools(request: am.CreateMessage | am.CountTokens) -> dict[str, Any]:
     fields: dict[str, Any] = {"tools": tools or None}
     if choice is None or (not tools and isinstance(choice, am.ToolChoiceAuto | am.ToolChoiceNone)):
         return fields  # Anthropic takes auto or none without tools: nothing to choose from
-    if isinstance(choice, am.ToolChoiceTool):
-        fields["tool_choice"] = NamedToolChoice(ChosenFunction(choice.name))
-    else:
-        fields["tool_choice"] = {am.ToolChoiceAuto: "auto", am.ToolChoiceAny: "required"}.get(
-            type(choice), "none"
-        )
-    if not isinstance(choice, am.ToolChoiceNone) and choice.disable_parallel_tool_use:
-        fields["parallel_tool_calls"] = False
+    neutral, parallel = neutral_tool_choice(msgspec.to_builtins(choice))
+    fields["tool_choice"] = (
+        NamedToolChoice(ChosenFunction(neutral["function"]["name"])) if isinstance(neutral, dict) else neutral
+    )
+    if parallel is not None:
+        fields["parallel_tool_calls"] = parallel
     return fields
 
 
@@ -239,22 +228,9 @@ def chat_request(
 
 def stop_of(reason: str, stop: str) -> tuple[am.StopReason, str | None]:
     """Anthropic's stop_reason and stop_sequence for a tier's finish_reason and the stop sequence that
-    ended the answer (empty when none did)."""
-    if reason == "stop" and stop:
-        return "stop_sequence", stop
-    return STOP_REASONS.get(reason, "end_turn"), None
-
-
-def tool_input(arguments: str) -> dict[str, Any]:
-    """A call's arguments as ``input``; what is no JSON object (a model's slip) is an empty one."""
-    try:
-        found = msgspec.json.decode(arguments or "{}")
-    except msgspec.DecodeError:
-        found = None
-    if not isinstance(found, dict):
-        log.warning("messages: a tool call's arguments are no JSON object: %.200r", arguments)
-        return {}
-    return found
+    ended the answer (empty when none did): the shared table's."""
+    found, sequence = stop_reason(reason, stop)
+    return cast(am.StopReason, found), sequence
 
 
 def finished_of(events: list[Event]) -> Finished | None:
@@ -275,7 +251,8 @@ def message_of(
     if choice.text or not choice.tool_calls:
         content.append(am.TextOut(choice.text))
     for call in choice.tool_calls:
-        content.append(am.ToolUseOut(tool_use_id(call.id), call.name, tool_input(call.arguments)))
+        block = tool_use_block(call.id, call.name, tool_input(call.arguments))
+        content.append(am.ToolUseOut(block["id"], block["name"], block["input"]))
     reason, sequence = stop_of(choice.finish_reason, finished.stop if finished is not None else "")
     usage = am.UsageOut(answer.usage.prompt_tokens, answer.usage.completion_tokens)
     return am.MessageOut(

@@ -1,0 +1,1 @@
+"""Hosted model providers as tiers (OpenAI's and Anthropic's protocols)."""
