@@ -6,6 +6,7 @@ makes a JSON answer."""
 from tiers._cpus import split_cpus, usable_cpus
 from tiers._errors import (
     InvalidModel,
+    KeyRefused,
     NothingToRollBack,
     OutputRefused,
     RegistryError,
@@ -62,6 +63,7 @@ __all__ = [
     "Generation",
     "Health",
     "InvalidModel",
+    "KeyRefused",
     "Logprobs",
     "MediaLimits",
     "Modality",

@@ -2,7 +2,8 @@
 
 TierError
 ├── TierUnavailable      cannot serve now (down, starting, connect failed); try another tier
-│   └── TierTimeout      no answer within the tier's deadline
+│   ├── TierTimeout      no answer within the tier's deadline
+│   └── KeyRefused       a provider refused the tier's key: down until an operator acts (breaker opens)
 ├── TierOverloaded       its queue is full; the client should retry later (429)
 ├── TierRejected         the engine refused the request as invalid (e.g. too long) (400)
 └── TierFailed           the engine failed after accepting the request (502)
@@ -33,6 +34,12 @@ class TierUnavailable(TierError):
 
 class TierTimeout(TierUnavailable):
     pass
+
+
+class KeyRefused(TierUnavailable):
+    """A hosted provider refused the tier's key (401, 403): no call will succeed until an operator
+    acts, so the gateway opens the tier's breaker at once rather than counting failures, and nothing
+    is retried there."""
 
 
 class TierOverloaded(TierError):

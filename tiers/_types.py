@@ -90,6 +90,9 @@ class TierState:
     # the router's latency prior for the tier until it has fitted its own (0: not measured).
     tokens_per_s: float = 0.0
     first_token_s: float = 0.0
+    # A hosted provider tier's account, for operators: whether its key is set, the rate-limit headroom
+    # the provider last reported (requests, tokens, reset_s). Never the key itself.
+    provider: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -109,6 +112,8 @@ class TierState:
             out["device"] = self.device
         if self.tokens_per_s:
             out["tokens_per_s"] = round(self.tokens_per_s, 1)
+        if self.provider:
+            out["provider"] = self.provider
         return out
 
 
@@ -169,6 +174,9 @@ class Generation:
     # OpenAI's reasoning_effort, for an engine whose chat template takes it (vLLM hands it to the
     # template, as its own server does); a model that does not reason answers the same without it.
     reasoning_effort: str | None = None
+    # OpenAI's prompt_cache_key: requests sharing it are routed to the same prompt cache at a
+    # provider that has one (hosted OpenAI); other tiers have their own prefix caches and ignore it.
+    prompt_cache_key: str | None = None
 
     @property
     def tool_mode(self) -> str:
@@ -193,7 +201,7 @@ class Usage:
     completion_tokens: int
     cached_tokens: int = 0  # prompt tokens served from a prefix cache (prompt_tokens_details)
     # Prompt tokens written to a provider's prompt cache (Anthropic's cache_creation_input_tokens),
-    # billed at their own price; like cached_tokens, a part of prompt_tokens.
+    # billed at their own price; part of prompt_tokens, as cached_tokens are.
     cache_write_tokens: int = 0
 
     @property
