@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import json
 import ssl
 import threading
@@ -30,8 +31,8 @@ from pathlib import Path
 from typing import Any, Self
 
 import anthropic.types as at
+import anthropic.types.message_create_params as mcp
 import pydantic
-import trustme
 from aiohttp import web
 
 from tests.conftest import free_port
@@ -40,15 +41,15 @@ VERSION = "2023-06-01"
 KEY = "sk-ant-standin-key-0123456789"
 # The API takes these sampling fields though the SDK's types no longer list them.
 SAMPLING = {"temperature": (0.0, 1.0), "top_p": (0.0, 1.0), "top_k": (0, None)}
-_FIELDS = set(at.MessageCreateParamsNonStreaming.__annotations__) | set(
-    at.message_create_params.MessageCreateParamsBase.__annotations__
-) | {"stream"}
-_plain = pydantic.TypeAdapter(at.MessageCreateParamsNonStreaming)
-_streamed = pydantic.TypeAdapter(at.MessageCreateParamsStreaming)
+_FIELDS = set(mcp.MessageCreateParamsBase.__annotations__) | {"stream"}
+_plain = pydantic.TypeAdapter(mcp.MessageCreateParamsNonStreaming)
+_streamed = pydantic.TypeAdapter(mcp.MessageCreateParamsStreaming)
 
 
 def tls_pair(folder: Path) -> tuple[ssl.SSLContext, Path]:
     """A server context for 127.0.0.1 signed by a fresh test CA, and the CA's PEM file (ca_file)."""
+    import trustme  # the test extra's: only where a CA is made
+
     ca = trustme.CA()
     cert = ca.issue_cert("127.0.0.1", "localhost")
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -72,14 +73,54 @@ def example(schema: dict[str, Any]) -> Any:
     return {"integer": 7, "number": 1.5, "boolean": True, "null": None}.get(str(kind), "Paris")
 
 
+def _drain(value: Any) -> None:
+    """Iterate what pydantic validates lazily (the SDK's ``Iterable[...]`` fields), so it is checked."""
+    if isinstance(value, dict):
+        for item in value.values():
+            _drain(item)
+    elif isinstance(value, str | bytes | int | float | bool) or value is None:
+        return
+    elif hasattr(value, "__iter__"):
+        for item in value:
+            _drain(item)
+
+
+def check_body(body: Any) -> str:
+    """Why Anthropic would refuse this Messages API body ("" when it would not)."""
+    if not isinstance(body, dict):
+        return "the body is no JSON object"
+    extra = set(body) - _FIELDS - set(SAMPLING)
+    if extra:
+        return f"{sorted(extra)[0]}: Extra inputs are not permitted"
+    for name, (low, high) in SAMPLING.items():
+        value = body.get(name)
+        if value is not None and (value < low or (high is not None and value > high)):
+            return f"{name}: out of range"
+    params = {k: v for k, v in body.items() if k not in SAMPLING}
+    try:
+        _drain((_streamed if body.get("stream") else _plain).validate_python(params))
+    except pydantic.ValidationError as exc:
+        return f"invalid request: {exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}"
+    roles = [m["role"] for m in body["messages"]]
+    if any(a == b for a, b in itertools.pairwise(roles)):
+        return "messages: roles must alternate between user and assistant"
+    return ""
+
+
 def _error(status: int, kind: str, message: str, headers: dict[str, str] | None = None) -> web.Response:
     body = {"type": "error", "error": {"type": kind, "message": message}, "request_id": "req_standin"}
     return web.json_response(body, status=status, headers=headers)
 
 
 def _sse(event: pydantic.BaseModel) -> bytes:
-    kind = getattr(event, "type")
-    return b"event: " + kind.encode() + b"\ndata: " + event.model_dump_json(exclude_none=False).encode() + b"\n\n"
+    kind = event.type
+    return (
+        b"event: "
+        + kind.encode()
+        + b"\ndata: "
+        + event.model_dump_json(exclude_none=False).encode()
+        + b"\n\n"
+    )
 
 
 class AnthropicStandIn:
@@ -113,6 +154,7 @@ class AnthropicStandIn:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
 
@@ -120,7 +162,7 @@ class AnthropicStandIn:
         asyncio.set_event_loop(self._loop)
         app = web.Application(client_max_size=32 << 20)
         app.router.add_post("/v1/messages", self._messages)
-        runner = web.AppRunner(app)
+        runner = self._runner = web.AppRunner(app)
         self._loop.run_until_complete(runner.setup())
         site = web.TCPSite(runner, "127.0.0.1", self.port, ssl_context=self._context)
         self._loop.run_until_complete(site.start())
@@ -128,27 +170,6 @@ class AnthropicStandIn:
         self._loop.run_forever()
 
     # -- checks --------------------------------------------------------------------------------
-
-    def _check(self, request: web.Request, body: Any) -> str:
-        """Why Anthropic would refuse this request ("" when it would not)."""
-        if not isinstance(body, dict):
-            return "the body is no JSON object"
-        extra = set(body) - _FIELDS - set(SAMPLING)
-        if extra:
-            return f"{sorted(extra)[0]}: Extra inputs are not permitted"
-        for name, (low, high) in SAMPLING.items():
-            value = body.get(name)
-            if value is not None and (value < low or (high is not None and value > high)):
-                return f"{name}: out of range"
-        params = {k: v for k, v in body.items() if k not in SAMPLING}
-        try:
-            (_streamed if body.get("stream") else _plain).validate_python(params)
-        except pydantic.ValidationError as exc:
-            return str(exc).splitlines()[0] + ": " + str(exc).splitlines()[2:3]
-        roles = [m["role"] for m in body["messages"]]
-        if any(a == b for a, b in zip(roles, roles[1:], strict=False)):
-            return "messages: roles must alternate between user and assistant"
-        return ""
 
     def _headers(self) -> dict[str, str]:
         requests, tokens = self.remaining
@@ -171,7 +192,7 @@ class AnthropicStandIn:
             body = await request.json()
         except ValueError:
             return _error(400, "invalid_request_error", "the body is no JSON")
-        if why := self._check(request, body):
+        if why := check_body(body):
             self.refused.append(why)
             return _error(400, "invalid_request_error", why)
         self.requests.append(body)
@@ -195,7 +216,9 @@ class AnthropicStandIn:
         self.usages.append(message.usage.model_dump())
         if body.get("stream"):
             return await self._stream(request, message, fault == "error_mid_stream")
-        return web.Response(body=message.model_dump_json(), content_type="application/json", headers=self._headers())
+        return web.Response(
+            body=message.model_dump_json(), content_type="application/json", headers=self._headers()
+        )
 
     # -- answers -------------------------------------------------------------------------------
 
@@ -226,7 +249,12 @@ class AnthropicStandIn:
         if body.get("tools") and choice["type"] != "none" and not after_tool:
             tool = next((t for t in body["tools"] if t["name"] == choice.get("name")), body["tools"][0])
             content.append(
-                {"type": "tool_use", "id": "toolu_standin01", "name": tool["name"], "input": example(tool["input_schema"])}
+                {
+                    "type": "tool_use",
+                    "id": "toolu_standin01",
+                    "name": tool["name"],
+                    "input": example(tool["input_schema"]),
+                }
             )
             reason = "tool_use"
         else:
@@ -235,8 +263,11 @@ class AnthropicStandIn:
                 text = json.dumps(example(fmt["schema"]))
             else:
                 images = sum(
-                    1 for m in body["messages"] if isinstance(m["content"], list)
-                    for b in m["content"] if b.get("type") == "image"
+                    1
+                    for m in body["messages"]
+                    if isinstance(m["content"], list)
+                    for b in m["content"]
+                    if b.get("type") == "image"
                 )
                 text = f"{self.reply}: {len(body['messages'])} turns, {images} images, done."
                 if after_tool:
@@ -272,21 +303,30 @@ class AnthropicStandIn:
         for index, block in enumerate(message.content):
             if block.type == "text":
                 opening: Any = at.TextBlock(type="text", text="")
-                pieces = [
-                    at.TextDelta(type="text_delta", text=w) for w in _pieces(block.text)
-                ]
+                pieces = [at.TextDelta(type="text_delta", text=w) for w in _pieces(block.text)]
             else:
                 assert isinstance(block, at.ToolUseBlock)
                 opening = block.model_copy(update={"input": {}})
                 text = json.dumps(block.input)
-                pieces = [at.InputJSONDelta(type="input_json_delta", partial_json=text[i : i + 8]) for i in range(0, len(text), 8)]
-            await response.write(_sse(at.RawContentBlockStartEvent(type="content_block_start", index=index, content_block=opening)))
+                pieces = [
+                    at.InputJSONDelta(type="input_json_delta", partial_json=text[i : i + 8])
+                    for i in range(0, len(text), 8)
+                ]
+            await response.write(
+                _sse(
+                    at.RawContentBlockStartEvent(
+                        type="content_block_start", index=index, content_block=opening
+                    )
+                )
+            )
             for n, piece in enumerate(pieces):
                 if fail and n == 2:
                     error = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
                     await response.write(b"event: error\ndata: " + json.dumps(error).encode() + b"\n\n")
                     return response
-                await response.write(_sse(at.RawContentBlockDeltaEvent(type="content_block_delta", index=index, delta=piece)))
+                await response.write(
+                    _sse(at.RawContentBlockDeltaEvent(type="content_block_delta", index=index, delta=piece))
+                )
             await response.write(_sse(at.RawContentBlockStopEvent(type="content_block_stop", index=index)))
         usage = at.MessageDeltaUsage(
             output_tokens=message.usage.output_tokens,
@@ -295,7 +335,9 @@ class AnthropicStandIn:
             cache_creation_input_tokens=message.usage.cache_creation_input_tokens,
             server_tool_use=None,
         )
-        delta = at.raw_message_delta_event.Delta(stop_reason=message.stop_reason, stop_sequence=message.stop_sequence)
+        delta = at.raw_message_delta_event.Delta(
+            stop_reason=message.stop_reason, stop_sequence=message.stop_sequence
+        )
         await response.write(_sse(at.RawMessageDeltaEvent(type="message_delta", delta=delta, usage=usage)))
         await response.write(_sse(at.RawMessageStopEvent(type="message_stop")))
         return response

@@ -55,6 +55,9 @@ class ProviderConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     context_tokens: Annotated[int, msgspec.Meta(gt=0)] = 128_000
     # The answer's length when the client gives none, for protocols that need one (anthropic).
     max_output_tokens: Annotated[int, msgspec.Meta(gt=0)] = 4096
+    # anthropic: a prompt-cache breakpoint at the end of the system prompt (else the tools) of a request
+    # that marks none itself (a client's own cache_control blocks always reach Anthropic).
+    cache_prefix: bool = False
     modalities: list[Modality] = msgspec.field(default_factory=lambda: [Modality.TEXT, Modality.IMAGE])
     # What the model can do beyond text; empty: all its protocol can express (see docs/providers.md).
     abilities: list[Ability] = msgspec.field(default_factory=list)

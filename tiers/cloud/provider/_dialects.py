@@ -7,11 +7,13 @@ from collections.abc import Callable
 from tiers.cloud.provider._config import ProviderConfig
 from tiers.cloud.provider._dialect import Dialect
 from tiers.cloud.provider._openai import OpenAIDialect
+from tiers.cloud.provider.anthropic import AnthropicDialect
 
 # protocol -> (tier name, settings, key) -> its dialect; one module per protocol.
 DIALECTS: dict[str, Callable[[str, ProviderConfig, str], Dialect]] = {
     "openai": OpenAIDialect,
     "azure": OpenAIDialect,  # the same body; the URL and the key's header differ
+    "anthropic": AnthropicDialect,
 }
 
 

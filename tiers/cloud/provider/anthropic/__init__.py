@@ -2,6 +2,7 @@
 speak, used by the provider tier's ``anthropic`` protocol and by the gateway's ``/v1/messages``."""
 
 from tiers.cloud.provider.anthropic._answer import StreamError, StreamReader, events_of_message, usage_of
+from tiers.cloud.provider.anthropic._dialect import ABSENT, VERSION, AnthropicDialect
 from tiers.cloud.provider.anthropic._request import params_of, turns
 from tiers.cloud.provider.anthropic._tables import (
     FINISH_REASONS,
@@ -21,10 +22,13 @@ from tiers.cloud.provider.anthropic._tables import (
 )
 
 __all__ = [
+    "ABSENT",
     "FINISH_REASONS",
     "IMAGE_TYPES",
     "STOP_REASONS",
     "TOOL_CHOICES",
+    "VERSION",
+    "AnthropicDialect",
     "StreamError",
     "StreamReader",
     "anthropic_tool_choice",

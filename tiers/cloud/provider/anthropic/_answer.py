@@ -1,14 +1,14 @@
 """Anthropic's answer (a ``message``, or its stream of events) as a tier's events.
 
-    text block, text_delta             TextDelta
-    tool_use block, input_json_delta   ToolCallDelta: its id and name first, then the input's JSON text
-    thinking blocks                    left out (no client API here shows them)
-    stop_reason, stop_sequence         Finished.reason (the table in _tables.py), Finished.stop
-    usage                              prompt_tokens = input_tokens + cache_read_input_tokens +
-                                       cache_creation_input_tokens (Anthropic counts them apart, OpenAI
-                                       counts them in), cached_tokens = cache_read_input_tokens,
-                                       cache_write_tokens = cache_creation_input_tokens
-    an ``error`` event                 :class:`StreamError` (after the first byte: it ends the answer)
+text block, text_delta             TextDelta
+tool_use block, input_json_delta   ToolCallDelta: its id and name first, then the input's JSON text
+thinking blocks                    left out (no client API here shows them)
+stop_reason, stop_sequence         Finished.reason (the table in _tables.py), Finished.stop
+usage                              prompt_tokens = input_tokens + cache_read_input_tokens +
+                                   cache_creation_input_tokens (Anthropic counts them apart, OpenAI
+                                   counts them in), cached_tokens = cache_read_input_tokens,
+                                   cache_write_tokens = cache_creation_input_tokens
+an ``error`` event                 :class:`StreamError` (after the first byte: it ends the answer)
 """
 
 from __future__ import annotations
@@ -67,6 +67,15 @@ class StreamReader:
         self._blocks: dict[int, int] = {}  # a tool_use block's index → its call's index
         self._reason: str | None = None
         self._stop = ""
+
+    @property
+    def reason(self) -> str:
+        return finish_reason(self._reason)
+
+    @property
+    def usage(self) -> Usage:
+        """The usage reported so far (message_start's, then message_delta's)."""
+        return usage_of(self._usage)
 
     def read(self, data: dict[str, Any]) -> list[Event]:
         """The events of one stream event (its JSON ``data``); raises :class:`StreamError` for an

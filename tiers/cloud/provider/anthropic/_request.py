@@ -68,7 +68,9 @@ def _blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _assistant(message: dict[str, Any]) -> list[dict[str, Any]]:
-    blocks = [b for b in _blocks({**message, "content": _text(message.get("content"))}) if b["type"] == "text"]
+    blocks = [
+        b for b in _blocks({**message, "content": _text(message.get("content"))}) if b["type"] == "text"
+    ]
     for call in message.get("tool_calls") or ():
         try:
             arguments = json.loads(call["function"]["arguments"] or "{}")
@@ -109,7 +111,7 @@ def turns(messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[di
     for message in messages:
         role = message["role"]
         if role in ("system", "developer"):
-            system.extend(_blocks({**message, "content": _text(message.get("content"))}))
+            system.extend(_blocks(message))  # text parts only (OpenAI has no other in a system turn)
             continue
         if role == "tool":
             role, blocks = "user", [_tool_result(message)]
@@ -174,9 +176,9 @@ def params_of(
         # The stable prefix (tools come first in Anthropic's prompt, then the system prompt): one
         # breakpoint at its end caches both.
         if system:
-            system[-1]["cache_control"] = EPHEMERAL
+            system[-1]["cache_control"] = dict(EPHEMERAL)
         elif tools:
-            tools[-1]["cache_control"] = EPHEMERAL
+            tools[-1]["cache_control"] = dict(EPHEMERAL)
     if system:
         body["system"] = system
     if tools:
