@@ -62,6 +62,7 @@ from gateway.pipeline.tierset import Catalogue, TierSet
 from gateway.settings import Settings, SettingsError
 from tiers import Modality, ModelRegistry, Pool, Tier
 from tiers.cloud import VLLMPool
+from tiers.cloud.provider import ProviderConfig, ProviderTier
 from tiers.edge import EdgeConfig, EdgeModel, EdgeRegistry
 from tiers.embedding import make_embedder
 from tiers.speech import Transcriber
@@ -106,12 +107,14 @@ def services_of(state: State) -> Services:
 
 
 def build_tiers(settings: Settings) -> dict[str, Tier]:
-    """Every configured tier by name: an in-process edge for an edge section, a vLLM pool for a cloud one."""
+    """Every configured tier by name: an in-process edge, a vLLM pool or a hosted model, as its kind says."""
     tiers: dict[str, Tier] = {}
     logs = str(settings.data_path / "logs")
     for name, config in settings.tier_configs().items():
         if isinstance(config, EdgeConfig):
             tiers[name] = EdgeRegistry(config, name=name)
+        elif isinstance(config, ProviderConfig):
+            tiers[name] = ProviderTier(name, config)
         else:
             tiers[name] = VLLMPool(config, name=name, log_dir=logs)
     return tiers

@@ -42,6 +42,7 @@ from tiers.cloud import (
     CloudConfig,
     LocalServer,
 )
+from tiers.cloud.provider import ProviderConfig
 from tiers.edge import DEFAULT_ONNX_MODEL_DIR, EdgeConfig
 from tiers.embedding import EmbeddingConfig
 from tiers.speech import SpeechConfig
@@ -172,6 +173,11 @@ class CloudTier(CloudConfig, frozen=True, tag="cloud", tag_field="kind"):
     It starts no local server: list its servers in ``urls``."""
 
 
+class ProviderTier(ProviderConfig, frozen=True, tag="provider", tag_field="kind"):
+    """A hosted provider's model (``kind = "provider"``): OpenAI, Azure OpenAI, an OpenAI-compatible
+    vendor or Anthropic, one account and model per tier (docs/providers.md)."""
+
+
 # A tier's name: what clients put in ``model`` to pin it, and what policies and prices name.
 TierName = Annotated[str, msgspec.Meta(pattern=r"^[a-z][a-z0-9_-]{0,31}$")]
 RESERVED_TIER_NAMES = frozenset({"edge", "cloud", "tiergate-auto", "embedding", "embedding-vllm", "speech"})
@@ -200,8 +206,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     embedding: EmbeddingConfig = msgspec.field(default_factory=EmbeddingConfig)  # POST /v1/embeddings
     speech: SpeechConfig = msgspec.field(default_factory=SpeechConfig)  # POST /v1/audio/transcriptions
     # More tiers, by name, beside edge and cloud (the embedded default's two): [tiers.<name>] with
-    # kind = "edge" or "cloud" and that section's settings. Route to them like to any other tier.
-    tiers: dict[TierName, EdgeTier | CloudTier] = msgspec.field(default_factory=dict)
+    # kind = "edge" or "cloud" and that section's settings, or kind = "provider" (a hosted model).
+    # Route to them like to any other tier.
+    tiers: dict[TierName, EdgeTier | CloudTier | ProviderTier] = msgspec.field(default_factory=dict)
     # Model names clients already use, e.g. "gpt-4o-mini" = "edge", or
     # "fast" = { model = "tiergate-auto", strategy = "latency" }; listed by /v1/models.
     aliases: dict[AliasName, str | Alias] = msgspec.field(default_factory=dict)
@@ -263,9 +270,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
             cpus=edge.cpus or cpus,
         )
 
-    def tier_configs(self) -> dict[str, EdgeConfig | CloudConfig]:
+    def tier_configs(self) -> dict[str, EdgeConfig | CloudConfig | ProviderConfig]:
         """Every enabled tier's settings by name, paths filled in: edge, cloud, then [tiers.*]."""
-        out: dict[str, EdgeConfig | CloudConfig] = {}
+        out: dict[str, EdgeConfig | CloudConfig | ProviderConfig] = {}
         if self.edge.enabled:
             out["edge"] = self.edge_config()
         if self.cloud.enabled:
@@ -277,6 +284,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
                 out[name] = msgspec.structs.replace(
                     tier, local=msgspec.structs.replace(tier.local, enabled=False)
                 )
+            elif isinstance(tier, ProviderTier) and tier.enabled:
+                out[name] = tier
         return out
 
     def local_vllm(self) -> LocalServer:

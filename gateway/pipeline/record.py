@@ -249,7 +249,8 @@ class Recorder:
         images, media_s = call.demand.images, float(call.demand.video_seconds + call.demand.audio_seconds)
         # A cached answer ran no model: it costs nothing, and saves what the tier would have charged.
         busy_s = 0.0 if hit else total_s
-        charge = self._prices.charge(tier, model, prompt, completion, images, media_s, busy_s)
+        cache = (usage.cached_tokens, usage.cache_write_tokens)
+        charge = self._prices.charge(tier, model, prompt, completion, images, media_s, busy_s, cache)
         # Every generating endpoint (chat, Responses, completions, Messages) ran on a chat tier, so the
         # same tokens on the all-cloud tier are its counterfactual; an embedding's is its own cost (the
         # cloud chat tier's price says nothing of embeddings).
@@ -287,6 +288,8 @@ class Recorder:
             metadata=_metadata_of(call.request) if call.request is not None else None,
             tags=call.tags,
             endpoint=call.endpoint,
+            cached_tokens=usage.cached_tokens,
+            cache_write_tokens=usage.cache_write_tokens,
         )
 
 

@@ -26,6 +26,11 @@ class Price(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tru
     per_image: float = 0.0
     per_media_second: float = 0.0
     per_gpu_second: float = 0.0
+    # Prompt tokens read from a provider's prompt cache (OpenAI's cached_tokens, Anthropic's
+    # cache_read_input_tokens) and written to it (Anthropic's cache_creation_input_tokens); unset:
+    # they cost prompt_per_1k, like the rest of the prompt.
+    cached_prompt_per_1k: float | None = None
+    cache_write_per_1k: float | None = None
 
 
 DEFAULT_PRICES = (
@@ -45,7 +50,19 @@ class PricingSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
 
 
 NANO = 1_000_000_000
-_FIELDS = ("prompt_per_1k", "completion_per_1k", "per_image", "per_media_second", "per_gpu_second")
+_FIELDS = (
+    "prompt_per_1k",
+    "completion_per_1k",
+    "per_image",
+    "per_media_second",
+    "per_gpu_second",
+    "cached_prompt_per_1k",
+    "cache_write_per_1k",
+)
+
+
+# Of a prompt's tokens: (read from a prompt cache, written to it).
+Cache = tuple[int, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,10 +76,18 @@ class _Version:
     id: int
     price: Price
 
-    def cost(self, prompt: int, completion: int, images: int, media_s: float, gpu_s: float) -> int:
+    def cost(
+        self, prompt: int, completion: int, images: int, media_s: float, gpu_s: float, cache: Cache = (0, 0)
+    ) -> int:
+        """In nano-USD; ``cache``: of ``prompt``, the tokens read from and written to a prompt cache."""
         p = self.price
+        read, written = cache
+        read_price = p.prompt_per_1k if p.cached_prompt_per_1k is None else p.cached_prompt_per_1k
+        write_price = p.prompt_per_1k if p.cache_write_per_1k is None else p.cache_write_per_1k
         usd = (
-            prompt * p.prompt_per_1k / 1000
+            (prompt - read - written) * p.prompt_per_1k / 1000
+            + read * read_price / 1000
+            + written * write_price / 1000
             + completion * p.completion_per_1k / 1000
             + images * p.per_image
             + media_s * p.per_media_second
@@ -110,13 +135,15 @@ class PriceBook:
         images: int = 0,
         media_s: float = 0.0,
         busy_s: float = 0.0,
+        cache: Cache = (0, 0),
     ) -> Charge:
-        """The price of one answer: tokens, images, seconds of audio and video, and the seconds the
-        tier was busy with it (charged at ``per_gpu_second``)."""
+        """The price of one answer: tokens (``cache``: of the prompt's, those read from and written to
+        a prompt cache), images, seconds of audio and video, and the seconds the tier was busy with it
+        (charged at ``per_gpu_second``)."""
         version = self._find(tier, model)
         if version is None:
             return Charge(None, 0)
-        return Charge(version.id, version.cost(prompt, completion, images, media_s, busy_s))
+        return Charge(version.id, version.cost(prompt, completion, images, media_s, busy_s, cache))
 
     def counterfactual(
         self, prompt: int, completion: int, images: int = 0, media_s: float = 0.0, busy_s: float = 0.0

@@ -40,6 +40,10 @@ class LedgerRow(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
     tags: str | None = None
     # Which API answered: "chat" or "embeddings" (schema v4); defaulted for older segments.
     endpoint: str = "chat"
+    # Of prompt_tokens, those read from and written to a prompt cache, each billed at its own price
+    # (schema v7); defaulted for older segments.
+    cached_tokens: int = 0
+    cache_write_tokens: int = 0
 
 
 encode_row = msgspec.json.Encoder().encode

@@ -23,7 +23,7 @@ from gateway.accounts.storage._schema import metadata, schema_version
 log = logging.getLogger(__name__)
 
 # Bump with a migration step in _MIGRATIONS when a table changes.
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 # version -> statements that bring a database from version-1 to version.
 _MIGRATIONS: dict[int, list[str]] = {
     2: [
@@ -49,6 +49,13 @@ _MIGRATIONS: dict[int, list[str]] = {
             ("previous_hash", "VARCHAR(64)"),
             ("previous_until", "FLOAT"),
         )
+    ],
+    # Hosted providers: prompt-cache reads and writes, counted and priced on their own.
+    7: [
+        "ALTER TABLE prices ADD COLUMN cached_prompt_per_1k FLOAT",
+        "ALTER TABLE prices ADD COLUMN cache_write_per_1k FLOAT",
+        "ALTER TABLE ledger ADD COLUMN cached_tokens INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE ledger ADD COLUMN cache_write_tokens INTEGER NOT NULL DEFAULT 0",
     ],
 }
 

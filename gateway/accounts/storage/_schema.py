@@ -77,6 +77,9 @@ prices = Table(
     Column("per_image", Float, nullable=False),
     Column("per_media_second", Float, nullable=False),
     Column("per_gpu_second", Float, nullable=False),
+    # schema v7: prompt-cache reads and writes; NULL: at prompt_per_1k
+    Column("cached_prompt_per_1k", Float),
+    Column("cache_write_per_1k", Float),
     Column("effective_from", Float, nullable=False),
     UniqueConstraint("tier", "model", "effective_from"),
 )
@@ -111,6 +114,9 @@ ledger = Table(
     Column("metadata", Text),  # schema v3: the request's metadata (JSON)
     Column("tags", Text),  # schema v4: the row's cost tags (JSON, keys sorted); also in ledger_tags
     Column("endpoint", String(32), nullable=False, server_default="chat"),  # schema v5: chat, embeddings
+    # schema v7: of prompt_tokens, those read from and written to a provider's prompt cache
+    Column("cached_tokens", Integer, nullable=False, server_default="0"),
+    Column("cache_write_tokens", Integer, nullable=False, server_default="0"),
     Index("ix_ledger_tenant_ts", "tenant_id", "ts"),
 )
 

@@ -1,5 +1,5 @@
 """A database written by an older schema gains the media-seconds limit columns and the ledger's
-metadata (v3), tags (v4, and the ledger_tags table) and endpoint (v5) columns on open."""
+metadata (v3), tags (v4, and the ledger_tags table), endpoint (v5) and prompt-cache (v7) columns on open."""
 
 from __future__ import annotations
 
@@ -32,9 +32,11 @@ def test_a_v1_database_is_migrated_and_a_fresh_one_is_created_current(tmp_path: 
         assert {"video_seconds_per_min", "audio_seconds_per_min"} <= columns
         with engine.connect() as conn:
             versions = conn.execute(select(schema_version.c.version)).scalars().all()
-        assert max(versions) == SCHEMA_VERSION == 6
+        assert max(versions) == SCHEMA_VERSION == 7
         ledger = {c["name"] for c in inspect(engine).get_columns("ledger")}
-        assert {"metadata", "tags", "endpoint"} <= ledger
+        assert {"metadata", "tags", "endpoint", "cached_tokens", "cache_write_tokens"} <= ledger
+        prices = {c["name"] for c in inspect(engine).get_columns("prices")}
+        assert {"cached_prompt_per_1k", "cache_write_per_1k"} <= prices
         assert "ledger_tags" in inspect(engine).get_table_names()
         engine.dispose()
 
@@ -60,4 +62,27 @@ def test_a_v2_ledger_gains_the_metadata_and_endpoint_columns_and_keeps_its_rows(
     with engine.connect() as conn:
         rows = conn.exec_driver_sql("SELECT entry_id, metadata, tags, endpoint FROM ledger").all()
     assert rows == [("e1", None, None, "chat")]
+    engine.dispose()
+
+
+def test_a_v6_database_gains_the_prompt_cache_columns_and_keeps_its_prices(tmp_path: Path) -> None:
+    path = tmp_path / "v6.db"
+    open_database(f"sqlite:///{path}").dispose()
+    with sqlite3.connect(path) as conn:  # back to v6: no prompt-cache columns
+        for table, column in (
+            ("prices", "cached_prompt_per_1k"),
+            ("prices", "cache_write_per_1k"),
+            ("ledger", "cached_tokens"),
+            ("ledger", "cache_write_tokens"),
+        ):
+            conn.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
+        conn.execute("DELETE FROM schema_version WHERE version >= 7")
+        conn.execute(
+            "INSERT INTO prices (tier, model, prompt_per_1k, completion_per_1k, per_image,"
+            " per_media_second, per_gpu_second, effective_from) VALUES ('gpt', '*', 1, 2, 0, 0, 0, 0)"
+        )
+    engine = open_database(f"sqlite:///{path}")
+    with engine.connect() as conn:
+        rows = conn.exec_driver_sql("SELECT tier, prompt_per_1k, cached_prompt_per_1k FROM prices").all()
+    assert rows == [("gpt", 1.0, None)]  # unset: cache reads cost the prompt price
     engine.dispose()
