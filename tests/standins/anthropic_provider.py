@@ -13,10 +13,10 @@ sentence naming what it saw (``reply``).  A stop sequence found in the text ends
 bytes of the request; a request carrying ``cache_control`` reports its prefix as written to the cache
 the first time and read from it afterwards.
 
-``fault`` injects one failure into the next requests (``faults_left`` of them, then it answers again):
+:meth:`fail` injects one failure into the next requests (``times`` of them, then it answers again):
 ``429`` (with ``retry-after`` and ``anthropic-ratelimit-*``), ``529`` (overloaded_error), ``500``,
 ``400`` (a prompt too long), ``401`` (the key refused), ``stall`` (no byte for ``stall_s``), and
-``error_mid_stream`` (a streamed answer's first words, then an ``error`` event).
+``midstream`` (a streamed answer's first words, then an ``error`` event).
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ import pydantic
 from aiohttp import web
 
 from tests.conftest import free_port
+from tests.standins.tls import TestCA
 
 VERSION = "2023-06-01"
 KEY = "sk-ant-standin-key-0123456789"
@@ -44,19 +45,6 @@ SAMPLING = {"temperature": (0.0, 1.0), "top_p": (0.0, 1.0), "top_k": (0, None)}
 _FIELDS = set(mcp.MessageCreateParamsBase.__annotations__) | {"stream"}
 _plain = pydantic.TypeAdapter(mcp.MessageCreateParamsNonStreaming)
 _streamed = pydantic.TypeAdapter(mcp.MessageCreateParamsStreaming)
-
-
-def tls_pair(folder: Path) -> tuple[ssl.SSLContext, Path]:
-    """A server context for 127.0.0.1 signed by a fresh test CA, and the CA's PEM file (ca_file)."""
-    import trustme  # the test extra's: only where a CA is made
-
-    ca = trustme.CA()
-    cert = ca.issue_cert("127.0.0.1", "localhost")
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    cert.configure_cert(context)
-    ca_file = folder / "standin-ca.pem"
-    ca.cert_pem.write_to_path(str(ca_file))
-    return context, ca_file
 
 
 def example(schema: dict[str, Any]) -> Any:
@@ -131,7 +119,10 @@ class AnthropicStandIn:
         self.url = f"https://127.0.0.1:{self.port}"
         self.key = key
         self.reply = reply
-        self._context, self.ca_file = tls_pair(folder)
+        ca = TestCA.make(folder)
+        self.ca_file = ca.ca_file
+        self._context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        self._context.load_cert_chain(ca.cert_file, ca.key_file)
         self.fault = ""
         self.faults_left = 0
         self.stall_s = 5.0
@@ -144,7 +135,7 @@ class AnthropicStandIn:
         self._started = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def inject(self, fault: str, times: int = 1) -> None:
+    def fail(self, fault: str, times: int = 1) -> None:
         self.fault, self.faults_left = fault, times
 
     def __enter__(self) -> Self:
@@ -215,7 +206,7 @@ class AnthropicStandIn:
         message = self._answer(body)
         self.usages.append(message.usage.model_dump())
         if body.get("stream"):
-            return await self._stream(request, message, fault == "error_mid_stream")
+            return await self._stream(request, message, fault == "midstream")
         return web.Response(
             body=message.model_dump_json(), content_type="application/json", headers=self._headers()
         )

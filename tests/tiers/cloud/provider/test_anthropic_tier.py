@@ -76,7 +76,7 @@ def run(tier: ProviderTier, gen: Generation) -> tuple[Completion, list[Any]]:
 
 @pytest.fixture(autouse=True)
 def _clean(standin: AnthropicStandIn) -> None:
-    standin.inject("", 0)
+    standin.fail("", 0)
     standin.requests.clear()
 
 
@@ -157,7 +157,7 @@ def test_cache_tokens_are_reported(standin: AnthropicStandIn, stream: bool) -> N
     ],
 )
 def test_faults_before_the_first_byte(standin: AnthropicStandIn, fault: str, error: type[Exception]) -> None:
-    standin.inject(fault)
+    standin.fail(fault)
     standin.stall_s = 2.0
     tier = _tier(standin)
     with pytest.raises(error) as raised:
@@ -171,7 +171,7 @@ def test_faults_before_the_first_byte(standin: AnthropicStandIn, fault: str, err
 
 
 def test_an_error_event_mid_stream_ends_the_answer(standin: AnthropicStandIn) -> None:
-    standin.inject("error_mid_stream")
+    standin.fail("midstream")
     seen: list[Any] = []
 
     async def go() -> None:
