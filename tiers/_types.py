@@ -174,6 +174,11 @@ class Generation:
     # OpenAI's reasoning_effort, for an engine whose chat template takes it (vLLM hands it to the
     # template, as its own server does); a model that does not reason answers the same without it.
     reasoning_effort: str | None = None
+    # Prompt-cache breakpoints the client marked (Anthropic's cache_control), for a provider whose
+    # cache takes them (Anthropic): {"at": "message", "index": i, "part": j (-1: the message as a
+    # whole), "cache_control": {...}}, {"at": "tool", "index": i, ...} or {"at": "request", ...}.
+    # Other tiers' engines cache prefixes without marks.
+    cache_marks: list[dict[str, Any]] = field(default_factory=list)
     # OpenAI's prompt_cache_key: requests sharing it are routed to the same prompt cache at a
     # provider that has one (hosted OpenAI); other tiers have their own prefix caches and ignore it.
     prompt_cache_key: str | None = None

@@ -34,8 +34,9 @@ from __future__ import annotations
 import dataclasses
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import msgspec
 
@@ -90,6 +91,7 @@ class RequestContext:
     degraded: tuple[str, ...] = ()
     note: str = ""
     tiers: tuple[str, ...] = ()  # the tiers its key may use (empty: every tier)
+    cache_marks: Sequence[dict[str, Any]] = ()  # the prompt-cache breakpoints it marked (Incoming's)
 
 
 class ChatService:
@@ -154,6 +156,7 @@ class ChatService:
                 allowed=ctx.tiers,
             )
             generation = plan.generation(request_id, ctx.session_id, ctx.tenant, raw_prompt=ctx.raw_prompt)
+            generation.cache_marks = list(ctx.cache_marks)
             answer = await self._dispatcher.dispatch(
                 plan, generation, lookup, started, call
             )  # 7 admit, 8 dispatch
@@ -296,6 +299,7 @@ class ChatPipeline:
                 degraded=heard.degraded,
                 note=heard.note,
                 tiers=caller.limits.tiers,
+                cache_marks=incoming.cache_marks,
             )
             return await self._chat.answer(request, incoming.request_id, ctx, call)  # 5–8, then its ending
         except BaseException as exc:  # refused, or its client left (unless it ended already)

@@ -19,7 +19,7 @@ holds on every endpoint by construction, and an endpoint added later takes the s
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -61,6 +61,9 @@ class Incoming:
     # The API it came by, for the ledger: chat, responses, completions, embeddings, messages,
     # messages.count_tokens.
     endpoint: str = "chat"
+    # Prompt-cache breakpoints the request marked (Anthropic's cache_control on /v1/messages), filled
+    # by ``parse``; they reach the generation (tiers.Generation.cache_marks).
+    cache_marks: list[dict[str, Any]] = field(default_factory=list)
 
 
 class RuleBook:

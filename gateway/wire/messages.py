@@ -18,6 +18,7 @@ import msgspec
 
 from gateway.wire.anthropic.errors import decode_anthropic
 from gateway.wire.chat import MAX_TOOLS, Description, ModelName, Name
+from tiers import Usage
 
 MAX_MESSAGES = 4096  # as a chat request's
 MAX_BLOCKS = 512  # content blocks in one message
@@ -240,9 +241,19 @@ class ToolUseOut(msgspec.Struct, tag_field="type", tag="tool_use"):
     input: dict[str, Any]
 
 
-class UsageOut(msgspec.Struct):
+class UsageOut(msgspec.Struct, omit_defaults=True):
+    """As Anthropic counts: ``input_tokens`` are the prompt's tokens not read from or written to a
+    prompt cache (an Anthropic provider tier's; no other tier reports any)."""
+
     input_tokens: int
     output_tokens: int
+    cache_creation_input_tokens: int = 0
+    cache_read_input_tokens: int = 0
+
+    @classmethod
+    def of(cls, usage: Usage) -> UsageOut:
+        uncached = usage.prompt_tokens - usage.cached_tokens - usage.cache_write_tokens
+        return cls(uncached, usage.completion_tokens, usage.cache_write_tokens, usage.cached_tokens)
 
 
 class TiergateInfo(msgspec.Struct, omit_defaults=True):

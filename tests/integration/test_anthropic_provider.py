@@ -342,3 +342,29 @@ def test_cache_reads_and_writes_are_billed_at_their_prices(gw: Gateway, claude: 
         ) / 1000
         assert row.cost_nusd == round(usd * 1e9), (row, usage)
     assert written["cache_creation_input_tokens"] > 0 and read["cache_read_input_tokens"] > 0
+
+
+def test_a_clients_cache_control_reaches_anthropic_and_its_usage_comes_back(
+    gw: Gateway, backup: AnthropicStandIn
+) -> None:
+    system: Any = [
+        {"type": "text", "text": "Rules of the house. " * 60, "cache_control": {"type": "ephemeral"}}
+    ]
+    client = gw.anthropic()
+    first, second = (
+        client.messages.create(model="backup", max_tokens=50, system=system, messages=HELLO)  # type: ignore[arg-type]
+        for _ in range(2)
+    )
+    assert backup.requests[-1]["system"] == [
+        {"type": "text", "text": system[0]["text"], "cache_control": {"type": "ephemeral"}}
+    ]
+    written, read = backup.usages[-2:]
+    assert (first.usage.input_tokens, first.usage.cache_creation_input_tokens) == (
+        written["input_tokens"],
+        written["cache_creation_input_tokens"],
+    )
+    assert (second.usage.input_tokens, second.usage.cache_read_input_tokens) == (
+        read["input_tokens"],
+        read["cache_read_input_tokens"],
+    )
+    assert first.usage.cache_creation_input_tokens and second.usage.cache_read_input_tokens

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import AsyncGenerator, Mapping
+from typing import Any
 
 import msgspec
 from litestar import asgi
@@ -24,6 +25,7 @@ from litestar.types import Receive, Scope, Send
 from gateway.api.asgi_io import JSONAnswer, SSEResponse
 from gateway.api.door import door, respond
 from gateway.api.framing import route_headers
+from gateway.api.messages.caching import cache_marks
 from gateway.api.messages.checks import PROFILE_HEADER, WORKSPACE_HEADER, check_request
 from gateway.api.messages.stream import MessageEvents
 from gateway.api.messages.translate import chat_request, finished_of, message_of, new_id
@@ -43,6 +45,7 @@ class Turn:
         self.id = new_id("msg")
         self.chat: ChatCompletionRequest | None = None
         self.diagnosed = False  # the request asked for diagnostics
+        self.cache_marks: list[dict[str, Any]] = []  # its cache_control breakpoints (caching.py)
         self._headers = headers
         self._count = count
 
@@ -54,6 +57,8 @@ class Turn:
         check_request(request, tenant, self._headers.get(WORKSPACE_HEADER))
         self.diagnosed = isinstance(request, am.CreateMessage) and request.diagnostics is not None
         self.chat = chat_request(request, self._headers.get(PROFILE_HEADER))
+        if isinstance(request, am.CreateMessage):
+            self.cache_marks.extend(cache_marks(request))
         return self.chat
 
 
@@ -95,7 +100,7 @@ async def create_message(scope: Scope, receive: Receive, send: Send) -> None:
     """POST only; a raw ASGI handler as the chat endpoint is (gateway/api/controllers.py)."""
     services, incoming, departure = door(scope, receive, endpoint="messages")
     turn = Turn(incoming.headers)
-    incoming = dataclasses.replace(incoming, parse=turn.parse)
+    incoming = dataclasses.replace(incoming, parse=turn.parse, cache_marks=turn.cache_marks)
 
     async def make() -> JSONAnswer | SSEResponse:
         answer = await services.pipeline.run(incoming)

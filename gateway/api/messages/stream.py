@@ -23,6 +23,7 @@ import msgspec
 
 from gateway.api.messages.translate import stop_of
 from gateway.errors import GatewayError, anthropic_error_body
+from gateway.wire import messages as am
 from tiers import Finished, TextDelta, ToolCallDelta
 from tiers.cloud.provider.anthropic import text_block, tool_use_block
 
@@ -102,10 +103,7 @@ class MessageEvents:
         out = b"" if self._blocks else self._start(text_block(""), "text")
         out += self._stop()
         reason, sequence = stop_of(finished.reason, finished.stop)
-        usage = {
-            "input_tokens": finished.usage.prompt_tokens,
-            "output_tokens": finished.usage.completion_tokens,
-        }
+        usage = msgspec.to_builtins(am.UsageOut.of(finished.usage))
         ending: dict[str, Any] = {"delta": {"stop_reason": reason, "stop_sequence": sequence}, "usage": usage}
         if self._degraded:
             ending["tiergate"] = {"degraded": list(self._degraded)}

@@ -254,7 +254,7 @@ def message_of(
         block = tool_use_block(call.id, call.name, tool_input(call.arguments))
         content.append(am.ToolUseOut(block["id"], block["name"], block["input"]))
     reason, sequence = stop_of(choice.finish_reason, finished.stop if finished is not None else "")
-    usage = am.UsageOut(answer.usage.prompt_tokens, answer.usage.completion_tokens)
+    usage = am.UsageOut.of(answer.usage)
     return am.MessageOut(
         id=message_id,
         model=model,

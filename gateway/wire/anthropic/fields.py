@@ -14,9 +14,11 @@ One entry per ``TypedDict`` reachable from ``MessageCreateParams`` (streaming or
 lists, ``Iterable``, ``Required``, ``Annotated``) and fails when one has a type or field this inventory
 does not list.  ``python -m gateway.wire.anthropic.fields`` prints the table of docs/api.md.
 
-``cache_control`` (on a block, a tool or the request) is accepted and changes nothing: the engines'
-prefix caches (vLLM's, llama.cpp's slots) keep every prompt's prefix without breakpoints, and the usage
-says no cache tokens — which is what Anthropic itself does for a prompt too short to cache.
+``cache_control`` (on a block, a tool or the request) reaches a provider tier of protocol ``anthropic``
+where it was (gateway/api/messages/caching.py), whose cache reads and writes are billed at their
+prices; on the other tiers it changes nothing: the engines' prefix caches (vLLM's, llama.cpp's slots)
+keep every prompt's prefix without breakpoints, and the usage says no cache tokens — which is what
+Anthropic itself does for a prompt too short to cache.
 """
 
 from __future__ import annotations
@@ -43,7 +45,8 @@ class RefusedType:
 Entry = Mapping[str, Honoured | Refused] | Whole | RefusedType
 
 CACHE = Honoured(
-    "accepted; no effect (see the module's note: no cache tokens, as Anthropic for an uncacheable prompt)"
+    "sent on to Anthropic provider tiers; elsewhere no effect (see the module's note: no cache tokens, "
+    "as Anthropic for an uncacheable prompt)"
 )
 AS_CHAT = "as the chat request's field of that name"
 

@@ -68,9 +68,8 @@ def _blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _assistant(message: dict[str, Any]) -> list[dict[str, Any]]:
-    blocks = [
-        b for b in _blocks({**message, "content": _text(message.get("content"))}) if b["type"] == "text"
-    ]
+    text = _text(message.get("content"))
+    blocks = [text_block(text)] if text else []
     for call in message.get("tool_calls") or ():
         try:
             arguments = json.loads(call["function"]["arguments"] or "{}")
@@ -84,6 +83,8 @@ def _assistant(message: dict[str, Any]) -> list[dict[str, Any]]:
                 "input": arguments if isinstance(arguments, dict) else {},
             }
         )
+    if blocks and "cache_control" in message:
+        blocks[-1]["cache_control"] = message["cache_control"]
     return blocks
 
 
@@ -128,9 +129,9 @@ def turns(messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[di
     return system, out
 
 
-def _tools(generation: Generation) -> list[dict[str, Any]]:
+def _tools(given: list[dict[str, Any]]) -> list[dict[str, Any]]:
     tools = []
-    for tool in generation.tools:
+    for tool in given:
         function = tool["function"]
         out: dict[str, Any] = {
             "name": function["name"],
@@ -159,18 +160,44 @@ def _cached(blocks: list[dict[str, Any]]) -> bool:
     return any("cache_control" in b for b in blocks)
 
 
+def _marked_messages(generation: Generation) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The messages and tools with the client's cache_control marks put back on them (a mark whose
+    place is gone, a part the gateway dropped, is left out)."""
+    messages, tools = list(generation.messages), list(generation.tools)
+    for mark in generation.cache_marks:
+        index, control = mark.get("index", -1), mark["cache_control"]
+        if mark["at"] == "tool" and 0 <= index < len(tools):
+            tools[index] = {**tools[index], "cache_control": control}
+        elif mark["at"] == "message" and 0 <= index < len(messages):
+            message = messages[index] = dict(messages[index])
+            content, part = message.get("content"), mark.get("part", -1)
+            if isinstance(content, list) and 0 <= part < len(content):
+                message["content"] = [
+                    *content[:part],
+                    {**content[part], "cache_control": control},
+                    *content[part + 1 :],
+                ]
+            else:
+                message["cache_control"] = control
+    return messages, tools
+
+
 def params_of(
     generation: Generation, model: str, *, default_max_tokens: int, cache_prefix: bool = False
 ) -> dict[str, Any]:
     """The Messages API body for ``generation`` on ``model`` (``stream`` as the generation says)."""
-    system, messages = turns(generation.messages)
+    marked, marked_tools = _marked_messages(generation)
+    system, messages = turns(marked)
     body: dict[str, Any] = {
         "model": model,
         "messages": messages,
         "max_tokens": generation.max_tokens or default_max_tokens,
     }
-    tools = _tools(generation)
-    if cache_prefix and not (
+    tools = _tools(marked_tools)
+    requested = next((m["cache_control"] for m in generation.cache_marks if m["at"] == "request"), None)
+    if requested is not None:
+        body["cache_control"] = requested
+    elif cache_prefix and not (
         _cached(system) or _cached(tools) or any(_cached(m["content"]) for m in messages)
     ):
         # The stable prefix (tools come first in Anthropic's prompt, then the system prompt): one
