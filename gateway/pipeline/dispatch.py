@@ -5,8 +5,9 @@ A tier that fails before its answer begins is passed over for the next one (fail
 answer is read whole here, so it can fail over until its last event (its client has seen nothing
 yet); a stream is handed on once its first piece is ready.  Every call is charged to the breaker
 of (tier, modality): timeouts, 5xx and unreachable servers count as failures; a client's own 4xx
-and a full queue do not; a hosted provider's refusal of the tier's key opens it at once.  How the answer ends (completed, its client gone, the tier failed) is the
-ending's (gateway/pipeline/ending.py): a JSON answer's runs here, a stream's as its events end.
+and a full queue do not; a hosted provider's refusal of the tier's key opens it at once.  How the
+answer ends (completed, its client gone, the tier failed) is the ending's (gateway/pipeline/ending.py):
+a JSON answer's runs here, a stream's as its events end.
 """
 
 from __future__ import annotations
