@@ -243,7 +243,8 @@ class ToolUseOut(msgspec.Struct, tag_field="type", tag="tool_use"):
 
 class UsageOut(msgspec.Struct, omit_defaults=True):
     """As Anthropic counts: ``input_tokens`` are the prompt's tokens not read from or written to a
-    prompt cache (an Anthropic provider tier's; no other tier reports any)."""
+    cache (an Anthropic provider tier's prompt cache, or an engine's prefix cache: the chat answer's
+    ``cached_tokens``); the cache fields only when not 0."""
 
     input_tokens: int
     output_tokens: int

@@ -314,9 +314,12 @@ def test_the_ledger_and_the_cost_report_show_the_request(gateway: Gateway) -> No
     message = create(client, EDGE, max_tokens=8)
     row = ledger_rows(gateway, want={rid})[rid]
     assert (row.status, row.tier, row.endpoint) == (200, "edge", "messages"), row
-    assert (row.prompt_tokens, row.completion_tokens) == (
-        message.usage.input_tokens,
-        message.usage.output_tokens,
+    # Anthropic's input_tokens leave out what was read from a cache (here the edge's prefix cache)
+    usage = message.usage
+    assert (row.prompt_tokens, row.cached_tokens, row.completion_tokens) == (
+        usage.input_tokens + (usage.cache_read_input_tokens or 0) + (usage.cache_creation_input_tokens or 0),
+        usage.cache_read_input_tokens or 0,
+        usage.output_tokens,
     )
     assert 0 < row.cost_nusd < row.counterfactual_nusd  # the edge, against the same tokens on the cloud
     time.sleep(0.3)  # the report reads the database, which the ledger's loader fills
