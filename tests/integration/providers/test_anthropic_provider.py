@@ -74,7 +74,7 @@ def gw(
     config = (
         "[edge]\nenabled = false\n[cloud]\nenabled = false\n[ledger]\nflush_interval_s = 0.1\n"
         # the faults here are injected one by one: no breaker counting them across tests
-        "[breakers]\nconsecutive_failures = 50\nmin_calls = 200\n"
+        "[breakers]\nconsecutive_failures = 50\nmin_calls = 200\ncooldown_s = 1.0\n"
         + _tier("claude", claude, "cache_prefix = true")
         + _tier("backup", backup)
         + f"""
@@ -100,9 +100,17 @@ cache = false
 
 @pytest.fixture(autouse=True)
 def _calm(claude: AnthropicStandIn, gw: Gateway) -> None:
-    """Each test starts with no fault pending and both tiers ready."""
+    """Each test starts with no fault pending, claude ready and its breaker not open (a refused key
+    opens it; its cool-down here is a second)."""
     claude.fail("", 0)
-    gw.wait(lambda: gw.tier_health("claude") == "ready", 10, "claude ready again")
+    gw.wait(
+        lambda: (
+            gw.tier_health("claude") == "ready"
+            and all(b["state"] != "open" for b in gw.readyz()["breakers"] if b["tier"] == "claude")
+        ),
+        15,
+        "claude ready again",
+    )
 
 
 # -- Anthropic's SDK on /v1/messages ---------------------------------------------------------------
@@ -303,8 +311,11 @@ def test_a_refused_key_takes_the_tier_down_and_is_not_retried(gw: Gateway, claud
     )
     assert raw.headers["x-tiergate-tier"] == "backup"
     assert len(claude.requests) == before + 1  # asked once, not retried
-    tier = next(t for t in gw.readyz()["tiers"] if t["name"] == "claude")
+    ready = gw.readyz()
+    tier = next(t for t in ready["tiers"] if t["name"] == "claude")
     assert tier["health"] == "down" and "refused the key" in tier["detail"], tier
+    breaker = next(b for b in ready["breakers"] if b["tier"] == "claude" and b["modality"] == "text")
+    assert breaker["state"] == "open" and "refused the key" in breaker["last_failure"], breaker
     claude.fail("", 0)
 
 
