@@ -246,6 +246,28 @@ def test_responses(gw: Gateway) -> None:
     assert raw.parse().output_text == "Hello from the stand-in: 1 turns, 0 images, done."
 
 
+def test_responses_stream_and_legacy_completions(gw: Gateway, claude: AnthropicStandIn) -> None:
+    body = {"model": "claude", "input": "Say hello.", "stream": True, "max_output_tokens": 50}
+    events: list[dict[str, Any]] = []
+    with httpx.stream("POST", f"{gw.url}/v1/responses", json=body, headers=gw.auth, timeout=30) as resp:
+        for line in resp.iter_lines():
+            if line.startswith("data: "):
+                events.append(json.loads(line[6:]))
+                validate("ResponseStreamEvent", events[-1])
+    assert events[-1]["type"] == "response.completed"
+    text = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
+    assert text == "Hello from the stand-in: 1 turns, 0 images, done."
+    raw = gw.client().completions.with_raw_response.create(
+        model="claude", prompt="Once upon a time", max_tokens=4
+    )
+    validate("CreateCompletionResponse", raw.http_response.json())
+    choice = raw.parse().choices[0]
+    assert (choice.text, choice.finish_reason) == ("Hello from the stand-in:", "length")
+    assert claude.requests[-1]["messages"] == [
+        {"role": "user", "content": [{"type": "text", "text": "Once upon a time"}]}
+    ]
+
+
 # -- faults ----------------------------------------------------------------------------------------
 
 
