@@ -276,8 +276,11 @@ def test_the_call_and_what_anthropic_cannot_do() -> None:
     assert json.loads(out.body)["max_tokens"] == 4096  # the tier's max_output_tokens
     assert not {Ability.LOGPROBS, Ability.CHOICES, Ability.LOGIT_BIAS} & dialect.abilities
     assert {Ability.TOOLS, Ability.JSON_SCHEMA} <= dialect.abilities
-    with pytest.raises(TierRejected, match="seed"):
-        dialect.request(Generation(messages=[{"role": "user", "content": "hi"}], seed=1))
+    hi = [{"role": "user", "content": "hi"}]
+    with pytest.raises(TierRejected, match="presence_penalty"):
+        dialect.request(Generation(messages=hi, presence_penalty=0.5))
+    sent = json.loads(dialect.request(Generation(messages=hi, seed=1, frequency_penalty=0.0)).body)
+    assert "seed" not in sent and "frequency_penalty" not in sent  # best effort / neutral: not sent
 
 
 def test_errors_are_read_as_the_tier_needs() -> None:

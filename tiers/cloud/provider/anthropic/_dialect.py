@@ -31,15 +31,16 @@ from tiers.cloud.provider.anthropic._request import params_of
 VERSION = "2023-06-01"
 # What Anthropic's API cannot express.
 ABSENT = frozenset({Ability.LOGPROBS, Ability.CHOICES, Ability.LOGIT_BIAS, Ability.JSON_OBJECT})
-# vLLM's extras with no Anthropic field: refused when set, not sent without them.
-_NOT_ANTHROPIC = {
-    "min_p": None,
-    "repetition_penalty": None,
-    "min_tokens": 0,
-    "ignore_eos": False,
-    "seed": None,
-    "presence_penalty": None,
-    "frequency_penalty": None,
+# Fields with no Anthropic counterpart: refused when set to anything but their neutral value, not sent
+# without them. (``seed`` is not among them: OpenAI's own contract for it is best effort, so an answer
+# without it keeps that contract; it is not sent.)
+_NOT_ANTHROPIC: dict[str, tuple[object, ...]] = {
+    "min_p": (None,),
+    "repetition_penalty": (None, 1.0),
+    "min_tokens": (0,),
+    "ignore_eos": (False,),
+    "presence_penalty": (None, 0.0),
+    "frequency_penalty": (None, 0.0),
 }
 
 
@@ -82,8 +83,8 @@ class AnthropicDialect:
             self._headers["x-api-key"] = key
 
     def request(self, gen: Generation) -> Outgoing:
-        for name, default in _NOT_ANTHROPIC.items():
-            if getattr(gen, name) != default:
+        for name, neutral in _NOT_ANTHROPIC.items():
+            if getattr(gen, name) not in neutral:
                 raise TierRejected(
                     self._tier,
                     f"{name} is not part of Anthropic's API; this tier cannot honour it",

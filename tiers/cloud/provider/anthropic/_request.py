@@ -22,7 +22,8 @@
                                      ``cache_prefix`` a breakpoint on the system prompt and the tools
                                      when the client marked none
 
-Anthropic has no seed, penalties or vLLM's sampling extras: they are not sent (docs/providers.md).
+Anthropic has no seed, penalties or vLLM's sampling extras: they are not sent (the dialect refuses a
+request that sets one to more than its neutral value; seed is best effort in OpenAI's own contract).
 What Anthropic cannot do at all (logprobs, n > 1, logit_bias, json_object) is an ability the tier
 lacks, so no such request reaches this code.
 """
