@@ -132,6 +132,8 @@ def test_a_provider_tier_is_configured_by_its_section_and_built_as_a_remote_tier
 )
 def test_a_provider_tier_refuses_what_it_cannot_use(tmp_path: Path, lines: str, why: str) -> None:
     config = tmp_path / "tiergate.toml"
-    config.write_text(f'[tiers.gpt]\nkind = "provider"\nbase_url = "https://x.test/v1"\nmodel = "m"\n{lines}\n')
+    config.write_text(
+        f'[tiers.gpt]\nkind = "provider"\nbase_url = "https://x.test/v1"\nmodel = "m"\n{lines}\n'
+    )
     with pytest.raises(SettingsError, match=why):
         load_settings(config, environ={})
