@@ -358,6 +358,9 @@ def test_spend_is_the_providers_usage_times_the_prices_to_the_nano_dollar(
     gw.wait(reported, 10, "the ledger rows")
     row = next(r for r in report["rows"] if r["tier"] == "priced")
     assert row["cost_nusd"] == expected
+    priced = next(t for t in gw.readyz()["tiers"] if t["name"] == "priced")  # today's spend, for operators
+    assert priced["provider"]["spent_today_usd"] == expected / 1e9
+    assert f"today ${expected / 1e9:.6f}" in admin_pages(gw)
     cached = _ledger(gw, "SELECT SUM(cached_tokens) FROM ledger WHERE tier = 'priced'")
     assert cached == [(24,)]
 
