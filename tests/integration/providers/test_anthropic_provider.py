@@ -99,9 +99,10 @@ cache = false
 
 
 @pytest.fixture(autouse=True)
-def _calm(claude: AnthropicStandIn, gw: Gateway) -> None:
+def _calm(claude: AnthropicStandIn, backup: AnthropicStandIn, gw: Gateway) -> Iterator[None]:
     """Each test starts with no fault pending, claude ready and its breaker not open (a refused key
-    opens it; its cool-down here is a second)."""
+    opens it; its cool-down here is a second), and ends with every body tiergate sent taken by the
+    stand-ins' checks (the SDK's parameter types, the headers)."""
     claude.fail("", 0)
     gw.wait(
         lambda: (
@@ -111,6 +112,8 @@ def _calm(claude: AnthropicStandIn, gw: Gateway) -> None:
         15,
         "claude ready again",
     )
+    yield
+    assert claude.refused == [] and backup.refused == []
 
 
 # -- Anthropic's SDK on /v1/messages ---------------------------------------------------------------

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.standins.anthropic_provider import KEY, AnthropicStandIn
@@ -75,9 +77,12 @@ def run(tier: ProviderTier, gen: Generation) -> tuple[Completion, list[Any]]:
 
 
 @pytest.fixture(autouse=True)
-def _clean(standin: AnthropicStandIn) -> None:
+def _clean(standin: AnthropicStandIn) -> Iterator[None]:
     standin.fail("", 0)
     standin.requests.clear()
+    standin.refused.clear()
+    yield
+    assert standin.refused in ([], ["key"])  # every body the tier sent was one Anthropic takes
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -208,3 +213,23 @@ def test_headroom_is_kept(standin: AnthropicStandIn) -> None:
         assert state.health.value == "down" and "rate limit" in state.detail  # steered away before a 429
     finally:
         standin.remaining = (1000, 400_000)
+
+
+def test_the_standin_refuses_what_anthropic_refuses(standin: AnthropicStandIn) -> None:
+    """Its checks are live: a field no SDK type has, a block of no type, a missing version header."""
+    url = f"{standin.url}/v1/messages"
+    headers = {"x-api-key": KEY, "anthropic-version": "2023-06-01"}
+    good = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
+    bad = [
+        ({**good, "logprobs": True}, headers, "logprobs: Extra inputs are not permitted"),
+        ({**good, "messages": [{"role": "user", "content": [{"type": "text"}]}]}, headers, "invalid request"),
+        ({**good, "temperature": 1.5}, headers, "temperature: out of range"),
+        (good, {"x-api-key": KEY}, "anthropic-version"),
+    ]
+    with httpx.Client(verify=ssl.create_default_context(cafile=str(standin.ca_file))) as client:
+        for body, sent_headers, said in bad:
+            resp = client.post(url, json=body, headers=sent_headers)
+            assert resp.status_code == 400 and resp.json()["error"]["type"] == "invalid_request_error"
+            assert said in resp.json()["error"]["message"]
+        assert client.post(url, json=good, headers=headers).status_code == 200
+    standin.refused.clear()
