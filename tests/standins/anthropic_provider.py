@@ -203,6 +203,8 @@ class AnthropicStandIn:
             return _error(401, "authentication_error", "invalid x-api-key")
         if fault == "stall":
             await asyncio.sleep(self.stall_s)
+            if request.transport is None or request.transport.is_closing():
+                return web.Response(status=499)  # the client gave up: nothing answered, nothing counted
         message = self._answer(body)
         self.usages.append(message.usage.model_dump())
         if body.get("stream"):
