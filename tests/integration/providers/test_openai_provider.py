@@ -95,7 +95,7 @@ def gw(
     )
     env = {"TG_TEST_PROVIDER_KEY": KEY, "TG_TEST_WRONG_KEY": WRONG}
     gateway = start_gateway(tmp_path_factory.mktemp("providers"), config, env=env, edge=False)
-    policy = {"strategy": "always:gpt", "residency": RULES}
+    policy = {"strategy": "always:gpt", "fallbacks": ["backup"], "residency": RULES}
     resp = httpx.put(f"{gateway.url}/admin/api/policies/default", json=policy, headers=gateway.admin)
     assert resp.status_code == 200, resp.text
     gateway.config_text = config  # type: ignore[attr-defined]
