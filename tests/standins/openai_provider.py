@@ -61,6 +61,8 @@ class Recorded:
     path: str
     headers: dict[str, str]
     body: dict[str, Any]
+    http_version: str = "1.1"
+    client: tuple[str, int] | None = None  # the connection it came on (address, port)
 
 
 @dataclass
@@ -136,7 +138,8 @@ class OpenAIStandIn:
         except ValueError:
             await _json(send, 400, _error("We could not parse the JSON body", "invalid_request_error"))
             return
-        self.requests.append(Recorded(path, headers, body))
+        client = tuple(scope["client"]) if scope.get("client") else None
+        self.requests.append(Recorded(path, headers, body, scope.get("http_version", "1.1"), client))  # type: ignore[arg-type]
         model = path.split("/")[3] if azure else str(body.get("model", ""))
         fault = self._fault_for(model)
         if given != self.key or fault == "401":
