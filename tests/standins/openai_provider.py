@@ -143,9 +143,11 @@ class OpenAIStandIn:
         model = path.split("/")[3] if azure else str(body.get("model", ""))
         fault = self._fault_for(model)
         if given != self.key or fault == "401":
-            await _json(
-                send, 401, _error("Incorrect API key provided.", "invalid_request_error", "invalid_api_key")
+            shown = f"{(given or '')[:8]}****{(given or '')[-4:]}"  # as OpenAI quotes a refused key
+            message = (
+                f"Incorrect API key provided: {shown}. You can find your API key at platform.openai.com."
             )
+            await _json(send, 401, _error(message, "invalid_request_error", "invalid_api_key"))
             return
         problem = self._check(body, azure)
         if problem:
