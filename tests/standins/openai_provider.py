@@ -61,6 +61,8 @@ class Recorded:
     path: str
     headers: dict[str, str]
     body: dict[str, Any]
+    http_version: str = "1.1"
+    client: tuple[str, int] | None = None  # the connection it came on (address, port)
 
 
 @dataclass
@@ -136,13 +138,16 @@ class OpenAIStandIn:
         except ValueError:
             await _json(send, 400, _error("We could not parse the JSON body", "invalid_request_error"))
             return
-        self.requests.append(Recorded(path, headers, body))
+        client = tuple(scope["client"]) if scope.get("client") else None
+        self.requests.append(Recorded(path, headers, body, scope.get("http_version", "1.1"), client))  # type: ignore[arg-type]
         model = path.split("/")[3] if azure else str(body.get("model", ""))
         fault = self._fault_for(model)
         if given != self.key or fault == "401":
-            await _json(
-                send, 401, _error("Incorrect API key provided.", "invalid_request_error", "invalid_api_key")
+            shown = f"{(given or '')[:8]}****{(given or '')[-4:]}"  # as OpenAI quotes a refused key
+            message = (
+                f"Incorrect API key provided: {shown}. You can find your API key at platform.openai.com."
             )
+            await _json(send, 401, _error(message, "invalid_request_error", "invalid_api_key"))
             return
         problem = self._check(body, azure)
         if problem:

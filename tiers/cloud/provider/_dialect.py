@@ -142,10 +142,11 @@ def failure_of(
     """
     said = f"the provider answered {status}: {message[:500]}"
     if status in (401, 403):
+        # Not the provider's message: OpenAI's quotes part of the refused key.
         return KeyRefused(
             tier,
-            f"the provider refused the key ({status}: {message[:200]}); check the key the tier's "
-            "api_key_env or api_key_file names, and that it may use this model",
+            f"the provider refused the key ({status}{' ' + code if code else ''}); check the key the "
+            "tier's api_key_env or api_key_file names, and that it may use this model",
         )
     if status == 429:
         return TierOverloaded(tier, said, retry_after_s(headers), reason="rate_limited")

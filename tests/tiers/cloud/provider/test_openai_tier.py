@@ -6,6 +6,7 @@ tier down (401)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import msgspec
 import pytest
 
 from tests.standins.openai_provider import OpenAIStandIn
-from tests.standins.tls import ServerThread, TestCA
+from tests.standins.tls import H2ServerThread, ServerThread, TestCA
 from tiers import (
     Finished,
     Generation,
@@ -210,7 +211,8 @@ async def test_a_refused_key_takes_the_tier_down_saying_what_to_fix_and_never_th
         await collect(tier.generate(Generation(messages=HELLO)))
     state = tier.state()
     assert state.health is Health.DOWN and "api_key_env" in state.detail
-    assert "sk-wrong-key-987" not in repr(state.as_dict())
+    assert "invalid_api_key" in state.detail
+    assert "sk-wrong" not in repr(state.as_dict()) and "-987" not in repr(state.as_dict())
     with pytest.raises(TierUnavailable, match="refused the key"):  # not retried: down, no call made
         await collect(tier.generate(Generation(messages=HELLO)))
     await tier.aclose()
@@ -250,3 +252,23 @@ async def test_https_proxy_from_the_environment_is_honoured(
     with pytest.raises(TierUnavailable, match=r"ProxyError|ConnectError"):
         await collect(tier.generate(Generation(messages=HELLO)))
     await tier.aclose()
+
+
+async def test_http2_where_the_provider_offers_it_with_calls_sharing_one_connection(ca: TestCA) -> None:
+    app = OpenAIStandIn(KEY)
+    server = H2ServerThread(app, ca).start()
+    try:
+        tier = await started(config(server.url, ca))
+        first = await collect(tier.generate(Generation(messages=HELLO)))  # the connection; then 4 at once
+        answers = [
+            first,
+            *await asyncio.gather(*(collect(tier.generate(Generation(messages=HELLO))) for _ in range(4))),
+        ]
+        streamed = await collect(tier.generate(Generation(messages=HELLO, stream=True)))
+        await tier.aclose()
+    finally:
+        server.stop()
+    assert [a.text for a in [*answers, streamed]] == ["Echo: hello there provider"] * 6
+    assert {r.http_version for r in app.requests} == {"2"}
+    assert len({r.client for r in app.requests}) == 1  # multiplexed on one connection
+    assert app.invalid == []
