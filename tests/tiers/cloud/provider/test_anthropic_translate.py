@@ -293,7 +293,8 @@ def test_errors_are_read_as_the_tier_needs() -> None:
     assert isinstance(limited, TierOverloaded) and limited.retry_after_s == 7
     assert type(dialect.failure(529, {}, body("overloaded_error", "Overloaded"))) is TierUnavailable
     assert type(dialect.failure(500, {}, body("api_error", "boom"))) is TierUnavailable
-    assert isinstance(dialect.failure(401, {}, body("authentication_error", "invalid x-api-key")), KeyRefused)
+    refused = dialect.failure(401, {}, body("authentication_error", "invalid x-api-key"))
+    assert isinstance(refused, KeyRefused) and "401 authentication_error" in refused.message
     too_long = dialect.failure(400, {}, body("invalid_request_error", "prompt is too long: 250000 tokens"))
     assert isinstance(too_long, TierRejected) and too_long.code == "context_length_exceeded"
     bad = dialect.failure(400, {}, body("invalid_request_error", "messages.0: bad"))

@@ -134,6 +134,8 @@ class AnthropicDialect:
         message, kind = error_detail(body)
         if status == 400 and "prompt is too long" in message:  # Anthropic's words for it
             return failure_of(self._tier, status, headers, message, "context_length_exceeded", "messages")
+        if status in (401, 403):  # the reason names Anthropic's error type (authentication_error, ...)
+            return failure_of(self._tier, status, headers, message, kind)
         return failure_of(self._tier, status, headers, f"{kind}: {message}" if kind else message)
 
     def headroom(self, headers: Mapping[str, str]) -> Headroom | None:
