@@ -13,6 +13,7 @@ to meet a 429."""
 from __future__ import annotations
 
 import dataclasses
+import ssl
 import time
 from collections.abc import AsyncGenerator, Mapping
 from urllib.parse import urlsplit
@@ -97,8 +98,12 @@ class ProviderTier:
         return TierState(self.name, health, in_flight=self._in_flight, detail=detail, provider=account)
 
     async def start(self) -> None:
-        if self._client is None:
+        if self._client is not None:
+            return
+        try:
             self._client = client_for(self._config)
+        except (OSError, ssl.SSLError) as exc:  # the gateway starts; this tier says why it cannot serve
+            self._down_why, self._down_until = f"cannot use ca_file {self._config.ca_file}: {exc}", 0.0
 
     async def aclose(self) -> None:
         if self._client is not None:

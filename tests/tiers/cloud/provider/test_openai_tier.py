@@ -272,3 +272,16 @@ async def test_http2_where_the_provider_offers_it_with_calls_sharing_one_connect
     assert {r.http_version for r in app.requests} == {"2"}
     assert len({r.client for r in app.requests}) == 1  # multiplexed on one connection
     assert app.invalid == []
+
+
+async def test_an_unreadable_ca_file_takes_the_tier_down_saying_so(
+    standin: tuple[OpenAIStandIn, str], ca: TestCA, tmp_path: Path
+) -> None:
+    bad = tmp_path / "not-a-ca.pem"
+    bad.write_text("not a certificate")
+    tier = await started(config(standin[1], ca, ca_file=str(bad)))
+    state = tier.state()
+    assert state.health is Health.DOWN and "cannot use ca_file" in state.detail
+    with pytest.raises(TierUnavailable, match="ca_file"):
+        await collect(tier.generate(Generation(messages=HELLO)))
+    await tier.aclose()
