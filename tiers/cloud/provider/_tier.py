@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 import httpx
 import msgspec
 
-from tiers._errors import KeyRefused, TierFailed, TierTimeout, TierUnavailable
+from tiers._errors import KeyRefused, TierFailed, TierOverloaded, TierTimeout, TierUnavailable
 from tiers._events import Event, Started
 from tiers._types import Capabilities, Generation, Health, MediaLimits, Modality, TierState
 from tiers.cloud.provider._config import ProviderConfig
@@ -57,6 +57,7 @@ class ProviderTier:
         self._in_flight = 0
         self._headroom: Headroom | None = None
         self._headroom_until = 0.0  # monotonic: when an exhausted headroom refills
+        self._retry_at = 0.0  # monotonic: a 429's retry-after, not called before
 
     def _load_key(self) -> Dialect:
         """The dialect with the key read now; without a key the tier is down, saying why."""
@@ -84,6 +85,8 @@ class ProviderTier:
             return Health.DOWN, self._down_why
         if self._headroom is not None and self._headroom.exhausted() and now < self._headroom_until:
             return Health.DOWN, f"rate limit used up; refills in {self._headroom_until - now:.0f} s"
+        if now < self._retry_at:
+            return Health.DOWN, f"rate limited by the provider; retry after {self._retry_at - now:.0f} s"
         return Health.READY, ""
 
     def state(self) -> TierState:
@@ -138,6 +141,8 @@ class ProviderTier:
                 self._note(response.headers)
                 if response.status_code >= 300:
                     error = dialect.failure(response.status_code, response.headers, await response.aread())
+                    if isinstance(error, TierOverloaded):  # honour its retry-after: not called until then
+                        self._retry_at = time.monotonic() + error.retry_after_s
                     if isinstance(error, KeyRefused):
                         self._down_why, self._down_until = (
                             error.message,

@@ -285,3 +285,18 @@ async def test_an_unreadable_ca_file_takes_the_tier_down_saying_so(
     with pytest.raises(TierUnavailable, match="ca_file"):
         await collect(tier.generate(Generation(messages=HELLO)))
     await tier.aclose()
+
+
+async def test_a_429s_retry_after_alone_keeps_calls_away_until_it_passes(
+    app: OpenAIStandIn, standin: tuple[OpenAIStandIn, str], ca: TestCA
+) -> None:
+    tier = await started(config(standin[1], ca))
+    app.fail("429bare")
+    with pytest.raises(TierOverloaded):
+        await collect(tier.generate(Generation(messages=HELLO)))
+    state = tier.state()
+    assert state.health is Health.DOWN and "retry after 2 s" in state.detail
+    with pytest.raises(TierUnavailable, match="rate limited"):  # not called: one request reached it
+        await collect(tier.generate(Generation(messages=HELLO)))
+    assert len(app.requests) == 1
+    await tier.aclose()
