@@ -18,7 +18,8 @@ prompt are reported as read from the cache.
 Faults, on demand (:meth:`OpenAIStandIn.fail`), for the next ``times`` requests (of one model, or
 any): ``429`` (``retry-after`` and ``x-ratelimit-*`` headers), ``500``, ``stall`` (no answer for
 ``stall_s``), ``429bare`` (``retry-after`` alone), ``midstream`` (two chunks, then an ``error``
-chunk), ``401`` (the key refused), ``400`` (a context-length error). The anthropic stand-in mirrors
+chunk), ``401`` (the key refused), ``400`` (a context-length error), ``garbled`` (content that is
+not JSON). The anthropic stand-in mirrors
 this module's shape.
 """
 
@@ -54,7 +55,7 @@ _PARAMS = {
     True: pydantic.TypeAdapter(CompletionCreateParamsStreaming),
 }
 _KNOWN = set(get_type_hints(CompletionCreateParamsNonStreaming)) | {"stream"}
-FAULTS = ("429", "429bare", "500", "stall", "midstream", "401", "400")
+FAULTS = ("429", "429bare", "500", "stall", "midstream", "401", "400", "garbled")
 
 
 @dataclass
@@ -190,6 +191,8 @@ class OpenAIStandIn:
         if fault == "stall":
             await asyncio.sleep(self.stall_s)
         answer = _answer(body, model, self.cached_tokens)
+        if fault == "garbled":  # content that breaks a json response_format, as a lax vendor's might
+            answer.choices[0].message.content = "{not json"
         if body.get("stream"):
             await self._stream(send, body, answer, midstream=fault == "midstream")
         else:

@@ -22,8 +22,9 @@ import httpx
 import msgspec
 
 from tiers._errors import KeyRefused, TierFailed, TierOverloaded, TierTimeout, TierUnavailable
-from tiers._events import Event, Started
+from tiers._events import ChoiceDone, Event, Finished, Started
 from tiers._types import Capabilities, Generation, Health, MediaLimits, Modality, TierState
+from tiers.cloud._checks import OutputCheck
 from tiers.cloud.provider._config import ProviderConfig
 from tiers.cloud.provider._dialect import Dialect, Headroom
 from tiers.cloud.provider._dialects import dialect_for
@@ -149,8 +150,13 @@ class ProviderTier:
                             time.monotonic() + self._config.key_retry_s,
                         )
                     raise error
+                check, reasons = OutputCheck(gen, self.name), dict[int, str]()
                 if not gen.stream:
                     events = dialect.answer(await response.aread(), gen)
+                    for event in events:
+                        _checked(
+                            check, reasons, event
+                        )  # refused before anything is sent: the plan may move on
                     begun = True
                     yield Started(self._instance, self._config.model)
                     for event in events:
@@ -160,6 +166,7 @@ class ProviderTier:
                     if not begun:
                         begun = True
                         yield Started(self._instance, self._config.model)
+                    _checked(check, reasons, event)
                     yield event
                     if time.monotonic() > deadline:
                         raise TierFailed(
@@ -187,3 +194,15 @@ class ProviderTier:
             raise TierFailed(self.name, f"the provider's answer is not its protocol's: {exc}") from None
         finally:
             self._in_flight -= 1
+
+
+def _checked(check: OutputCheck, reasons: dict[int, str], event: Event) -> None:
+    """Feed ``event`` to the request's output check; at the answer's end, raise
+    :class:`~tiers.OutputRefused` if a tool call or the content breaks what the request demanded (the
+    same check as the vLLM pool's: a tool not offered, arguments or content against their schema)."""
+    if isinstance(event, ChoiceDone):
+        reasons[event.choice] = event.reason
+    elif isinstance(event, Finished):
+        check.finished({0: event.reason, **reasons})
+    else:
+        check.piece(event)

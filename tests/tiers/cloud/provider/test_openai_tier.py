@@ -20,6 +20,7 @@ from tiers import (
     Generation,
     Health,
     KeyRefused,
+    OutputRefused,
     Started,
     TierFailed,
     TierOverloaded,
@@ -299,4 +300,20 @@ async def test_a_429s_retry_after_alone_keeps_calls_away_until_it_passes(
     with pytest.raises(TierUnavailable, match="rate limited"):  # not called: one request reached it
         await collect(tier.generate(Generation(messages=HELLO)))
     assert len(app.requests) == 1
+    await tier.aclose()
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+async def test_an_answer_that_breaks_the_requests_format_is_refused_not_passed_on(
+    app: OpenAIStandIn, standin: tuple[OpenAIStandIn, str], ca: TestCA, stream: bool
+) -> None:
+    tier = await started(config(standin[1], ca))
+    app.fail("garbled")
+    gen = Generation(messages=HELLO, response_format={"type": "json_object"}, stream=stream)
+    events = tier.generate(gen)
+    if stream:  # the pieces went on; the end is refused, so no Finished says it was whole
+        assert isinstance(await anext(events), Started)
+    with pytest.raises(OutputRefused, match="not valid JSON"):
+        async for event in events:
+            assert not isinstance(event, Finished)
     await tier.aclose()
