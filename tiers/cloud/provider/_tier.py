@@ -12,6 +12,7 @@ to meet a 429."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import ssl
 import time
@@ -137,7 +138,8 @@ class ProviderTier:
         self._in_flight += 1
         try:
             request = self._client.build_request("POST", outgoing.url, headers=headers, content=outgoing.body)
-            response = await self._client.send(request, stream=True)
+            async with asyncio.timeout(self._config.timeouts.total_s):  # no yield inside: safe here
+                response = await self._client.send(request, stream=True)
             try:
                 self._note(response.headers)
                 if response.status_code >= 300:
@@ -152,11 +154,11 @@ class ProviderTier:
                     raise error
                 check, reasons = OutputCheck(gen, self.name), dict[int, str]()
                 if not gen.stream:
-                    events = dialect.answer(await response.aread(), gen)
-                    for event in events:
-                        _checked(
-                            check, reasons, event
-                        )  # refused before anything is sent: the plan may move on
+                    async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                        body = await response.aread()
+                    events = dialect.answer(body, gen)
+                    for event in events:  # refused before anything is sent: the plan may move on
+                        _checked(check, reasons, event)
                     begun = True
                     yield Started(self._instance, self._config.model)
                     for event in events:
@@ -174,7 +176,7 @@ class ProviderTier:
                         )
             finally:
                 await response.aclose()
-        except httpx.TimeoutException as exc:
+        except (httpx.TimeoutException, TimeoutError) as exc:
             if begun:
                 raise TierFailed(
                     self.name, f"the provider stalled mid-answer ({type(exc).__name__})"

@@ -7,6 +7,7 @@ tier down (401)."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -316,4 +317,17 @@ async def test_an_answer_that_breaks_the_requests_format_is_refused_not_passed_o
     with pytest.raises(OutputRefused, match="not valid JSON"):
         async for event in events:
             assert not isinstance(event, Finished)
+    await tier.aclose()
+
+
+async def test_total_s_bounds_a_call_whose_first_byte_is_within_its_own_deadline(
+    app: OpenAIStandIn, standin: tuple[OpenAIStandIn, str], ca: TestCA
+) -> None:
+    timeouts = {"connect_s": 2, "first_byte_s": 10.0, "total_s": 0.5}
+    tier = await started(config(standin[1], ca, timeouts=timeouts))
+    app.fail("stall")
+    started_at = time.monotonic()
+    with pytest.raises(TierTimeout):
+        await collect(tier.generate(Generation(messages=HELLO)))
+    assert time.monotonic() - started_at < 2.0
     await tier.aclose()
