@@ -85,7 +85,11 @@ class ProviderTier:
             self._dialect = self._load_key()  # a refused key's wait is over: read it again, try once more
         if self._down_why:
             return Health.DOWN, self._down_why
-        if self._headroom is not None and self._headroom.exhausted() and now < self._headroom_until:
+        if (
+            self._headroom is not None
+            and self._headroom.exhausted(self._in_flight)
+            and now < self._headroom_until
+        ):
             return Health.DOWN, f"rate limit used up; refills in {self._headroom_until - now:.0f} s"
         if now < self._retry_at:
             return Health.DOWN, f"rate limited by the provider; retry after {self._retry_at - now:.0f} s"

@@ -30,7 +30,7 @@ from tiers import (
     TierUnavailable,
     collect,
 )
-from tiers.cloud.provider import ProviderConfig, ProviderTier
+from tiers.cloud.provider import Headroom, ProviderConfig, ProviderTier, dialect_for
 
 KEY = "sk-standin-tier-0123456789"
 HELLO = [{"role": "user", "content": "hello there provider"}]
@@ -331,3 +331,17 @@ async def test_total_s_bounds_a_call_whose_first_byte_is_within_its_own_deadline
         await collect(tier.generate(Generation(messages=HELLO)))
     assert time.monotonic() - started_at < 2.0
     await tier.aclose()
+
+
+def test_headroom_is_used_up_by_the_calls_in_flight_and_read_from_openais_headers() -> None:
+    assert Headroom(requests=0).exhausted() and Headroom(tokens=0).exhausted()
+    assert Headroom(requests=2).exhausted(in_flight=2) and not Headroom(requests=3).exhausted(in_flight=2)
+    assert not Headroom().exhausted(in_flight=5)  # nothing said: nothing known to be used up
+    cfg = msgspec.convert({"base_url": "https://api.openai.com/v1", "model": "m"}, ProviderConfig)
+    headers = {
+        "x-ratelimit-remaining-requests": "4999",
+        "x-ratelimit-remaining-tokens": "0",
+        "x-ratelimit-reset-requests": "12ms",
+        "x-ratelimit-reset-tokens": "6m0.5s",
+    }
+    assert dialect_for("gpt", cfg, "k").headroom(headers) == Headroom(4999, 0, 360.5)
