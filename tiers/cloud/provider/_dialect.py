@@ -69,8 +69,10 @@ class Headroom:
     tokens: int | None = None
     reset_s: float | None = None
 
-    def exhausted(self) -> bool:
-        return self.requests == 0 or self.tokens == 0
+    def exhausted(self, in_flight: int = 0) -> bool:
+        """None left for another call: no tokens, or no more requests than are in flight already (each
+        of those will take one of them)."""
+        return (self.requests is not None and self.requests <= in_flight) or self.tokens == 0
 
 
 class Dialect(Protocol):
