@@ -7,6 +7,10 @@ key, for that tenant only; an inference key (role ``tenant``) and open mode get 
 admin key creates ``tenant-admin`` keys, and only an admin key sets, changes or rotates a key's own
 limits (budgets, tiers, models, expiry, per-minute counts): a tenant-admin key may mint keys for its
 tenant, but not lift or set what keys are allowed.
+
+A person signed in through single sign-on comes as a caller too: a viewer reads what an admin reads
+and every change is refused (403, :mod:`gateway.accounts.tenants._access`); a tenant admin among them acts as a
+tenant-admin key of each of their tenants.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import asyncio
 from collections.abc import Collection
 from typing import Any
 
+from gateway.accounts.tenants import check_not_read_only
 from gateway.accounts.ledger import ReportQuery, cost_report
 from gateway.accounts.tenants import (
     NO_LIMITS,
@@ -63,30 +68,38 @@ class AdminService:
         )
 
     async def tenants(self, caller: Caller) -> list[Tenant]:
-        if caller.is_admin:
+        if caller.sees_all:
             return await asyncio.to_thread(self._store.list_tenants)
-        assert caller.tenant is not None
-        return [await asyncio.to_thread(self._store.tenant, caller.tenant.name)]
+        found = []
+        for name in caller.tenant_names:
+            try:
+                found.append(await asyncio.to_thread(self._store.tenant, name))
+            except NotFound:  # a group names a tenant not (or no longer) there
+                continue
+        return found
 
     async def tenant(self, caller: Caller, name: str) -> Tenant:
         self._visible(caller, name)
         return await asyncio.to_thread(self._store.tenant, name)
 
     async def create_tenant(self, caller: Caller, name: str, limits: dict[str, int] | None) -> Tenant:
+        check_not_read_only(caller)
         if not caller.is_admin:
             raise PermissionDenied("only an admin key can create tenants")
         return await asyncio.to_thread(self._store.create_tenant, name, limits)
 
     async def keys(self, caller: Caller, tenant: str) -> list[KeyInfo]:
+        if caller.read_only:  # a viewer lists every tenant's keys
+            self._visible(caller, tenant)
+            return await asyncio.to_thread(self._store.list_keys, tenant)
         self._manages_keys(caller, tenant)
         return await asyncio.to_thread(self._store.list_keys, tenant)
 
     async def all_keys(self, caller: Caller) -> list[KeyInfo]:
-        """Every key (an admin), or the caller's tenant's (a tenant-admin key)."""
-        if caller.is_admin:
+        """Every key (an admin, a viewer), or the caller's tenants' (a tenant admin)."""
+        if caller.sees_all:
             return await asyncio.to_thread(self._store.list_keys, None)
-        assert caller.tenant is not None
-        return await self.keys(caller, caller.tenant.name)
+        return [key for name in caller.tenant_names for key in await self.keys(caller, name)]
 
     async def create_key(
         self,
@@ -97,6 +110,7 @@ class AdminService:
         limits: dict[str, Any] | None = None,
     ) -> NewKey:
         """``limits``: the key's own (field → value as the API takes it); an admin key only."""
+        check_not_read_only(caller)
         self._manages_keys(caller, tenant)
         if role == TENANT_ADMIN and not caller.is_admin:
             raise PermissionDenied("only an admin key creates tenant-admin keys")
@@ -107,14 +121,15 @@ class AdminService:
 
     async def key(self, caller: Caller, key_id: str) -> KeyInfo:
         key = await asyncio.to_thread(self._store.key, key_id)
-        if not caller.is_admin and (key.tenant is None or not caller.may_see(key.tenant)):
+        if not caller.sees_all and (key.tenant is None or not caller.may_see(key.tenant)):
             raise NotFound(f"no key with id {key_id!r}")
-        if key.tenant is not None:
+        if key.tenant is not None and not caller.read_only:
             self._manages_keys(caller, key.tenant)
         return key
 
     async def update_key(self, caller: Caller, key_id: str, changes: dict[str, Any]) -> KeyInfo:
         """Change a key's own limits (the fields given; the others stay): an admin key only."""
+        check_not_read_only(caller)
         key = await self.key(caller, key_id)
         if not caller.is_admin:
             raise PermissionDenied("only an admin key changes a key's limits")
@@ -124,6 +139,7 @@ class AdminService:
 
     async def rotate_key(self, caller: Caller, key_id: str, overlap_hours: float) -> NewKey:
         """A new secret for the key; the old one works ``overlap_hours`` more: an admin key only."""
+        check_not_read_only(caller)
         await self.key(caller, key_id)
         if not caller.is_admin:
             raise PermissionDenied("only an admin key rotates keys")
@@ -132,6 +148,7 @@ class AdminService:
         return rotated
 
     async def revoke_key(self, caller: Caller, key_id: str) -> KeyInfo:
+        check_not_read_only(caller)
         await self.key(caller, key_id)
         revoked = await asyncio.to_thread(self._store.revoke_key, key_id)
         self._auth.forget(key_id)
@@ -147,11 +164,10 @@ class AdminService:
         tag: str | None = None,
     ) -> dict[str, Any]:
         """``tag``: only rows carrying it (``team=search``); ``group_by`` may name ``tag:<key>``."""
-        if not caller.is_admin:
-            assert caller.tenant is not None
-            tenant = tenant or caller.tenant.name
+        if not caller.sees_all:
+            tenant = tenant or caller.tenant_names[0]
         query = ReportQuery.parse(tenant, since, until, group_by, tag)
-        if not caller.is_admin and "tenant" in query.group_by:
+        if not caller.sees_all and "tenant" in query.group_by:
             raise PermissionDenied("only an admin key can group costs by tenant")
         tenant_id = None
         if query.tenant is not None:

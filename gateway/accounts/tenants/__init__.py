@@ -5,6 +5,7 @@
 a :class:`RateLimiter` (in-process or Redis) admits or refuses each request.
 """
 
+from gateway.accounts.tenants._access import READ_ONLY, check_change, check_not_read_only, check_read
 from gateway.accounts.tenants._auth import Authenticator, key_of
 from gateway.accounts.tenants._keylimits import NO_LIMITS, KeyLimits, check_tiers, checked_limits
 from gateway.accounts.tenants._keys import hash_key, key_id_of, matches, new_key
@@ -22,6 +23,7 @@ from gateway.accounts.tenants._models import (
     OPEN_MODE_KEY_ID,
     TENANT,
     TENANT_ADMIN,
+    VIEWER,
     TENANT_ROLES,
     Caller,
     KeyInfo,
@@ -39,6 +41,7 @@ __all__ = [
     "OPEN_MODE_KEY_ID",
     "TENANT",
     "TENANT_ADMIN",
+    "VIEWER",
     "TENANT_ROLES",
     "Authenticator",
     "Caller",
@@ -54,6 +57,10 @@ __all__ = [
     "Tenant",
     "TenantLimits",
     "TenantStore",
+    "READ_ONLY",
+    "check_change",
+    "check_not_read_only",
+    "check_read",
     "check_tenant_name",
     "check_tiers",
     "checked_limits",
