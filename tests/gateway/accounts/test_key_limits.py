@@ -111,7 +111,7 @@ def test_a_v5_database_gains_the_key_columns_and_its_keys_keep_working(tmp_path:
     with sqlite3.connect(path) as conn:  # back to v5: the api_keys table as it was
         conn.executescript(
             """
-            DELETE FROM schema_version WHERE version = 6;
+            DELETE FROM schema_version WHERE version >= 6;
             CREATE TABLE k5 AS SELECT id, tenant_id, role, key_hash, name, created_at, revoked_at FROM api_keys;
             DROP TABLE api_keys;
             ALTER TABLE k5 RENAME TO api_keys;
