@@ -9,17 +9,24 @@ limits (budgets, tiers, models, expiry, per-minute counts): a tenant-admin key m
 tenant, but not lift or set what keys are allowed.
 
 A person signed in through single sign-on comes as a caller too: a viewer reads what an admin reads
-and every change is refused (403, :mod:`gateway.accounts.tenants._access`); a tenant admin among them acts as a
-tenant-admin key of each of their tenants.
+and every change is refused (403, :mod:`gateway.accounts.tenants._access`); a tenant admin among them
+acts as a tenant-admin key of each of their tenants.
+
+Every change is made by the store with the caller as the audit trail's actor (its key's id and
+client address), in the change's own transaction. The trail is read by an admin (every row) and by
+a tenant-admin key (its tenant's rows only); an inference key reads none.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Collection
 from typing import Any
 
-from gateway.accounts.tenants import check_not_read_only
+import msgspec
+
+from gateway.accounts.audit import Actor, AuditQuery, AuditTrail
 from gateway.accounts.ledger import ReportQuery, cost_report
 from gateway.accounts.tenants import (
     NO_LIMITS,
@@ -37,12 +44,28 @@ from gateway.accounts.tenants import (
     checked_limits,
 )
 from gateway.errors import NotFound, PermissionDenied
+from gateway.ops.clients import CLIENT_HOST
+
+
+def actor_of(caller: Caller) -> Actor:
+    """The audit trail's actor for a request's caller: the person, or its key's id; and the client's
+    address."""
+    if caller.person:  # signed in through single sign-on: the person, never a token
+        return Actor.of_person(caller.person, CLIENT_HOST.get())
+    return Actor.of_key(caller.key_id, CLIENT_HOST.get())
 
 
 class AdminService:
-    def __init__(self, store: TenantStore, auth: Authenticator, tiers: Collection[str] = ()) -> None:
+    def __init__(
+        self,
+        store: TenantStore,
+        auth: Authenticator,
+        tiers: Collection[str] = (),
+        trail: AuditTrail | None = None,
+    ) -> None:
         """``tiers``: this gateway's tier names, which a key's ``tiers`` must name (none: unchecked)."""
         self._store = store
+        self._trail = trail or AuditTrail(store.engine)
         self._auth = auth
         self._tiers = tuple(tiers)
 
@@ -86,7 +109,9 @@ class AdminService:
         check_not_read_only(caller)
         if not caller.is_admin:
             raise PermissionDenied("only an admin key can create tenants")
-        return await asyncio.to_thread(self._store.create_tenant, name, limits)
+        return await asyncio.to_thread(
+            functools.partial(self._store.create_tenant, actor=actor_of(caller)), name, limits
+        )
 
     async def keys(self, caller: Caller, tenant: str) -> list[KeyInfo]:
         if caller.read_only:  # a viewer lists every tenant's keys
@@ -117,7 +142,8 @@ class AdminService:
         own = self._limits(limits or {})
         if own != NO_LIMITS and not caller.is_admin:
             raise PermissionDenied("only an admin key sets a key's limits")
-        return await asyncio.to_thread(self._store.create_key, tenant, name, role, own)
+        create = functools.partial(self._store.create_key, actor=actor_of(caller))
+        return await asyncio.to_thread(create, tenant, name, role, own)
 
     async def key(self, caller: Caller, key_id: str) -> KeyInfo:
         key = await asyncio.to_thread(self._store.key, key_id)
@@ -133,7 +159,8 @@ class AdminService:
         key = await self.key(caller, key_id)
         if not caller.is_admin:
             raise PermissionDenied("only an admin key changes a key's limits")
-        updated = await asyncio.to_thread(self._store.update_key, key_id, self._limits(changes, key.limits))
+        update = functools.partial(self._store.update_key, actor=actor_of(caller))
+        updated = await asyncio.to_thread(update, key_id, self._limits(changes, key.limits))
         self._auth.forget(key_id)
         return updated
 
@@ -143,14 +170,17 @@ class AdminService:
         await self.key(caller, key_id)
         if not caller.is_admin:
             raise PermissionDenied("only an admin key rotates keys")
-        rotated = await asyncio.to_thread(self._store.rotate_key, key_id, overlap_hours * 3600)
+        rotate = functools.partial(self._store.rotate_key, actor=actor_of(caller))
+        rotated = await asyncio.to_thread(rotate, key_id, overlap_hours * 3600)
         self._auth.forget(key_id)
         return rotated
 
     async def revoke_key(self, caller: Caller, key_id: str) -> KeyInfo:
         check_not_read_only(caller)
         await self.key(caller, key_id)
-        revoked = await asyncio.to_thread(self._store.revoke_key, key_id)
+        revoked = await asyncio.to_thread(
+            functools.partial(self._store.revoke_key, actor=actor_of(caller)), key_id
+        )
         self._auth.forget(key_id)
         return revoked
 
@@ -173,3 +203,15 @@ class AdminService:
         if query.tenant is not None:
             tenant_id = (await self.tenant(caller, query.tenant)).id
         return await asyncio.to_thread(cost_report, self._store.engine, query, tenant_id)
+
+    async def audit(self, caller: Caller, query: AuditQuery) -> dict[str, Any]:
+        """A page of the audit trail: every row for an admin or a viewer, its tenants' for a tenant admin."""
+        if caller.sees_all:  # an admin, a viewer
+            scope = query.tenants
+        elif caller.role == TENANT_ADMIN and caller.tenant_names:
+            mine = frozenset(caller.tenant_names)
+            scope = mine if query.tenants is None else query.tenants & mine
+        else:
+            raise PermissionDenied("the audit trail is read with an admin key or a tenant-admin key")
+        scoped = msgspec.structs.replace(query, tenants=scope)
+        return await asyncio.to_thread(self._trail.page, scoped)

@@ -1,5 +1,6 @@
 """A database written by an older schema gains the media-seconds limit columns and the ledger's
-metadata (v3), tags (v4, and the ledger_tags table) and endpoint (v5) columns on open."""
+metadata (v3), tags (v4, and the ledger_tags table) and endpoint (v5) columns, and the audit
+trail's tables (v7), on open."""
 
 from __future__ import annotations
 
@@ -32,10 +33,10 @@ def test_a_v1_database_is_migrated_and_a_fresh_one_is_created_current(tmp_path: 
         assert {"video_seconds_per_min", "audio_seconds_per_min"} <= columns
         with engine.connect() as conn:
             versions = conn.execute(select(schema_version.c.version)).scalars().all()
-        assert max(versions) == SCHEMA_VERSION == 6
+        assert max(versions) == SCHEMA_VERSION == 7
         ledger = {c["name"] for c in inspect(engine).get_columns("ledger")}
         assert {"metadata", "tags", "endpoint"} <= ledger
-        assert "ledger_tags" in inspect(engine).get_table_names()
+        assert {"ledger_tags", "audit_log", "audit_head"} <= set(inspect(engine).get_table_names())
         engine.dispose()
 
 
