@@ -10,7 +10,7 @@ from litestar.datastructures import Cookie
 from litestar.response import Template
 
 from admin_ui._guard import AnyRequest, Operator
-from admin_ui._sessions import SessionStore
+from admin_ui._sessions import PATH, SessionStore
 from gateway.accounts.people import RelyingParty
 from gateway.errors import GatewayError, error_response
 from gateway.services import Services, services_of
@@ -44,6 +44,21 @@ class UI:
 def services(request: AnyRequest) -> Services:
     """The gateway's running services (the admin UI sees tiers and accounts only through them)."""
     return services_of(request.app.state)
+
+
+def cookie(request: AnyRequest, key: str, value: str, max_age: int | None, path: str = PATH) -> Cookie:
+    """An admin cookie: HttpOnly, SameSite=Lax (see admin_ui._sessions for why not Strict)."""
+    return Cookie(
+        key=key,
+        value=value,
+        path=path,
+        max_age=max_age,
+        httponly=True,
+        samesite="lax",
+        # Secure over HTTPS (as a trusted proxy reports it, too), and whenever the gateway listens
+        # beyond loopback: a session cookie must not travel over a network in the clear.
+        secure=request.url.scheme == "https" or not services(request).settings.server.on_loopback,
+    )
 
 
 def page(

@@ -4,9 +4,10 @@ A page without a valid session redirects to the sign-in page (303); a data endpo
 401 in OpenAI's error shape.  A key's session is valid while the admin key it was opened with still
 exists, is an admin key and is not revoked; a person's (single sign-on) until the ID token expires.
 What the operator may then see and change is decided by :mod:`gateway.accounts.tenants`' one rule
-(``check_read``/``check_change``, also through ``AdminService``), as for the admin API.  Every form post must carry the session's CSRF
-token (``csrf_token``) and, when the browser sends ``Origin``, come from this origin; anything
-else is refused with 403.
+(``check_read``/``check_change``, also through ``AdminService``), as for the admin API.
+
+Every form post must carry the session's CSRF token (``csrf_token``) and, when the browser sends
+``Origin``, come from this origin; anything else is refused with 403.
 """
 
 from __future__ import annotations

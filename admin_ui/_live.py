@@ -14,8 +14,8 @@ from litestar.di import NamedDependency
 from litestar.response import Template
 
 from admin_ui._context import SECURITY_HEADERS, UI, page, services
-from gateway.accounts.tenants import check_read
 from admin_ui._guard import AnyRequest, operator
+from gateway.accounts.tenants import check_read
 from gateway.wire.chat import encode
 
 WINDOW_S = 60.0

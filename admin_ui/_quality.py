@@ -12,8 +12,8 @@ from litestar.params import FromQuery
 from litestar.response import Template
 
 from admin_ui._context import UI, page, services
-from gateway.accounts.tenants import check_read
 from admin_ui._guard import AnyRequest, operator
+from gateway.accounts.tenants import check_read
 
 HOURS_SHOWN = 24
 

@@ -6,38 +6,24 @@ from __future__ import annotations
 import secrets
 
 from litestar import get, post
-from litestar.datastructures import Cookie
 from litestar.di import NamedDependency
 from litestar.params import FromQuery
 from litestar.response import Redirect, Template
 
-from admin_ui._context import UI, page, services
+from admin_ui._context import UI, cookie, page, services
 from admin_ui._guard import (
     AnyRequest,
     CsrfRefused,
     SignInRequired,
     check_origin,
     checked_form,
+    landing,
     operator,
     safe_next,
 )
-from admin_ui._sessions import COOKIE, LOGIN_COOKIE, PATH, same
+from admin_ui._sessions import COOKIE, LOGIN_COOKIE, same
+from admin_ui._sso import record_sign_out
 from gateway.errors import AuthenticationFailed, RateLimited
-
-
-def cookie(request: AnyRequest, key: str, value: str, max_age: int | None, path: str = PATH) -> Cookie:
-    """An admin cookie: HttpOnly, SameSite=Lax (see admin_ui._sessions for why not Strict)."""
-    return Cookie(
-        key=key,
-        value=value,
-        path=path,
-        max_age=max_age,
-        httponly=True,
-        samesite="lax",
-        # Secure over HTTPS (as a trusted proxy reports it, too), and whenever the gateway listens
-        # beyond loopback: a session cookie must not travel over a network in the clear.
-        secure=request.url.scheme == "https" or not services(request).settings.server.on_loopback,
-    )
 
 
 def _form(
@@ -86,7 +72,9 @@ async def sign_in_form(
 @post("/login", name="admin_ui:sign_in")
 async def sign_in(request: AnyRequest, ui: NamedDependency[UI]) -> Template | Redirect:
     if not ui.settings.key_sign_in:
-        raise CsrfRefused("signing in with a key is turned off on this gateway (admin_ui.key_sign_in = false)")
+        raise CsrfRefused(
+            "signing in with a key is turned off on this gateway (admin_ui.key_sign_in = false)"
+        )
     check_origin(request)
     form = await request.form()
     fields = {k: v for k, v in form.items() if isinstance(v, str)}

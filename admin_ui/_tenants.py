@@ -15,7 +15,7 @@ from admin_ui._context import UI, page, services
 from admin_ui._guard import AnyRequest, Operator, checked_form, operator
 from gateway.accounts.admin import AdminService
 from gateway.accounts.tenants import KeyLimits, TenantLimits, check_tenant_name
-from gateway.errors import GatewayError
+from gateway.errors import GatewayError, PermissionDenied
 
 LIMIT_FIELDS = tuple(TenantLimits.__struct_fields__)
 KEY_LIMIT_FIELDS = tuple(KeyLimits.__struct_fields__)
@@ -78,6 +78,8 @@ async def create_tenant(request: AnyRequest, ui: NamedDependency[UI]) -> Templat
     if not errors:
         try:
             await _admin(request).create_tenant(op.caller, name, limits or None)
+        except PermissionDenied:  # not a form error: refused (a viewer, another tenant's admin)
+            raise
         except GatewayError as exc:
             errors[(exc.param or "name").removeprefix("limits.")] = exc.message
     if errors:
@@ -155,6 +157,8 @@ async def key_limits(
     key = await admin.key(op.caller, key_id)
     try:
         await admin.update_key(op.caller, key_id, _key_limit_changes(fields))
+    except PermissionDenied:  # not a form error: refused (a viewer, another tenant's admin)
+        raise
     except GatewayError as exc:
         return await _tenant_page(
             request, op, key.tenant or "", error=f"key {key_id}: {exc.message}", status=400
@@ -171,6 +175,8 @@ async def rotate_key(request: AnyRequest, ui: NamedDependency[UI], key_id: FromP
     try:
         hours = float(fields.get("overlap_hours", "0") or 0)
         rotated = await admin.rotate_key(op.caller, key_id, hours)
+    except PermissionDenied:  # not a form error: refused (a viewer, another tenant's admin)
+        raise
     except (ValueError, GatewayError) as exc:
         message = exc.message if isinstance(exc, GatewayError) else "overlap hours: a number"
         return await _tenant_page(request, op, key.tenant or "", error=f"key {key_id}: {message}", status=400)

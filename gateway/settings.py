@@ -21,8 +21,8 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from cache import CacheConfig, RedisPolicy
-from gateway.accounts.people import OidcSettings
 from gateway.accounts.ledger import PricingSettings
+from gateway.accounts.people import OidcSettings
 from gateway.accounts.quality.settings import FeedbackSettings
 from gateway.accounts.stored_responses import ResponseSettings
 from gateway.accounts.tenants import LimitSettings
@@ -165,6 +165,10 @@ class AdminUISettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     # Signing in with an admin key (the break-glass way in); false removes the form and refuses its posts.
     key_sign_in: bool = True
     oidc: OidcSettings = msgspec.field(default_factory=OidcSettings)  # single sign-on (docs/sso.md)
+
+    def __post_init__(self) -> None:
+        if not self.key_sign_in and not self.oidc.enabled:
+            raise ValueError("admin_ui.key_sign_in = false needs [admin_ui.oidc] (else nobody could sign in)")
 
 
 class EdgeTier(EdgeConfig, frozen=True, tag="edge", tag_field="kind"):

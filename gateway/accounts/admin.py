@@ -40,6 +40,7 @@ from gateway.accounts.tenants import (
     NewKey,
     Tenant,
     TenantStore,
+    check_not_read_only,
     check_tiers,
     checked_limits,
 )

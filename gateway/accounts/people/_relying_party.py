@@ -109,7 +109,9 @@ class RelyingParty:
             try:
                 found = await self._get_json(url)
             except (httpx.HTTPError, ValueError) as exc:
-                raise SignInFailed(f"the identity provider's discovery document could not be read ({exc})") from exc
+                raise SignInFailed(
+                    f"the identity provider's discovery document could not be read ({exc})"
+                ) from exc
             # OpenID Connect Discovery 4.3: the document names the issuer it was asked about.
             if found.get("issuer") != self.settings.issuer:
                 raise SignInFailed("the identity provider's discovery document names another issuer")
@@ -181,13 +183,17 @@ class RelyingParty:
         }
         secret = self.settings.client_secret()
         # client_secret_basic (RFC 6749 2.3.1: both parts form-encoded); a public client sends none.
-        auth = (quote(self.settings.client_id, safe=""), quote(secret, safe="")) if secret else None
+        auth: tuple[str | bytes, str | bytes] | None = None
+        if secret:
+            auth = (quote(self.settings.client_id, safe=""), quote(secret, safe=""))
         try:
-            async with httpx.AsyncClient(timeout=self._timeout_s) as client:
-                reply = await client.post(metadata["token_endpoint"], data=form, auth=auth)
+            async with httpx.AsyncClient(timeout=self._timeout_s, auth=auth) as client:
+                reply = await client.post(metadata["token_endpoint"], data=form)
             tokens = reply.json()
         except (httpx.HTTPError, ValueError) as exc:
-            raise SignInFailed(f"the identity provider's token endpoint did not answer ({type(exc).__name__})") from exc
+            raise SignInFailed(
+                f"the identity provider's token endpoint did not answer ({type(exc).__name__})"
+            ) from exc
         if reply.status_code != 200 or not isinstance(tokens, dict):
             error = tokens.get("error") if isinstance(tokens, dict) else None
             raise SignInFailed(f"the identity provider refused the code ({error or reply.status_code})")
@@ -195,7 +201,9 @@ class RelyingParty:
         if not isinstance(id_token, str):
             raise SignInFailed("the identity provider sent no ID token")
         access_token = tokens.get("access_token")
-        claims = await self.verify(id_token, pending.nonce, access_token if isinstance(access_token, str) else None)
+        claims = await self.verify(
+            id_token, pending.nonce, access_token if isinstance(access_token, str) else None
+        )
         return Verified(claims, id_token, float(claims["exp"]), pending.next_path)
 
     async def verify(self, id_token: str, nonce: str, access_token: str | None = None) -> dict[str, Any]:
@@ -224,7 +232,9 @@ class RelyingParty:
         try:
             claims.validate(now=int(time.time()), leeway=LEEWAY_S)
         except JoseError as exc:
-            raise SignInFailed(f"the ID token was refused: {exc.error} ({exc.description or ''})".strip()) from exc
+            raise SignInFailed(
+                f"the ID token was refused: {exc.error} ({exc.description or ''})".strip()
+            ) from exc
         return dict(claims)
 
     async def end_session_url(self, id_token: str, post_logout_redirect_uri: str) -> str | None:
@@ -235,7 +245,7 @@ class RelyingParty:
             return None
         if not isinstance(endpoint, str):
             return None
-        return add_params_to_uri(
+        url: str = add_params_to_uri(
             endpoint,
             [
                 ("id_token_hint", id_token),
@@ -243,3 +253,4 @@ class RelyingParty:
                 ("client_id", self.settings.client_id),
             ],
         )
+        return url

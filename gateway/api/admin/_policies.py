@@ -23,10 +23,9 @@ from litestar.di import NamedDependency
 from litestar.params import FromPath, FromQuery
 
 import router
-from gateway.accounts.tenants import check_change, check_read
 from gateway.accounts.policies import DEFAULT_KEY, PolicyBook
-from gateway.accounts.tenants import Caller
-from gateway.errors import InvalidRequest, NotFound, PermissionDenied, to_gateway_error
+from gateway.accounts.tenants import Caller, check_change, check_read
+from gateway.errors import InvalidRequest, to_gateway_error
 from gateway.services import Services
 from gateway.wire.chat import encode
 

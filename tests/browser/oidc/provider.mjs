@@ -33,7 +33,7 @@ let idTokenTtl = 3600;
 let tamperNext = false;
 
 const page = (title, body) => `<!doctype html><html lang="en"><head><meta charset="utf-8">
-<title>${title}</title></head><body><main><h1>${title}</h1>${body}</main></body></html>`;
+<title>${title}</title><link rel="icon" href="data:,"></head><body><main><h1>${title}</h1>${body}</main></body></html>`;
 
 const provider = new Provider(ISSUER, {
   clients: [
@@ -153,6 +153,10 @@ const server = http.createServer(async (req, res) => {
     if (url.pathname === '/test/tamper-next-id-token' && req.method === 'POST') {
       tamperNext = true;
       return res.end('ok');
+    }
+    if (url.pathname === '/favicon.ico') {
+      res.statusCode = 204;
+      return res.end();
     }
     if (url.pathname === '/test/echo') {
       res.setHeader('content-type', 'application/json');
