@@ -26,9 +26,7 @@ from admin_ui._sso import record_sign_out
 from gateway.errors import AuthenticationFailed, RateLimited
 
 
-def _form(
-    request: AnyRequest, ui: UI, next_path: str, error: str = "", status: int = 200, notice: str = ""
-) -> Template:
+def _form(request: AnyRequest, ui: UI, next_path: str, error: str = "", status: int = 200) -> Template:
     """The sign-in page: single sign-on's button and/or the key form, with a fresh CSRF token in a
     cookie and in the form (double submit)."""
     token = secrets.token_urlsafe(32)
@@ -40,7 +38,6 @@ def _form(
         login_csrf=token,
         next_path=next_path,
         error=error,
-        notice=notice,
         key_sign_in=ui.settings.key_sign_in,
         sso_name=ui.settings.oidc.display_name if ui.sso is not None else "",
         cookies=[cookie(request, LOGIN_COOKIE, token, 3600)] if ui.settings.key_sign_in else [],
@@ -61,12 +58,11 @@ async def sign_in_form(
     request: AnyRequest,
     ui: NamedDependency[UI],
     next: FromQuery[str | None] = None,
-    signed_out: FromQuery[bool] = False,
 ) -> Template | Redirect:
     session = ui.sessions.get(request.cookies.get(COOKIE))
     if session is not None:
         return Redirect(safe_next(next, landing(session.person) if session.person else None), status_code=303)
-    return _form(request, ui, safe_next(next, ""), notice="You are signed out." if signed_out else "")
+    return _form(request, ui, safe_next(next, ""))
 
 
 @post("/login", name="admin_ui:sign_in")
@@ -112,7 +108,7 @@ async def sign_out(request: AnyRequest, ui: NamedDependency[UI]) -> Redirect | T
         back = f"{request.url.scheme}://{request.url.netloc}/admin/login"
         at_provider = await ui.sso.end_session_url(op.session.id_token, back)
     if at_provider is None:
-        redirect = Redirect("/admin/login?signed_out=true", status_code=303)
+        redirect = Redirect("/admin/login", status_code=303)
         redirect.cookies.append(gone)
         return redirect
     # A page that goes on to the provider, not a redirect: the sign-out form's answer may only

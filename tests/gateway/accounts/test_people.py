@@ -1,0 +1,158 @@
+"""People from single sign-on: the ``[admin_ui.oidc]`` settings, groups mapped to roles, and the one
+read/change rule the admin API and the admin UI share (browser tests: tests/browser/test_sso.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gateway.accounts.people import OidcSettings, groups_of, person_caller
+from gateway.accounts.tenants import (
+    ADMIN,
+    TENANT,
+    TENANT_ADMIN,
+    VIEWER,
+    Caller,
+    Tenant,
+    TenantLimits,
+    check_change,
+    check_read,
+)
+from gateway.errors import NotFound, PermissionDenied
+from gateway.settings import SettingsError, load_settings
+
+ROLES = {
+    "ops": "admin",
+    "audit": "viewer",
+    "blue-leads": "tenant-admin:blue",
+    "red-leads": "tenant-admin:red",
+}
+OIDC = (
+    '[admin_ui.oidc]\nissuer = "https://idp.example.com"\nclient_id = "tiergate"\n'
+    'client_secret_env = "OIDC_SECRET"\n[admin_ui.oidc.roles]\n"ops" = "admin"\n'
+)
+
+
+def test_groups_map_to_the_strongest_role_they_name() -> None:
+    assert person_caller("a@x", ["audit", "ops"], ROLES).role == ADMIN  # type: ignore[union-attr]
+    both = person_caller("t@x", ["red-leads", "audit", "blue-leads"], ROLES)
+    assert both is not None and both.role == TENANT_ADMIN and both.tenants == ("blue", "red")
+    viewer = person_caller("v@x", ["audit", "everyone"], ROLES)
+    assert viewer is not None and viewer.role == VIEWER and viewer.person == "v@x"
+    assert viewer.key_id == "person:v@x"
+    assert person_caller("n@x", ["everyone"], ROLES) is None
+    assert person_caller("n@x", [], ROLES) is None
+
+
+def test_the_groups_claim_is_a_list_or_one_string() -> None:
+    assert groups_of({"groups": ["a", "b", 3]}, "groups") == ["a", "b"]
+    assert groups_of({"roles": "a"}, "roles") == ["a"]
+    assert groups_of({"groups": {"a": 1}}, "groups") == []
+    assert groups_of({}, "groups") == []
+
+
+@pytest.mark.parametrize(
+    ("toml", "message"),
+    [
+        (OIDC.replace('client_id = "tiergate"\n', ""), "client_id is required"),
+        (OIDC + '"x" = "owner"\n', "a role is"),
+        (OIDC + '"x" = "tenant-admin:"\n', "a role is"),
+        (OIDC.replace('"ops" = "admin"\n', ""), "maps no group"),
+        (
+            OIDC.replace(
+                'client_secret_env = "OIDC_SECRET"', 'client_secret_env = "A"\nclient_secret_file = "/f"'
+            ),
+            "not both",
+        ),
+        (OIDC.replace('issuer = "https://idp.example.com"', 'issuer = "idp.example.com"'), "https://"),
+        ("[admin_ui]\nkey_sign_in = false\n", "needs [admin_ui.oidc]"),
+        (OIDC.replace("[admin_ui.oidc]\n", '[admin_ui.oidc]\nscopes = ["email"]\n'), 'include "openid"'),
+    ],
+)
+def test_settings_are_checked_at_start(tmp_path: Path, toml: str, message: str) -> None:
+    config = tmp_path / "tiergate.toml"
+    config.write_text(toml)
+    with pytest.raises(SettingsError, match=message.replace("[", r"\[")):
+        load_settings(config, environ={})
+
+
+def test_the_client_secret_comes_from_the_environment_or_a_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OIDC_SECRET", "s3cret")
+    settings = OidcSettings(
+        issuer="https://i", client_id="c", client_secret_env="OIDC_SECRET", roles={"g": "admin"}
+    )
+    assert settings.client_secret() == "s3cret"
+    secret = tmp_path / "secret"
+    secret.write_text("from-a-file\n")
+    assert (
+        OidcSettings(
+            issuer="https://i", client_id="c", client_secret_file=str(secret), roles={"g": "admin"}
+        ).client_secret()
+        == "from-a-file"
+    )
+    assert OidcSettings(issuer="https://i", client_id="c", roles={"g": "admin"}).client_secret() is None
+    monkeypatch.delenv("OIDC_SECRET")
+    with pytest.raises(ValueError, match="OIDC_SECRET is empty"):
+        settings.client_secret()
+
+
+def test_tiergate_config_shows_where_the_secret_is_never_the_secret(tmp_path: Path) -> None:
+    config = tmp_path / "tiergate.toml"
+    config.write_text(OIDC)
+    shown = subprocess.run(
+        [sys.executable, "-m", "gateway", "config", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        env={"OIDC_SECRET": "never-shown-secret", "PATH": "/usr/bin:/bin"},
+        check=True,
+    ).stdout
+    assert "OIDC_SECRET" in shown and "never-shown-secret" not in shown
+
+
+BLUE = Tenant(id=1, name="blue", created_at=0.0, limits=TenantLimits())
+CALLERS = {
+    "admin key": Caller(key_id="k1", role=ADMIN, tenant=None),
+    "admin person": Caller(key_id="person:a", role=ADMIN, tenant=None, person="a"),
+    "viewer": Caller(key_id="person:v", role=VIEWER, tenant=None, person="v"),
+    "tenant-admin person": Caller(
+        key_id="person:t", role=TENANT_ADMIN, tenant=None, person="t", tenants=("blue",)
+    ),
+    "tenant-admin key": Caller(key_id="k2", role=TENANT_ADMIN, tenant=BLUE),
+    "inference key": Caller(key_id="k3", role=TENANT, tenant=BLUE),
+}
+OK, FORBIDDEN, MISSING = "ok", "403", "404"
+# caller → (read gateway-wide, change gateway-wide, read blue, change blue, read green, change green)
+EXPECTED = {
+    "admin key": (OK, OK, OK, OK, OK, OK),
+    "admin person": (OK, OK, OK, OK, OK, OK),
+    "viewer": (OK, FORBIDDEN, OK, FORBIDDEN, OK, FORBIDDEN),
+    "tenant-admin person": (FORBIDDEN, FORBIDDEN, OK, OK, MISSING, MISSING),
+    "tenant-admin key": (FORBIDDEN, FORBIDDEN, OK, OK, MISSING, MISSING),
+    "inference key": (FORBIDDEN, FORBIDDEN, OK, FORBIDDEN, MISSING, MISSING),
+}
+
+
+def _outcome(check: object, caller: Caller, tenant: str | None) -> str:
+    try:
+        check(caller, tenant, "it is")  # type: ignore[operator]
+    except PermissionDenied:
+        return FORBIDDEN
+    except NotFound:
+        return MISSING
+    return OK
+
+
+@pytest.mark.parametrize("who", list(CALLERS))
+def test_one_rule_for_keys_and_people(who: str) -> None:
+    caller = CALLERS[who]
+    got = tuple(
+        _outcome(check, caller, tenant)
+        for tenant in (None, "blue", "green")
+        for check in (check_read, check_change)
+    )
+    assert got == EXPECTED[who]
