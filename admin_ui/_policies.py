@@ -18,6 +18,7 @@ from litestar.response import Redirect, Template
 from admin_ui import _policy_form as form
 from admin_ui._context import UI, page, services
 from admin_ui._guard import AnyRequest, Operator, checked_form, operator
+from gateway.accounts.admin import actor_of
 from gateway.accounts.policies import DEFAULT_KEY, PolicyBook, PolicyInvalid
 from gateway.accounts.tenants import check_change, check_read
 from gateway.errors import GatewayError, InvalidRequest
@@ -128,7 +129,11 @@ async def save_policy(
             version = posted.get("version", "")
             running = services(request)
             await running.policies.set(
-                _key(slug), policy, _who(op), int(version) if version.isdigit() else None
+                _key(slug),
+                policy,
+                _who(op),
+                int(version) if version.isdigit() else None,
+                actor=actor_of(op.caller),
             )
         except PolicyInvalid as exc:
             errors[exc.field or "form"] = _clean(exc.message)
@@ -156,7 +161,7 @@ async def rollback_policy(
     try:
         if not version.isdigit():
             raise InvalidRequest("choose a version to roll back to", param="version")
-        await running.policies.rollback(_key(slug), int(version), _who(op))
+        await running.policies.rollback(_key(slug), int(version), _who(op), actor=actor_of(op.caller))
     except GatewayError as exc:
         return await _editor(request, op, slug, errors={"form": exc.message}, status=400)
     return Redirect(f"/admin/policies/{slug}?saved=true", status_code=303)

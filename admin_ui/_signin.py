@@ -23,7 +23,18 @@ from admin_ui._guard import (
 )
 from admin_ui._sessions import COOKIE, LOGIN_COOKIE, same
 from admin_ui._sso import record_sign_out
+from gateway.accounts.audit import Actor, Event
+from gateway.accounts.tenants import key_id_of
 from gateway.errors import AuthenticationFailed, RateLimited
+from gateway.ops.clients import CLIENT_HOST
+
+
+async def _record(request: AnyRequest, key_id: str | None, action: str, why: str = "") -> None:
+    """A sign-in (or a refused one) in the audit trail: the key's id, never the key."""
+    actor = Actor.of_key(key_id or "unknown", CLIENT_HOST.get())
+    after = {"method": "key", "reason": why} if why else {"method": "key"}
+    event = Event(actor=actor, action=action, object_type="session", object_id=actor.id, after=after)
+    await services(request).audit.record_async(event)
 
 
 def _form(request: AnyRequest, ui: UI, next_path: str, error: str = "", status: int = 200) -> Template:
@@ -81,14 +92,18 @@ async def sign_in(request: AnyRequest, ui: NamedDependency[UI]) -> Template | Re
     key = fields.get("key", "").strip()
     try:
         caller = await running.auth.caller({"authorization": f"Bearer {key}"})
-    except AuthenticationFailed:
+    except AuthenticationFailed as exc:
+        await _record(request, key_id_of(key), "sign_in.failed", exc.message)
         return _form(request, ui, next_path, "That is not a valid admin key.", status=401)
     except RateLimited as exc:  # too many failed sign-ins from this address
+        await _record(request, key_id_of(key), "sign_in.failed", exc.message)
         refused = _form(request, ui, next_path, f"{exc.message}.", status=429)
         refused.headers.update(exc.headers())
         return refused
     if not caller.is_admin:
+        await _record(request, caller.key_id, "sign_in.failed", "a tenant's key, not an admin key")
         return _form(request, ui, next_path, "That key belongs to a tenant; sign in with an admin key.", 403)
+    await _record(request, caller.key_id, "sign_in.succeeded")
     token, _ = ui.sessions.open(caller.key_id)
     redirect = Redirect(next_path or landing(caller), status_code=303)
     redirect.cookies.append(cookie(request, COOKIE, token, int(ui.settings.session_max_s)))
@@ -101,7 +116,10 @@ async def sign_out(request: AnyRequest, ui: NamedDependency[UI]) -> Redirect | T
     op = await operator(request, ui.sessions)
     await checked_form(request, op.csrf)
     ui.sessions.close(op.token)
-    await record_sign_out(request, op)
+    if op.caller.person:
+        await record_sign_out(request, op)
+    else:
+        await _record(request, op.caller.key_id, "sign_out")
     gone = cookie(request, COOKIE, "", 0)
     at_provider = None
     if op.session.person is not None and ui.sso is not None:

@@ -262,7 +262,11 @@ def _trail(config: Path | None) -> AuditTrail:
 def audit_verify(config: ConfigOption = None) -> None:
     """Check the audit trail's hash chain: exit 0 when it holds, 1 naming the first row that does not
     (a row edited, or deleted: its number is missing)."""
-    checked, broken = _trail(config).verify()
+    trail = _trail(config)
+    try:
+        checked, broken = trail.verify()
+    finally:
+        trail.engine.dispose()
     if broken is not None:
         typer.echo(f"tiergate: audit trail broken at row {broken.seq}: {broken.reason}", err=True)
         raise typer.Exit(1)
@@ -279,8 +283,11 @@ def audit_export(
     if format not in ("jsonl", "csv"):
         typer.echo("tiergate: --format must be jsonl or csv", err=True)
         raise typer.Exit(2)
+    trail = _trail(config)
     try:
-        for chunk in export_lines(_trail(config).rows(since), format):
+        for chunk in export_lines(trail.rows(since), format):
             typer.echo(chunk, nl=False)
     except GatewayError as exc:
         raise _fail(exc) from exc
+    finally:
+        trail.engine.dispose()

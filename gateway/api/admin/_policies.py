@@ -23,6 +23,7 @@ from litestar.di import NamedDependency
 from litestar.params import FromPath, FromQuery
 
 import router
+from gateway.accounts.admin import actor_of
 from gateway.accounts.policies import DEFAULT_KEY, PolicyBook
 from gateway.accounts.tenants import Caller, check_change, check_read
 from gateway.errors import InvalidRequest, to_gateway_error
@@ -84,7 +85,8 @@ async def _write(
         policy = router.decode_policy(await request.body() or b"{}")
     except router.PolicyInvalid as exc:
         raise to_gateway_error(exc) from exc
-    return _json(await book.set(key, policy, who(caller), _expected_version(request)))
+    expected = _expected_version(request)
+    return _json(await book.set(key, policy, who(caller), expected, actor=actor_of(caller)))
 
 
 async def _history(
@@ -104,7 +106,7 @@ async def _rollback(
         body = msgspec.json.decode(await request.body() or b"{}", type=RollbackBody)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         raise InvalidRequest(f"invalid request body: {exc}", param="version") from exc
-    return _json(await book.rollback(key, body.version, who(caller)))
+    return _json(await book.rollback(key, body.version, who(caller), actor=actor_of(caller)))
 
 
 @get("/admin/api/tenants/{name:str}/policy")
