@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 import httpx
 import pytest
@@ -274,6 +274,27 @@ def test_a_tampered_id_token_is_refused(
     failed = audit_rows(sso_gateway, "sign_in.failed")
     assert any("signature" in (r["after"] or "") for r in failed)
     no_secret_in(failed)
+
+
+def test_a_sign_in_is_bound_to_the_browser_that_started_it(
+    sso_gateway: Gateway, page: Page, console: Console
+) -> None:
+    """A sign-in started elsewhere (an attacker's) and finished in this browser signs nobody in; nor does a
+    state the gateway never issued. The request to the provider carries PKCE (S256), a nonce and a state."""
+    started = httpx.get(f"{sso_gateway.url}/admin/oidc/start", follow_redirects=False)
+    assert started.status_code == 303 and "tiergate_oidc=" in started.headers["set-cookie"]
+    sent = parse_qs(urlsplit(started.headers["location"]).query)
+    assert sent["code_challenge_method"] == ["S256"] and sent["response_type"] == ["code"]
+    assert all(len(sent[name][0]) >= 32 for name in ("state", "nonce", "code_challenge"))
+    console.expect("/admin/oidc/callback", 401)
+    page.goto(started.headers["location"])
+    page.fill("#login", "alice")
+    page.fill("#password", PASSWORD)
+    page.click("button[type=submit]")
+    expect(page.locator("#sso-refused .error")).to_contain_text("started in another browser")
+    assert not [c for c in page.context.cookies() if c["name"] == "tiergate_admin"]
+    never = httpx.get(f"{sso_gateway.url}/admin/oidc/callback", params={"code": "x", "state": "never-issued"})
+    assert never.status_code == 401 and "not started here" in never.text
 
 
 def _pkce() -> tuple[str, str]:
