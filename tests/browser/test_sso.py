@@ -171,7 +171,7 @@ def test_a_viewer_sees_everything_and_changes_nothing(
         f"/admin/keys/{key_id}/rotate": {"overlap_hours": "1"},
         f"/admin/keys/{key_id}/limits": {"requests_per_min": "5"},
         "/admin/policies/blue/rollback": {"version": "1"},
-        "/admin/policies/_default": {"strategy": "cheapest"},
+        "/admin/policies/_default": {"strategy": "always-edge"},
     }
     for path, form in posts.items():
         console.expect(path, 403)
