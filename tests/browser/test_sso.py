@@ -182,6 +182,8 @@ def test_a_viewer_sees_everything_and_changes_nothing(
         "data"
     ]
     assert [k["id"] for k in keys] == [key_id] and keys[0]["revoked_at"] is None
+    page.goto(f"{sso_gateway.url}/admin/audit")  # a viewer reads the whole trail
+    expect(page.locator("table")).to_contain_text("green")
 
 
 def test_a_tenant_admin_sees_and_changes_only_their_tenant(
@@ -221,6 +223,9 @@ def test_a_tenant_admin_sees_and_changes_only_their_tenant(
     assert other.status == 404  # another tenant's key does not exist for them
     made = [r for r in audit_rows(sso_gateway, "key.created") if "made-by-tara" in (r["after"] or "")]
     assert len(made) == 1 and made[0]["actor"] == "tara@example.com" and made[0]["tenant"] == "blue"
+    page.goto(f"{sso_gateway.url}/admin/audit")  # the trail: their tenant's rows only
+    expect(page.locator("tr[data-seq]").first).to_be_visible()
+    assert "green" not in page.locator("table").inner_text()
 
 
 def test_a_person_in_no_mapped_group_is_refused(sso_gateway: Gateway, page: Page, console: Console) -> None:
