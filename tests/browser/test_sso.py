@@ -39,9 +39,7 @@ def provider(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpenIDProvide
     if node_path() is None:
         pytest.skip("node is not installed (the OpenID provider of these tests runs on it)")
     tmp = tmp_path_factory.mktemp("oidc")
-    gateway_port = free_port()
-    idp = OpenIDProvider(free_port(), f"http://127.0.0.1:{gateway_port}", tmp / "provider.log")
-    idp.gateway_port = gateway_port  # type: ignore[attr-defined]
+    idp = OpenIDProvider(free_port(), free_port(), tmp / "provider.log")
     idp.start()
     yield idp
     idp.stop()
@@ -69,7 +67,7 @@ display_name = "the test provider"
         config,
         env={"SSO_TEST_CLIENT_SECRET": CLIENT_SECRET},
         edge=False,
-        port=provider.gateway_port,  # type: ignore[attr-defined]
+        port=provider.gateway_port,
     )
     for tenant in ("blue", "green"):
         made = httpx.post(f"{gw.url}/admin/api/tenants", headers=gw.admin, json={"name": tenant})

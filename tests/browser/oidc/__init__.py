@@ -30,7 +30,7 @@ def node_path() -> str | None:
 @dataclass
 class OpenIDProvider:
     port: int
-    gateway_url: str
+    gateway_port: int  # the gateway registered as a client here listens on it
     log_path: Path
     process: subprocess.Popen[bytes] | None = field(default=None)
 
@@ -52,7 +52,7 @@ class OpenIDProvider:
         env = {
             "ISSUER": self.issuer,
             "PORT": str(self.port),
-            "GATEWAY": self.gateway_url,
+            "GATEWAY": f"http://127.0.0.1:{self.gateway_port}",
             "PATH": "/usr/bin:/bin",
         }
         self.process = subprocess.Popen(
