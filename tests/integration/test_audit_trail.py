@@ -27,6 +27,7 @@ from gateway.accounts.storage import open_database
 from gateway.tools.cli import cli
 from tests.conftest import Gateway, start_gateway
 from tests.fakes import FakeVLLM
+from tests.redis_server import RedisServer
 from tiers.edge import shipped_model_path
 
 KEYS: list[str] = []  # every key this module made or rotated: none may appear in the trail
@@ -43,7 +44,9 @@ def cloud_config(urls: list[str]) -> str:
 
 
 @pytest.fixture(scope="module")
-def gw(tmp_path_factory: pytest.TempPathFactory, clouds: tuple[FakeVLLM, FakeVLLM]) -> Iterator[Gateway]:
+def gw(
+    tmp_path_factory: pytest.TempPathFactory, clouds: tuple[FakeVLLM, FakeVLLM], redis_server: RedisServer
+) -> Iterator[Gateway]:
     tmp = tmp_path_factory.mktemp("audit")
     second = tmp / "smollm2-v2.gguf"
     second.symlink_to(shipped_model_path())
@@ -53,7 +56,8 @@ def gw(tmp_path_factory: pytest.TempPathFactory, clouds: tuple[FakeVLLM, FakeVLL
         f'[[edge.models]]\nname = "smol-v2"\npath = "{second}"\nquality = 0.4\nmodalities = ["text"]\n'
         "[edge.models.limits]\nmax_images = 0\n"
     )
-    gw = start_gateway(tmp, cloud_config([clouds[0].url]) + "[auth]\nkey_cache_s = 0.2\n" + edge)
+    shared = f'[shared]\nredis_url = "{redis_server.url}"\nprefix = "audit:"\n'  # for `tiergate reload`
+    gw = start_gateway(tmp, cloud_config([clouds[0].url]) + "[auth]\nkey_cache_s = 0.2\n" + shared + edge)
     KEYS.extend([gw.admin_key])
     yield gw
     gw.stop()
@@ -253,6 +257,46 @@ def settings_reloaded(gw: Gateway, clouds: tuple[FakeVLLM, FakeVLLM]) -> tuple[C
     return sighup, Expect("settings.reloaded", "settings", "cloud.urls", "system", check)
 
 
+def cli_reload(gw: Gateway, _: Any) -> tuple[Callable[[], None], Expect]:
+    def reload() -> object:
+        return run_cli(gw, "reload")
+
+    def check(b: Any, a: Any) -> bool:
+        return b is None and a == {"gateways_listening": 1}
+
+    return reload, Expect("settings.reloaded", "settings", "*", "cli", check)
+
+
+def model_registered(gw: Gateway, _: Any) -> tuple[Callable[[], None], Expect]:
+    path = str(gw.log_path.parent / "smollm2-v2.gguf")
+    spec = {"name": "smol-v3", "path": path, "quality": 0.5, "modalities": ["text"]}
+
+    def register() -> object:
+        return admin(gw, "POST", "/edge/models", json=spec).raise_for_status()
+
+    def check(b: Any, a: Any) -> bool:
+        return b is None and a["name"] == "smol-v3" and a["quality"] == 0.5
+
+    return register, Expect("tier.model_registered", "edge_model", "smol-v3", "key", check)
+
+
+def signed_out(gw: Gateway, _: Any) -> tuple[Callable[[], None], Expect]:
+    client = httpx.Client(base_url=gw.url)
+    client.get("/admin/login").raise_for_status()
+    token = client.cookies["tiergate_signin"]
+    client.post("/admin/login", data={"csrf_token": token, "key": gw.admin_key, "next": "/admin/live"})
+    csrf = re.search(r'name="csrf_token" value="([^"]+)"', client.get("/admin/live").text)
+    assert csrf is not None
+
+    def sign_out() -> object:
+        out = client.post("/admin/logout", data={"csrf_token": csrf.group(1)})
+        client.close()
+        return out
+
+    admin_id = gw.admin_key.split("_")[1]
+    return sign_out, Expect("sign_out", "session", admin_id, "key", lambda b, a: a == {"method": "key"})
+
+
 def price_set(gw: Gateway, _: Any) -> tuple[Callable[[], None], Expect]:
     """A price changed in the settings, as the gateway stores it when it starts (PriceBook.sync)."""
 
@@ -375,9 +419,12 @@ CHANGES: list[Change] = [
     edge_swapped,
     edge_rolled_back,
     settings_reloaded,
+    cli_reload,
+    model_registered,
     price_set,
     signed_in,
     sign_in_failed,
+    signed_out,
     cli_tenant_created,
     cli_key_created,
     cli_key_updated,
