@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from gateway.accounts.admin import audit_scope
 from gateway.accounts.people import OidcSettings, groups_of, person_caller
 from gateway.accounts.tenants import (
     ADMIN,
@@ -156,3 +157,12 @@ def test_one_rule_for_keys_and_people(who: str) -> None:
         for check in (check_read, check_change)
     )
     assert got == EXPECTED[who]
+
+
+def test_the_audit_trail_scope_of_people() -> None:
+    assert audit_scope(CALLERS["viewer"]) is None  # every row, as an admin reads it
+    assert audit_scope(CALLERS["admin person"]) is None
+    two = Caller(key_id="person:t", role=TENANT_ADMIN, tenant=None, person="t", tenants=("blue", "red"))
+    assert audit_scope(two) == frozenset({"blue", "red"})
+    with pytest.raises(PermissionDenied):
+        audit_scope(CALLERS["inference key"])
