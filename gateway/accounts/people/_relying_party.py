@@ -210,7 +210,10 @@ class RelyingParty:
         """The ID token's claims once its signature and claims hold, else :class:`SignInFailed`."""
         metadata = await self.metadata()
         announced = metadata.get("id_token_signing_alg_values_supported") or ["RS256"]
-        registry = JWSRegistry(algorithms=[a for a in announced if a in ASYMMETRIC])
+        algorithms = [a for a in announced if a in ASYMMETRIC]
+        if not algorithms:  # (an empty list would mean the library's defaults, HMAC among them)
+            raise SignInFailed("the identity provider announces no public-key algorithm for ID tokens")
+        registry = JWSRegistry(algorithms=algorithms)
         try:
             try:
                 token = jwt.decode(id_token, await self._keys(refresh=False), registry=registry)

@@ -3,14 +3,20 @@ read/change rule the admin API and the admin UI share (browser tests: tests/brow
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+from joserfc import jwt
+from joserfc.jwk import KeySet, OctKey, RSAKey
 
 from gateway.accounts.admin import audit_scope
-from gateway.accounts.people import OidcSettings, groups_of, person_caller
+from gateway.accounts.people import OidcSettings, RelyingParty, SignInFailed, groups_of, person_caller
 from gateway.accounts.tenants import (
     ADMIN,
     TENANT,
@@ -166,3 +172,69 @@ def test_the_audit_trail_scope_of_people() -> None:
     assert audit_scope(two) == frozenset({"blue", "red"})
     with pytest.raises(PermissionDenied):
         audit_scope(CALLERS["inference key"])
+
+
+ISSUER = "https://idp.example.com"
+SIGNING = RSAKey.generate_key(2048, parameters={"kid": "k1", "alg": "RS256"})
+
+
+def _party() -> RelyingParty:
+    """A relying party whose discovery document and keys are already read (the provider itself is
+    exercised in tests/browser/test_sso.py): the provider announces HMAC and none besides RS256."""
+    party = RelyingParty(OidcSettings(issuer=ISSUER, client_id="tiergate", roles={"g": "admin"}))
+    party._metadata = {
+        "issuer": ISSUER,
+        "authorization_endpoint": f"{ISSUER}/auth",
+        "token_endpoint": f"{ISSUER}/token",
+        "jwks_uri": f"{ISSUER}/jwks",
+        "id_token_signing_alg_values_supported": ["RS256", "HS256", "none"],
+    }
+    party._jwks = KeySet.import_key_set({"keys": [SIGNING.as_dict(private=False)]})
+    return party
+
+
+def _claims(**changes: object) -> dict[str, object]:
+    now = int(time.time())
+    return {
+        "iss": ISSUER,
+        "aud": "tiergate",
+        "sub": "ana",
+        "exp": now + 300,
+        "iat": now,
+        "nonce": "n1",
+    } | changes
+
+
+def _verify(token: str, nonce: str = "n1") -> dict[str, object]:
+    return asyncio.run(_party().verify(token, nonce))
+
+
+def test_an_id_token_is_checked_claim_by_claim() -> None:
+    good = jwt.encode({"alg": "RS256", "kid": "k1"}, _claims(), SIGNING)
+    assert _verify(good)["sub"] == "ana"
+    refused = {
+        "another audience": _claims(aud="other-app"),
+        "another issuer": _claims(iss="https://evil.example.com"),
+        "expired": _claims(exp=int(time.time()) - 120),
+        "no nonce": {k: v for k, v in _claims().items() if k != "nonce"},
+    }
+    for why, claims in refused.items():
+        with pytest.raises(SignInFailed):
+            _verify(jwt.encode({"alg": "RS256", "kid": "k1"}, claims, SIGNING))
+            pytest.fail(why)
+    with pytest.raises(SignInFailed, match="nonce"):
+        _verify(good, nonce="another")
+
+
+def test_only_public_key_signatures_are_taken() -> None:
+    hmac_key = OctKey.import_key(b"a shared secret of thirty-two bytes!")
+    hs256 = jwt.encode({"alg": "HS256", "kid": "k1"}, _claims(), hmac_key, algorithms=["HS256"])
+    with pytest.raises(SignInFailed, match="signature"):
+        _verify(hs256)
+    head = base64.urlsafe_b64encode(b'{"alg":"none"}').rstrip(b"=").decode()
+    body = base64.urlsafe_b64encode(json.dumps(_claims()).encode()).rstrip(b"=").decode()
+    with pytest.raises(SignInFailed):
+        _verify(f"{head}.{body}.")
+    other = RSAKey.generate_key(2048, parameters={"kid": "k1"})  # the right key id, another key
+    with pytest.raises(SignInFailed, match="signature"):
+        _verify(jwt.encode({"alg": "RS256", "kid": "k1"}, _claims(), other))
