@@ -2,7 +2,8 @@
 
 Server-rendered pages (Jinja2 templates through Litestar) with a little JavaScript of its
 own for the live parts and the charts; every asset ships in this package (no CDN), so the
-page works on a machine without internet access.  Sign in with an admin key.
+page works on a machine without internet access.  Sign in through the organisation's identity
+provider (single sign-on, ``[admin_ui.oidc]``) or with an admin key.
 
     create_admin_ui(settings)  →  a Litestar Router for /admin (pages, data, static files)
     template_config()          →  the Jinja2 templates, for the app's template_config
@@ -31,6 +32,7 @@ from admin_ui._live import LIVE_ROUTES
 from admin_ui._policies import POLICY_ROUTES
 from admin_ui._quality import QUALITY_ROUTES
 from admin_ui._signin import SIGN_IN_ROUTES
+from admin_ui._sso import SSO_ROUTES
 from admin_ui._tenants import TENANT_ROUTES
 from gateway.errors import GatewayError
 from gateway.settings import AdminUISettings, Settings
@@ -60,6 +62,7 @@ def create_admin_ui(settings: AdminUISettings) -> Router:
         path="/admin",
         route_handlers=[
             *SIGN_IN_ROUTES,
+            *SSO_ROUTES,
             *LIVE_ROUTES,
             *TENANT_ROUTES,
             *POLICY_ROUTES,

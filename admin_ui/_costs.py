@@ -71,6 +71,13 @@ async def report(request: AnyRequest, op: Operator, q: CostQuery, group_by: str)
     return await admin.cost_report(op.caller, q.tenant or None, q.since, q.until, group_by, q.tag or None)
 
 
+def scoped(op: Operator, tenant: str | None) -> str | None:
+    """A tenant admin's report is of one of their tenants (the first, unless they chose)."""
+    if tenant or op.caller.sees_all or not op.caller.tenant_names:
+        return tenant
+    return op.caller.tenant_names[0]
+
+
 @get("/costs", name="admin_ui:costs")
 async def costs_page(
     request: AnyRequest,
@@ -82,6 +89,7 @@ async def costs_page(
     tag: FromQuery[str | None] = None,
 ) -> Template:
     op = await operator(request, ui.sessions)
+    tenant = scoped(op, tenant)
     tenants = await services(request).admin.tenants(op.caller)
     q = CostQuery(tenant or "", since or "", until or "", by or "tier", tag or "")
     error: dict[str, str] = {}
@@ -128,7 +136,7 @@ async def costs_data(
     tag: FromQuery[str | None] = None,
 ) -> Response[bytes]:
     op = await operator(request, ui.sessions, page=False)
-    q = CostQuery.of(tenant, since, until, by, tag)
+    q = CostQuery.of(scoped(op, tenant), since, until, by, tag)
     body = await report(request, op, q, f"day,{q.by}")
     return Response(encode(body | {"by": q.by}), media_type="application/json", headers=SECURITY_HEADERS)
 
@@ -144,7 +152,7 @@ async def costs_csv(
     tag: FromQuery[str | None] = None,
 ) -> Response[bytes]:
     op = await operator(request, ui.sessions, page=False)
-    q = CostQuery.of(tenant, since, until, by, tag)
+    q = CostQuery.of(scoped(op, tenant), since, until, by, tag)
     groups = f"day,{q.by}" if q.tenant else f"day,tenant,{q.by}"
     body = report_csv(await report(request, op, q, groups)).encode()
     name = re.sub(r"[^A-Za-z0-9._-]", "_", f"tiergate-costs-{q.tenant or 'all'}-{q.since}-{q.until}.csv")

@@ -1,10 +1,13 @@
 """Who may see the admin pages, and which form posts are accepted.
 
 A page without a valid session redirects to the sign-in page (303); a data endpoint answers
-401 in OpenAI's error shape.  A session is valid while the admin key it was opened with still
-exists, is an admin key and is not revoked.  Every form post must carry the session's CSRF
-token (``csrf_token``) and, when the browser sends ``Origin``, come from this origin; anything
-else is refused with 403.
+401 in OpenAI's error shape.  A key's session is valid while the admin key it was opened with still
+exists, is an admin key and is not revoked; a person's (single sign-on) until the ID token expires.
+What the operator may then see and change is decided by :mod:`gateway.accounts.tenants`' one rule
+(``check_read``/``check_change``, also through ``AdminService``), as for the admin API.
+
+Every form post must carry the session's CSRF token (``csrf_token``) and, when the browser sends
+``Origin``, come from this origin; anything else is refused with 403.
 """
 
 from __future__ import annotations
@@ -50,17 +53,20 @@ class Operator:
         return self.session.csrf
 
 
-def safe_next(path: str | None) -> str:
-    """Where to go after signing in: a path of this admin UI only (never another site)."""
+def safe_next(path: str | None, default: str | None = "/admin/live") -> str:
+    """Where to go after signing in: a path of this admin UI only (never another site), else
+    ``default`` (``""``: the caller's :func:`landing`)."""
     if path and path.startswith("/admin/") and not path.startswith("//") and "\\" not in path:
         return path
-    return "/admin/live"
+    return "/admin/live" if default is None else default
 
 
 async def operator(request: AnyRequest, sessions: SessionStore, *, page: bool = True) -> Operator:
     """The signed-in operator, else :class:`SignInRequired` (pages) or 401 (data)."""
     token = request.cookies.get(COOKIE)
     session = sessions.get(token)
+    if session is not None and token is not None and session.person is not None:
+        return Operator(token, session, session.person)
     if session is not None and token is not None:
         found = await asyncio.to_thread(services_of(request.app.state).tenants.lookup, session.key_id)
         if found is not None and found.role == ADMIN and not found.revoked:
@@ -70,6 +76,11 @@ async def operator(request: AnyRequest, sessions: SessionStore, *, page: bool = 
         query = request.url.query
         raise SignInRequired(request.url.path + (f"?{query}" if query else ""))
     raise AuthenticationFailed("sign in to the admin UI first (or use the admin API with an admin key)")
+
+
+def landing(caller: Caller) -> str:
+    """Where a sign-in lands without a ``next``: the live view, or a tenant admin's tenants."""
+    return "/admin/live" if caller.sees_all else "/admin/tenants"
 
 
 def check_origin(request: AnyRequest) -> None:

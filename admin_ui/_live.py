@@ -15,6 +15,7 @@ from litestar.response import Template
 
 from admin_ui._context import SECURITY_HEADERS, UI, page, services
 from admin_ui._guard import AnyRequest, operator
+from gateway.accounts.tenants import check_read
 from gateway.wire.chat import encode
 
 WINDOW_S = 60.0
@@ -40,6 +41,7 @@ def live_state(request: AnyRequest) -> dict[str, Any]:
 @get("/live", name="admin_ui:live")
 async def live_page(request: AnyRequest, ui: NamedDependency[UI]) -> Template:
     op = await operator(request, ui.sessions)
+    check_read(op.caller, None, "the live view is")
     return page(
         op, "live.html", title="Live", nav="live", live=live_state(request), refresh_s=ui.settings.refresh_s
     )
@@ -47,13 +49,13 @@ async def live_page(request: AnyRequest, ui: NamedDependency[UI]) -> Template:
 
 @get("/live/panel", name="admin_ui:live_panel")
 async def live_panel(request: AnyRequest, ui: NamedDependency[UI]) -> Template:
-    await operator(request, ui.sessions, page=False)
+    check_read((await operator(request, ui.sessions, page=False)).caller, None, "the live view is")
     return page(None, "live_panel.html", title="Live", live=live_state(request))
 
 
 @get("/data/live", name="admin_ui:live_data")
 async def live_data(request: AnyRequest, ui: NamedDependency[UI]) -> Response[bytes]:
-    await operator(request, ui.sessions, page=False)
+    check_read((await operator(request, ui.sessions, page=False)).caller, None, "the live view is")
     return Response(encode(live_state(request)), media_type="application/json", headers=SECURITY_HEADERS)
 
 

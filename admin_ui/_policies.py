@@ -18,7 +18,9 @@ from litestar.response import Redirect, Template
 from admin_ui import _policy_form as form
 from admin_ui._context import UI, page, services
 from admin_ui._guard import AnyRequest, Operator, checked_form, operator
+from gateway.accounts.admin import actor_of
 from gateway.accounts.policies import DEFAULT_KEY, PolicyBook, PolicyInvalid
+from gateway.accounts.tenants import check_change, check_read
 from gateway.errors import GatewayError, InvalidRequest
 
 DEFAULT_SLUG = "_default"  # tenant names start with a letter or digit, so this names no tenant
@@ -29,7 +31,21 @@ def _key(slug: str) -> str:
 
 
 def _who(op: Operator) -> str:
-    return f"admin:{op.caller.key_id}"
+    """How a change is attributed in the history: the person, or the role and key id."""
+    return f"person:{op.caller.person}" if op.caller.person else f"{op.caller.role}:{op.caller.key_id}"
+
+
+def _may_change(op: Operator, slug: str) -> None:
+    key = _key(slug)
+    check_change(op.caller, None if key == DEFAULT_KEY else key, "this policy is")
+
+
+def _editable(op: Operator, slug: str) -> bool:
+    try:
+        _may_change(op, slug)
+    except GatewayError:
+        return False
+    return True
 
 
 def _clean(message: str) -> str:
@@ -47,7 +63,7 @@ async def policies_page(request: AnyRequest, ui: NamedDependency[UI]) -> Templat
     op = await operator(request, ui.sessions)
     running = services(request)
     book: PolicyBook = running.policies
-    tenants = await asyncio.to_thread(running.tenants.list_tenants)
+    tenants = await running.admin.tenants(op.caller)  # a tenant admin: theirs only
     records = [await book.get(t.name) for t in tenants]
     default = await book.get(DEFAULT_KEY)
     return page(op, "policies.html", title="Policies", nav="policies", records=records, default=default)
@@ -66,6 +82,7 @@ async def _editor(
     running = services(request)
     key = _key(slug)
     if key != DEFAULT_KEY:
+        check_read(op.caller, key, "a tenant's policy is")
         await asyncio.to_thread(running.tenants.tenant, key)  # 404 for an unknown tenant
     book: PolicyBook = running.policies
     record = await book.get(key)
@@ -86,6 +103,7 @@ async def _editor(
         # A tenant's first version replaced the default policy it was routed by until then.
         history=[(change, form.changes(change.before or baseline, change.after)) for change in history],
         saved=saved,
+        editable=_editable(op, slug),
         status=status,
     )
 
@@ -103,6 +121,7 @@ async def save_policy(
 ) -> Template | Redirect:
     op = await operator(request, ui.sessions)
     posted = await checked_form(request, op.csrf)
+    _may_change(op, slug)
     body, errors = form.parse(posted, _tiers(request))
     if not errors:
         try:
@@ -110,7 +129,11 @@ async def save_policy(
             version = posted.get("version", "")
             running = services(request)
             await running.policies.set(
-                _key(slug), policy, _who(op), int(version) if version.isdigit() else None
+                _key(slug),
+                policy,
+                _who(op),
+                int(version) if version.isdigit() else None,
+                actor=actor_of(op.caller),
             )
         except PolicyInvalid as exc:
             errors[exc.field or "form"] = _clean(exc.message)
@@ -132,12 +155,13 @@ async def rollback_policy(
 ) -> Template | Redirect:
     op = await operator(request, ui.sessions)
     posted = await checked_form(request, op.csrf)
+    _may_change(op, slug)
     running = services(request)
     version = posted.get("version", "")
     try:
         if not version.isdigit():
             raise InvalidRequest("choose a version to roll back to", param="version")
-        await running.policies.rollback(_key(slug), int(version), _who(op))
+        await running.policies.rollback(_key(slug), int(version), _who(op), actor=actor_of(op.caller))
     except GatewayError as exc:
         return await _editor(request, op, slug, errors={"form": exc.message}, status=400)
     return Redirect(f"/admin/policies/{slug}?saved=true", status_code=303)

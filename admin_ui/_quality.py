@@ -13,6 +13,7 @@ from litestar.response import Template
 
 from admin_ui._context import UI, page, services
 from admin_ui._guard import AnyRequest, operator
+from gateway.accounts.tenants import check_read
 
 HOURS_SHOWN = 24
 
@@ -31,6 +32,7 @@ async def quality_page(
     request: AnyRequest, ui: NamedDependency[UI], tenant: FromQuery[str | None] = None
 ) -> Template:
     op = await operator(request, ui.sessions)
+    check_read(op.caller, None, "the quality report is")
     state = quality_state(request, (tenant or "").strip() or None)
     return page(op, "quality.html", title="Quality", nav="quality", quality=state)
 

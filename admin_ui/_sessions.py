@@ -1,9 +1,17 @@
-"""Signed-in operators: server-side sessions behind an HttpOnly, SameSite=Strict cookie.
+"""Signed-in operators: server-side sessions behind an HttpOnly, SameSite=Lax cookie.
 
 The cookie carries a random token; the store keeps only its SHA-256, with the admin key the
-operator signed in with (so revoking that key ends the session), a CSRF token for the
-session's forms, and when it was made and last used.  Sessions live in this process: a
+operator signed in with (so revoking that key ends the session) or the person signed in through
+single sign-on (their role, and the ID token's expiry, which ends the session), a CSRF token for
+the session's forms, and when it was made and last used.  Sessions live in this process: a
 restart signs everyone out.
+
+Lax, not Strict: a sign-in through the identity provider ends with a navigation from the
+provider's site to the callback, and the redirect that follows is still part of that cross-site
+navigation, so a Strict cookie set at the callback is not sent with it (the browser lands on the
+sign-in page again).  Lax cookies are sent on such top-level GET navigations and never on a
+cross-site POST; every state-changing request is a POST that must also carry the session's CSRF
+token and, when the browser names it, this site's Origin (docs/security.md).
 """
 
 from __future__ import annotations
@@ -13,6 +21,8 @@ import hmac
 import secrets
 import time
 from dataclasses import dataclass
+
+from gateway.accounts.tenants import Caller
 
 COOKIE = "tiergate_admin"
 LOGIN_COOKIE = "tiergate_signin"  # the sign-in form's CSRF token (double submit), before a session
@@ -31,10 +41,20 @@ def same(a: str, b: str) -> bool:
 
 @dataclass(slots=True)
 class Session:
-    key_id: str  # the admin key used to sign in
+    key_id: str  # the admin key used to sign in ("person:<who>" for single sign-on)
     csrf: str
     created: float
     last_seen: float
+    person: Caller | None = None  # a person signed in through single sign-on, with their role
+    expires_at: float | None = None  # wall-clock end: the ID token's expiry
+    id_token: str = ""  # the provider's sign-out hint; never logged, shown or recorded
+
+    def over(self, mono: float, wall: float, idle_s: float, max_s: float) -> bool:
+        return (
+            mono - self.last_seen > idle_s
+            or mono - self.created > max_s
+            or (self.expires_at is not None and wall >= self.expires_at)
+        )
 
 
 class SessionStore:
@@ -43,8 +63,10 @@ class SessionStore:
         self._max_s = max_s
         self._sessions: dict[str, Session] = {}
 
-    def open(self, key_id: str) -> tuple[str, Session]:
-        """A new session for ``key_id``: (the cookie's token, the session)."""
+    def open(
+        self, key_id: str, person: Caller | None = None, expires_at: float | None = None, id_token: str = ""
+    ) -> tuple[str, Session]:
+        """A new session for ``key_id`` (or a person): (the cookie's token, the session)."""
         now = time.monotonic()
         if len(self._sessions) >= _MAX_SESSIONS:
             self._expire(now)
@@ -52,7 +74,15 @@ class SessionStore:
                 oldest = min(self._sessions, key=lambda k: self._sessions[k].last_seen)
                 del self._sessions[oldest]
         token = secrets.token_urlsafe(32)
-        session = Session(key_id=key_id, csrf=secrets.token_urlsafe(32), created=now, last_seen=now)
+        session = Session(
+            key_id=key_id,
+            csrf=secrets.token_urlsafe(32),
+            created=now,
+            last_seen=now,
+            person=person,
+            expires_at=expires_at,
+            id_token=id_token,
+        )
         self._sessions[_digest(token)] = session
         return token, session
 
@@ -64,7 +94,7 @@ class SessionStore:
         if session is None:
             return None
         now = time.monotonic()
-        if now - session.last_seen > self._idle_s or now - session.created > self._max_s:
+        if session.over(now, time.time(), self._idle_s, self._max_s):
             del self._sessions[digest]
             return None
         session.last_seen = now
@@ -80,11 +110,8 @@ class SessionStore:
             del self._sessions[digest]
 
     def _expire(self, now: float) -> None:
-        for digest in [
-            d
-            for d, s in self._sessions.items()
-            if now - s.last_seen > self._idle_s or now - s.created > self._max_s
-        ]:
+        wall = time.time()
+        for digest in [d for d, s in self._sessions.items() if s.over(now, wall, self._idle_s, self._max_s)]:
             del self._sessions[digest]
 
     def __len__(self) -> int:

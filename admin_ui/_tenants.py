@@ -1,21 +1,24 @@
 """Tenants and their keys: list and create tenants, create keys (shown once), set a key's own limits,
-rotate (the new key shown once) and revoke them."""
+rotate (the new key shown once) and revoke them; and the audit trail of every change, filtered by
+person, object and time (an admin sees every row, a tenant admin its tenants')."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
+from urllib.parse import urlencode
 
 from litestar import get, post
 from litestar.di import NamedDependency
-from litestar.params import FromPath
+from litestar.params import FromPath, FromQuery
 from litestar.response import Redirect, Template
 
 from admin_ui._context import UI, page, services
 from admin_ui._guard import AnyRequest, Operator, checked_form, operator
 from gateway.accounts.admin import AdminService
+from gateway.accounts.audit import AuditQuery
 from gateway.accounts.tenants import KeyLimits, TenantLimits, check_tenant_name
-from gateway.errors import GatewayError
+from gateway.errors import GatewayError, InvalidRequest, PermissionDenied
 
 LIMIT_FIELDS = tuple(TenantLimits.__struct_fields__)
 KEY_LIMIT_FIELDS = tuple(KeyLimits.__struct_fields__)
@@ -78,6 +81,8 @@ async def create_tenant(request: AnyRequest, ui: NamedDependency[UI]) -> Templat
     if not errors:
         try:
             await _admin(request).create_tenant(op.caller, name, limits or None)
+        except PermissionDenied:  # not a form error: refused (a viewer, another tenant's admin)
+            raise
         except GatewayError as exc:
             errors[(exc.param or "name").removeprefix("limits.")] = exc.message
     if errors:
@@ -155,6 +160,8 @@ async def key_limits(
     key = await admin.key(op.caller, key_id)
     try:
         await admin.update_key(op.caller, key_id, _key_limit_changes(fields))
+    except PermissionDenied:  # not a form error: refused (a viewer, another tenant's admin)
+        raise
     except GatewayError as exc:
         return await _tenant_page(
             request, op, key.tenant or "", error=f"key {key_id}: {exc.message}", status=400
@@ -171,10 +178,83 @@ async def rotate_key(request: AnyRequest, ui: NamedDependency[UI], key_id: FromP
     try:
         hours = float(fields.get("overlap_hours", "0") or 0)
         rotated = await admin.rotate_key(op.caller, key_id, hours)
+    except PermissionDenied:  # not a form error: refused (a viewer, another tenant's admin)
+        raise
     except (ValueError, GatewayError) as exc:
         message = exc.message if isinstance(exc, GatewayError) else "overlap hours: a number"
         return await _tenant_page(request, op, key.tenant or "", error=f"key {key_id}: {message}", status=400)
     return await _tenant_page(request, op, key.tenant or "", new_key=rotated, status=201)
 
 
-TENANT_ROUTES = [tenants_page, create_tenant, tenant_page, create_key, key_limits, rotate_key, revoke_key]
+# What the audit page's object filter offers (the object types the trail records).
+AUDIT_OBJECTS = ("tenant", "key", "policy", "price", "tier", "replica", "edge_model", "settings", "session")
+AUDIT_PAGE = 50
+
+
+@get("/audit", name="admin_ui:audit")
+async def audit_page(
+    request: AnyRequest,
+    ui: NamedDependency[UI],
+    actor: FromQuery[str | None] = None,
+    object_type: FromQuery[str | None] = None,
+    object_id: FromQuery[str | None] = None,
+    tenant: FromQuery[str | None] = None,
+    since: FromQuery[str | None] = None,
+    until: FromQuery[str | None] = None,
+    after: FromQuery[str | None] = None,
+) -> Template:
+    """The trail, newest first, :data:`AUDIT_PAGE` rows a page; ``after``: the last row shown."""
+    op = await operator(request, ui.sessions)
+    admin = _admin(request)
+    q = {
+        "actor": (actor or "").strip(),
+        "object_type": (object_type or "").strip(),
+        "object_id": (object_id or "").strip(),
+        "tenant": (tenant or "").strip(),
+        "since": (since or "").strip(),
+        "until": (until or "").strip(),
+    }
+    errors: dict[str, str] = {}
+    found: dict[str, Any] = {"data": [], "has_more": False, "last_id": None}
+    try:
+        if after is not None and not after.isdigit():
+            raise InvalidRequest("after must be a row number", param="after")
+        query = AuditQuery(
+            actor=q["actor"] or None,
+            object_type=q["object_type"] or None,
+            object_id=q["object_id"] or None,
+            tenants=frozenset({q["tenant"]}) if q["tenant"] else None,
+            since=q["since"] or None,
+            until=q["until"] or None,
+            limit=AUDIT_PAGE,
+            after=int(after) if after else None,
+        )
+        found = await admin.audit(op.caller, query)
+    except GatewayError as exc:
+        errors[exc.param or "form"] = exc.message
+    more = {k: v for k, v in q.items() if v} | {"after": str(found["last_id"])}
+    return page(
+        op,
+        "audit.html",
+        title="Audit trail",
+        nav="audit",
+        q=q,
+        rows=found["data"],
+        older=urlencode(more) if found["has_more"] else "",
+        objects=AUDIT_OBJECTS,
+        tenants=await admin.tenants(op.caller),
+        errors=errors,
+        status=400 if errors else 200,
+    )
+
+
+TENANT_ROUTES = [
+    tenants_page,
+    create_tenant,
+    tenant_page,
+    create_key,
+    key_limits,
+    rotate_key,
+    revoke_key,
+    audit_page,
+]

@@ -4,6 +4,8 @@
     ├── InvalidRequest                400    invalid_request_error
     ├── AuthenticationFailed          401    invalid_request_error / invalid_api_key (OpenAI's type)
     ├── PermissionDenied              403    permission_error
+    ├── ModelNotAllowed               403    invalid_request_error / model_not_found: a tier the key
+    │                                        may not use (OpenAI's answer to a restricted project key)
     ├── NotFound                      404    invalid_request_error / not_found
     │   └── ModelNotFound             404    invalid_request_error / model_not_found
     ├── WrongKindOfModel              404/403 invalid_request_error (code null): a model of another
@@ -13,6 +15,7 @@
     ├── UnsupportedMediaType          415    invalid_request_error / unsupported_media
     ├── UnprocessableMedia            422    invalid_request_error / corrupt_media
     ├── RateLimited                   429    rate_limit_exceeded (with Retry-After)
+    │   └── QuotaExceeded             429    insufficient_quota / insufficient_quota: a budget spent
     ├── UpstreamFailed                502    upstream_error
     ├── ServiceUnavailable            503    service_unavailable
     │   └── ModalityUnavailable       503    service_unavailable / modality_unavailable
@@ -82,6 +85,26 @@ class PermissionDenied(GatewayError):
     code = "permission_denied"
 
 
+class ModelNotAllowed(GatewayError):
+    """A model (a tier) this key may not use. OpenAI answers a project key restricted from a model
+    with 403, type ``invalid_request_error``, code ``model_not_found`` and "Project `proj_…` does not
+    have access to model `gpt-4o-mini`" (seen in openai-python users' reports; OpenAI's error-code
+    page does not list it): the same shape and words, naming the key instead of a project."""
+
+    status = 403
+    type = "invalid_request_error"
+    code = "model_not_found"
+
+    @classmethod
+    def for_key(cls, key_id: str | None, tier: str, tiers: tuple[str, ...], why: str = "") -> ModelNotAllowed:
+        """``why``: how the request came to that tier when the key did not name it (its policy)."""
+        who = "This key" if key_id is None else f"Key `{key_id}`"
+        return cls(
+            f"{who} does not have access to model `{tier}`{why} (its tiers: {', '.join(tiers)})",
+            param="model",
+        )
+
+
 class NotFound(GatewayError):
     status = 404
     type = "invalid_request_error"
@@ -145,6 +168,27 @@ class RateLimited(GatewayError):
 
     def headers(self) -> dict[str, str]:
         return {"Retry-After": str(max(1, math.ceil(self.retry_after_s)))}
+
+
+# OpenAI's words for a spent quota (its error-code guide, and what its API sends with 429).
+QUOTA_MESSAGE = "You exceeded your current quota, please check your plan and billing details"
+
+
+class QuotaExceeded(RateLimited):
+    """A budget (a key's, a tenant's, a cost tag's) spent: OpenAI's quota error, 429 with type and code
+    ``insufficient_quota``, not a rate: waiting seconds does not help, so ``x-should-retry: false``
+    tells OpenAI's SDKs not to retry it (Retry-After still says when the period ends)."""
+
+    type = "insufficient_quota"
+    code = "insufficient_quota"
+
+    def __init__(self, detail: str, *, retry_after_s: float = 1.0, reason: str = "budget") -> None:
+        super().__init__(
+            f"{QUOTA_MESSAGE} (over budget: {detail}).", retry_after_s=retry_after_s, reason=reason
+        )
+
+    def headers(self) -> dict[str, str]:
+        return {**super().headers(), "x-should-retry": "false"}
 
 
 class UpstreamFailed(GatewayError):
@@ -211,7 +255,7 @@ def _tier_busy(exc: tiers.TierOverloaded) -> GatewayError:
 
 
 def _over_budget(exc: router.BudgetExhausted) -> GatewayError:
-    return RateLimited(f"over budget: {exc}", retry_after_s=exc.retry_after_s)
+    return QuotaExceeded(str(exc), retry_after_s=exc.retry_after_s)
 
 
 # The request field behind each ability a tier may lack.

@@ -24,6 +24,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import cast
 
+import msgspec
 from litestar.datastructures import State
 from sqlalchemy import Engine
 
@@ -31,6 +32,7 @@ import cache
 import router
 from gateway.accounts import bootstrap
 from gateway.accounts.admin import AdminService
+from gateway.accounts.audit import SYSTEM_ACTOR, AuditTrail, Event
 from gateway.accounts.budgets import BudgetBook
 from gateway.accounts.key_budgets import KeyBudgets
 from gateway.accounts.ledger import Ledger, PriceBook
@@ -46,7 +48,7 @@ from gateway.ops.activity import Activity
 from gateway.ops.metrics import Metrics
 from gateway.ops.observe import Observer, live_gauges
 from gateway.ops.scaling import ReplicaSignal, run_signal
-from gateway.ops.shared import SharedPool, SharedState, open_shared
+from gateway.ops.shared import SharedPool, SharedState, open_shared, pool_reloader
 from gateway.ops.tracing import Tracing
 from gateway.pipeline.admission import gates_for
 from gateway.pipeline.answers.exact import AnswerCache
@@ -59,7 +61,7 @@ from gateway.pipeline.front import Front
 from gateway.pipeline.record import Recorder
 from gateway.pipeline.routing_service import RoutingService, tier_prices
 from gateway.pipeline.tierset import Catalogue, TierSet
-from gateway.settings import Settings, SettingsError
+from gateway.settings import Settings
 from tiers import Modality, ModelRegistry, Pool, Tier
 from tiers.cloud import VLLMPool
 from tiers.cloud.provider import ProviderConfig, ProviderTier
@@ -85,6 +87,7 @@ class Services:
     policies: PolicyBook
     ledger: Ledger | None
     admin: AdminService
+    audit: AuditTrail  # every change, hash-chained, in the ledger's database
     activity: Activity
     pool: Pool | None  # the cloud pool whose members operators change, if one is configured
     edge_models: ModelRegistry[EdgeModel] | None  # the edge's versioned models, if the edge runs here
@@ -183,26 +186,6 @@ async def _started_ledger(
     await ledger.start()
     stack.push_async_callback(ledger.aclose)
     return ledger
-
-
-def _reloader(settings_of: Callable[[], Settings] | None, pool: Pool | None) -> Callable[[], None]:
-    """SIGHUP: re-read the settings and apply the cloud pool's membership (``cloud.urls``)."""
-
-    def reload() -> None:
-        if settings_of is None or pool is None:
-            return
-        try:
-            urls = settings_of().cloud.urls
-        except SettingsError as exc:
-            log.error("SIGHUP: settings not reloaded: %s", exc)
-            return
-        if urls:
-            log.info("SIGHUP: cloud pool members are now %s", urls)
-            pool.set_members(urls)
-        else:
-            log.warning("SIGHUP: cloud.urls is empty; the pool keeps its members")
-
-    return reload
 
 
 @asynccontextmanager
@@ -337,14 +320,17 @@ async def open_services(
         if media is not None:
             await media.start()
             stack.push_async_callback(media.aclose)
-        reload = _reloader(reload_settings, pool)
+        trail = AuditTrail(engine)
+        urls_of = None if reload_settings is None else (lambda: reload_settings().cloud.urls)
+        reload = pool_reloader(urls_of, pool)  # another gateway's reload: recorded where it was made
         if shared is not None:
             shared.attach(breakers, pool, reload)
             await shared.start()
             stack.push_async_callback(shared.aclose)
         if reload_settings is not None and pool is not None:
             loop = asyncio.get_running_loop()
-            loop.add_signal_handler(signal.SIGHUP, _also(reload, shared.reloaded if shared else None))
+            on_sighup = pool_reloader(urls_of, pool, functools.partial(_reloaded, trail))
+            loop.add_signal_handler(signal.SIGHUP, _also(on_sighup, shared.reloaded if shared else None))
             stack.callback(loop.remove_signal_handler, signal.SIGHUP)
         if settings.scaling.enabled and "cloud" in tiers:
             scaling = asyncio.create_task(
@@ -369,7 +355,8 @@ async def open_services(
             tenants=store,
             policies=policies,
             ledger=ledger,
-            admin=AdminService(store, auth, list(tiers)),
+            admin=AdminService(store, auth, list(tiers), trail),
+            audit=trail,
             activity=activity,
             pool=SharedPool(pool, shared) if shared is not None and pool is not None else pool,
             edge_models=edge_models,
@@ -386,6 +373,15 @@ async def _start_tiers(tiers: dict[str, Tier], stack: AsyncExitStack) -> None:
 
     stack.push_async_callback(close_all)
     await asyncio.gather(*(tier.start() for tier in tiers.values()))
+
+
+def _reloaded(trail: AuditTrail, before: list[str], after: list[str]) -> None:
+    """A SIGHUP's change of the pool's members, in the audit trail."""
+    old, new = {"cloud.urls": before}, {"cloud.urls": after}
+    change = Event(
+        actor=SYSTEM_ACTOR, action="settings.reloaded", object_type="settings", object_id="cloud.urls"
+    )
+    trail.record(msgspec.structs.replace(change, before=old, after=new))
 
 
 def _also(first: Callable[[], None], then: Callable[[], None] | None) -> Callable[[], None]:

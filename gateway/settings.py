@@ -22,6 +22,7 @@ import msgspec
 
 from cache import CacheConfig, RedisPolicy
 from gateway.accounts.ledger import PricingSettings
+from gateway.accounts.people import OidcSettings
 from gateway.accounts.quality.settings import FeedbackSettings
 from gateway.accounts.stored_responses import ResponseSettings
 from gateway.accounts.tenants import LimitSettings
@@ -152,7 +153,7 @@ class PolicySettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
 
 
 class AdminUISettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """The operator's web page at /admin/ (sign in with an admin key)."""
+    """The operator's web page at /admin/ (sign in with an admin key, or through single sign-on)."""
 
     enabled: bool = True
     # A session ends after this long without a request, and in any case after session_max_s.
@@ -162,6 +163,13 @@ class AdminUISettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     refresh_s: float = 3.0
     # Recent route decisions kept in memory for the live view (this process only).
     recent_decisions: int = 500
+    # Signing in with an admin key (the break-glass way in); false removes the form and refuses its posts.
+    key_sign_in: bool = True
+    oidc: OidcSettings = msgspec.field(default_factory=OidcSettings)  # single sign-on (docs/sso.md)
+
+    def __post_init__(self) -> None:
+        if not self.key_sign_in and not self.oidc.enabled:
+            raise ValueError("admin_ui.key_sign_in = false needs [admin_ui.oidc] (else nobody could sign in)")
 
 
 class EdgeTier(EdgeConfig, frozen=True, tag="edge", tag_field="kind"):

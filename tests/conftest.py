@@ -116,9 +116,9 @@ class Gateway:
 
 
 def start_gateway(
-    tmp: Path, config: str = "", env: dict[str, str] | None = None, edge: bool = True
+    tmp: Path, config: str = "", env: dict[str, str] | None = None, edge: bool = True, port: int | None = None
 ) -> Gateway:
-    port = free_port()
+    port = port or free_port()
     config_path = tmp / "tiergate.toml"
     config_path.write_text(f'data_dir = "{tmp / "data"}"\n{config}')
     log_path = tmp / "gateway.log"

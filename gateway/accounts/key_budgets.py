@@ -5,8 +5,9 @@ query per budgeted key in use (``ix_ledger_tenant_ts`` on the key's tenant and t
 the key id), run in a thread; requests arriving while it runs wait for that one read.  Between reads
 the spend is the last one read, so, like the tenant budget (gateway/accounts/budgets.py), a burst can
 overshoot a key's budget by what it spends in ``refresh_s`` plus the ledger's flush delay
-(``ledger.flush_interval_s``).  A key at its budget is refused with 429 (OpenAI's shape, Retry-After:
-the seconds to the next UTC day or month) while the tenant's other keys go on.
+(``ledger.flush_interval_s``).  A key at its budget is refused with OpenAI's quota error (429
+insufficient_quota; Retry-After: the seconds to the next UTC day or month) while the tenant's other
+keys go on.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from gateway.accounts.budgets import period_bounds
 from gateway.accounts.ledger import NANO
 from gateway.accounts.storage import ledger
 from gateway.accounts.tenants import Caller
-from gateway.errors import RateLimited
+from gateway.errors import QuotaExceeded
 
 log = logging.getLogger(__name__)
 
@@ -107,9 +108,9 @@ class KeyBudgets:
         return spend
 
 
-def _over(key_id: str, spent: float, amount: float, period: str, retry_after_s: float) -> RateLimited:
-    return RateLimited(
-        f"over budget: key {key_id} has spent ${spent:.4f} of its ${amount:g} this {period}",
+def _over(key_id: str, spent: float, amount: float, period: str, retry_after_s: float) -> QuotaExceeded:
+    return QuotaExceeded(
+        f"key {key_id} has spent ${spent:.4f} of its ${amount:g} this {period}",
         retry_after_s=retry_after_s,
         reason="key_budget",
     )

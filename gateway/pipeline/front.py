@@ -28,7 +28,7 @@ import router
 from gateway.accounts.key_budgets import KeyBudgets
 from gateway.accounts.policies import PolicyBook
 from gateway.accounts.tenants import Authenticator, Caller, Demand, RateLimiter, key_scope
-from gateway.errors import InvalidRequest, ModelNotFound, PermissionDenied
+from gateway.errors import InvalidRequest, ModelNotAllowed, ModelNotFound, PermissionDenied
 from gateway.ops.metrics import Metrics
 from gateway.ops.tracing import Tracing
 from gateway.pipeline.record import Call, Recorder
@@ -149,11 +149,10 @@ class Front:
             await self._limiter.admit(call.tenant, demand)
 
     def tier_allowed(self, call: Call, tier: str | None) -> None:
-        """A request pinned to ``tier`` (None: routed) by a key that may not use it: 403."""
+        """A request pinned to ``tier`` (None: routed) by a key that may not use it: OpenAI's 403 for a
+        model a project key is restricted from."""
         if tier is not None and not call.caller.limits.allows_tier(tier):
-            raise PermissionDenied(
-                f"this key may not use the {tier} tier (its tiers: {', '.join(call.caller.limits.tiers)})"
-            )
+            raise ModelNotAllowed.for_key(call.caller.key_id, tier, call.caller.limits.tiers)
 
     def residency(self, call: Call, messages: list[dict[str, Any]], param: str) -> Verdict:
         """What the tenant's residency rules find in the request's text (``messages``: OpenAI's

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import msgspec
 
 import router
-from gateway.errors import ModalityUnavailable, to_gateway_error
+from gateway.errors import ModalityUnavailable, ModelNotAllowed, to_gateway_error
 from gateway.media import engine_messages
 from gateway.ops.metrics import Metrics
 from gateway.ops.tracing import Tracing
@@ -203,6 +203,21 @@ class Planner:
         self._decide = decide or (lambda views, features: plain.decide(features, views, RULE_ONLY))
         self._fail_instead_of_degrade = fail_instead_of_degrade
 
+    def _not_allowed(self, allowed: tuple[str, ...], features: router.Features) -> ModelNotAllowed | None:
+        """When no tier the key may use can serve, but the tenant's policy would send the request to one
+        it may not (its strategy pins a tier): OpenAI's 403 for a model the key may not use, not a 503
+        (retrying will not help). Decided again over every tier, on this refused path only."""
+        if not allowed:
+            return None
+        try:
+            decision = self._decide(self._tiers.views(), features)
+        except (router.NoTierAvailable, router.BudgetExhausted):
+            return None
+        if decision.tier in allowed:
+            return None
+        why = f": the tenant's routing policy sends this request to the {decision.tier} tier"
+        return ModelNotAllowed.for_key(None, decision.tier, allowed, why)
+
     def plan(
         self,
         request: ChatCompletionRequest,
@@ -251,7 +266,9 @@ class Planner:
         try:
             with self._tracing.span("route"):
                 decision = self._decide(views, features)
-        except (router.NoTierAvailable, router.BudgetExhausted) as exc:
+        except router.NoTierAvailable as exc:
+            raise self._not_allowed(allowed, features) or to_gateway_error(exc) from exc
+        except router.BudgetExhausted as exc:
             raise to_gateway_error(exc) from exc
         self._metrics.route_decided(decision.strategy, decision.tier, decision.reason.kind.value)
         if lost:

@@ -108,12 +108,13 @@ def show_config(config: ConfigOption = None) -> None:
 
 
 def _add_account_commands() -> None:
-    from gateway.tools.cli_accounts import keys_cli, report, tenants_cli
+    from gateway.tools.cli_accounts import audit_cli, keys_cli, report, tenants_cli
     from gateway.tools.cli_edge import edge_cli
     from gateway.tools.cli_embed import export_embedding
 
     cli.add_typer(tenants_cli, name="tenants")
     cli.add_typer(keys_cli, name="keys")
+    cli.add_typer(audit_cli, name="audit")
     cli.command("report")(report)
     cli.add_typer(edge_cli, name="edge")
     models_cli.command("export-embedding")(export_embedding)

@@ -1,5 +1,6 @@
-"""``tiergate tenants``, ``tiergate keys`` and ``tiergate report``: work on the database directly
-(the one in ``storage.database_url``, by default the data folder's SQLite file)."""
+"""``tiergate tenants``, ``tiergate keys``, ``tiergate audit`` and ``tiergate report``: work on the
+database directly (the one in ``storage.database_url``, by default the data folder's SQLite file).
+Each change is recorded in the audit trail as made by ``cli:<the OS user running the command>``."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Annotated, Any
 import msgspec
 import typer
 
+from gateway.accounts.audit import Actor, AuditTrail, export_lines
 from gateway.accounts.tenants import KeyLimits, TenantStore, check_tiers, checked_limits
 from gateway.errors import GatewayError
 from gateway.settings import Settings, SettingsError, load_settings
@@ -21,6 +23,7 @@ ConfigOption = Annotated[
 
 tenants_cli = typer.Typer(help="Create and list tenants.", no_args_is_help=True)
 keys_cli = typer.Typer(help="Create, list, limit, rotate and revoke API keys.", no_args_is_help=True)
+audit_cli = typer.Typer(help="Verify and export the audit trail of changes.", no_args_is_help=True)
 
 # A key's own limits, the same options on `keys create` and `keys update` (0 or "": none of its own).
 BudgetDay = Annotated[float | None, typer.Option("--budget-day", help="USD per UTC day (0: none).")]
@@ -104,7 +107,8 @@ def tenants_create(
         "audio_seconds_per_min": audio_seconds,
     }
     try:
-        _print(_store(config).create_tenant(name, {k: v for k, v in given.items() if v is not None}))
+        limits = {k: v for k, v in given.items() if v is not None}
+        _print(_store(config).create_tenant(name, limits, actor=Actor.of_cli()))
     except GatewayError as exc:
         raise _fail(exc) from exc
 
@@ -140,7 +144,9 @@ def keys_create(
         raise typer.Exit(2)
     try:
         limits = checked_limits(_limit_changes(budget_day, budget_month, tiers, models, expires, rpm, tpm))
-        key = _store(config).create_key(tenant, name, role, _known_tiers(limits, config))
+        key = _store(config).create_key(
+            tenant, name, role, _known_tiers(limits, config), actor=Actor.of_cli()
+        )
     except GatewayError as exc:
         raise _fail(exc) from exc
     typer.echo(f"key {key.id} for {tenant or 'admin'}; shown once, store it now:", err=True)
@@ -170,7 +176,8 @@ def keys_update(
         store = _store(config)
         changes = _limit_changes(budget_day, budget_month, tiers, models, expires, rpm, tpm)
         limits = checked_limits(changes, store.key(key_id).limits)
-        _print(store.update_key(key_id, _known_tiers(limits, config) if tiers else limits))
+        checked = _known_tiers(limits, config) if tiers else limits
+        _print(store.update_key(key_id, checked, actor=Actor.of_cli()))
     except GatewayError as exc:
         raise _fail(exc) from exc
 
@@ -186,7 +193,7 @@ def keys_rotate(
     """A new secret for the key (same id, limits and budget), printed once; the old one works for
     --overlap-hours more, then is refused (401)."""
     try:
-        key = _store(config).rotate_key(key_id, overlap_hours * 3600)
+        key = _store(config).rotate_key(key_id, overlap_hours * 3600, actor=Actor.of_cli())
     except GatewayError as exc:
         raise _fail(exc) from exc
     typer.echo(f"key {key.id} rotated; the old one works {overlap_hours:g} h more. Shown once:", err=True)
@@ -210,7 +217,7 @@ def keys_revoke(key_id: str, config: ConfigOption = None) -> None:
     """Revoke a key by its id (the part after tg_); running gateways stop taking it within
     auth.key_cache_s."""
     try:
-        _print(_store(config).revoke_key(key_id))
+        _print(_store(config).revoke_key(key_id, actor=Actor.of_cli()))
     except GatewayError as exc:
         raise _fail(exc) from exc
 
@@ -243,3 +250,44 @@ def report(
         raise _fail(exc) from exc
     result = cost_report(store.engine, query, tenant_id)
     typer.echo(report_csv(result) if format == "csv" else json.dumps(result, indent=2), nl=format != "csv")
+
+
+def _trail(config: Path | None) -> AuditTrail:
+    from gateway.accounts.storage import open_database
+
+    return AuditTrail(open_database(_settings(config).database_url))
+
+
+@audit_cli.command("verify")
+def audit_verify(config: ConfigOption = None) -> None:
+    """Check the audit trail's hash chain: exit 0 when it holds, 1 naming the first row that does not
+    (a row edited, or deleted: its number is missing)."""
+    trail = _trail(config)
+    try:
+        checked, broken = trail.verify()
+    finally:
+        trail.engine.dispose()
+    if broken is not None:
+        typer.echo(f"tiergate: audit trail broken at row {broken.seq}: {broken.reason}", err=True)
+        raise typer.Exit(1)
+    typer.echo(f"audit trail holds: {checked} rows")
+
+
+@audit_cli.command("export")
+def audit_export(
+    format: Annotated[str, typer.Option(help="jsonl or csv.")] = "jsonl",
+    since: Annotated[str | None, typer.Option(help="Rows at or after this ISO-8601 date-time.")] = None,
+    config: ConfigOption = None,
+) -> None:
+    """Print the audit trail, oldest first, as JSON lines or CSV."""
+    if format not in ("jsonl", "csv"):
+        typer.echo("tiergate: --format must be jsonl or csv", err=True)
+        raise typer.Exit(2)
+    trail = _trail(config)
+    try:
+        for chunk in export_lines(trail.rows(since), format):
+            typer.echo(chunk, nl=False)
+    except GatewayError as exc:
+        raise _fail(exc) from exc
+    finally:
+        trail.engine.dispose()

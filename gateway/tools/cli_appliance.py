@@ -122,7 +122,10 @@ def reload(
         ),
     ] = None,
 ) -> None:
-    """Make every gateway sharing shared.redis_url re-read its settings (as SIGHUP does to one)."""
+    """Make every gateway sharing shared.redis_url re-read its settings (as SIGHUP does to one); the
+    audit trail records it, by cli:<the OS user>."""
+    from gateway.accounts.audit import Actor, AuditTrail, Event
+    from gateway.accounts.storage import open_database
     from gateway.ops.shared import RELOAD, publish_now
     from gateway.settings import SettingsError, load_settings
 
@@ -142,4 +145,17 @@ def reload(
     except Exception as exc:
         typer.echo(f"tiergate reload: Redis at {shared.redis_url.split('@')[-1]}: {exc}", err=True)
         raise typer.Exit(1) from exc
+    trail = AuditTrail(open_database(settings.database_url))
+    try:
+        trail.record(
+            Event(
+                actor=Actor.of_cli(),
+                action="settings.reloaded",
+                object_type="settings",
+                object_id="*",
+                after={"gateways_listening": heard},
+            )
+        )
+    finally:
+        trail.engine.dispose()
     typer.echo(f"reload sent; {heard} gateway(s) listening")

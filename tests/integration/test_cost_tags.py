@@ -207,6 +207,7 @@ def test_a_spent_tag_budget_refuses_that_tags_requests_only(gw: Gateway) -> None
             ask("team=search")
         except openai.RateLimitError as exc:
             assert "tagged team=search" in str(exc) and "budget spent" in str(exc)
+            assert exc.type == exc.code == "insufficient_quota"  # OpenAI's quota error, not a rate
             break
         assert time.monotonic() < deadline, "the spent tag budget never refused"
         time.sleep(0.2)

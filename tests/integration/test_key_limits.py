@@ -3,8 +3,11 @@ cloud tier that records every body it receives (tests/fakes.py, mode "echo"), th
 the speech model.  One parametrized test per rule over chat, Responses, completions, embeddings,
 Anthropic's /v1/messages and audio transcription:
 
-- a key at its budget gets 429 (OpenAI's shape, Retry-After) while another key of its tenant works;
-- a key limited to the edge never reaches the cloud, pinned (403) or routed (served by the edge);
+- a key at its budget gets OpenAI's quota error (429 insufficient_quota; Retry-After and
+  x-should-retry: false) while another key of its tenant works;
+- a key limited to the edge never reaches the cloud, pinned or routed (served by the edge); pinned, or
+  routed by its tenant's policy to the cloud, it gets OpenAI's 403 for a model a key may not use
+  (invalid_request_error, model_not_found);
 - a key limited to other models gets OpenAI's 404 model_not_found;
 - an expired key is a 401, as an invalid one;
 - a rotated key works during its overlap and not after (an overlap of ~1 s);
@@ -130,25 +133,48 @@ def test_a_key_at_its_budget_gets_429_and_its_tenants_other_key_still_works(
 ) -> None:
     other = new_key(gw, tenant)["key"]
     resp = send(gw, endpoint, spent, speech)
-    kind = refused(resp, endpoint, 429, None if endpoint == "messages" else "rate_limit_exceeded")
-    assert kind == "rate_limit_error" if endpoint == "messages" else kind == "rate_limit_exceeded"
+    kind = refused(resp, endpoint, 429, None if endpoint == "messages" else "insufficient_quota")
+    assert kind == "rate_limit_error" if endpoint == "messages" else kind == "insufficient_quota"
+    assert "You exceeded your current quota, please check your plan and billing details" in resp.text
     assert "over budget" in resp.text and int(resp.headers["retry-after"]) >= 1
+    assert resp.headers["x-should-retry"] == "false"  # OpenAI's SDKs do not retry a spent budget
     assert send(gw, endpoint, other, speech).status_code == 200
+
+
+@pytest.fixture(scope="module")
+def cloud_tenant(gw: Gateway) -> str:
+    """A tenant whose routing policy sends text to the cloud tier (a modality rule: no other tier)."""
+    name = f"c-{uuid.uuid4().hex[:8]}"
+    assert admin(gw, "POST", "/tenants", json={"name": name}).status_code == 201
+    put = admin(gw, "PUT", f"/tenants/{name}/policy", json={"modality_rules": {"text": "cloud"}})
+    assert put.status_code == 200, put.text
+    return name
+
+
+def not_allowed(resp: httpx.Response, endpoint: str) -> None:
+    """OpenAI's answer to a key restricted from a model: 403 invalid_request_error, model_not_found
+    (Anthropic's permission_error on /v1/messages)."""
+    kind = refused(resp, endpoint, 403, None if endpoint == "messages" else "model_not_found")
+    assert kind == ("permission_error" if endpoint == "messages" else "invalid_request_error")
+    assert "does not have access to model `cloud`" in resp.text
 
 
 @pytest.mark.parametrize("endpoint", ENDPOINTS)
 def test_an_edge_only_key_never_reaches_the_cloud_pinned_or_routed(
-    gw: Gateway, fake: FakeVLLM, tenant: str, speech: bytes, endpoint: str
+    gw: Gateway, fake: FakeVLLM, tenant: str, cloud_tenant: str, speech: bytes, endpoint: str
 ) -> None:
     key = new_key(gw, tenant, tiers=["edge"])["key"]
+    policed = new_key(gw, cloud_tenant, tiers=["edge"])["key"]
     before = len(fake.requests)
     routed = send(gw, endpoint, key, speech)
     assert routed.status_code == 200, routed.text[:300]
     if endpoint in GENERATING:
         assert routed.headers["x-tiergate-tier"] == "edge"
-        kind = refused(send(gw, endpoint, key, speech, model="cloud"), endpoint, 403)
-        assert kind == "permission_error"
-    assert len(fake.requests) == before  # nothing of this key reached the cloud
+        not_allowed(send(gw, endpoint, key, speech, model="cloud"), endpoint)  # pinned
+        not_allowed(send(gw, endpoint, policed, speech), endpoint)  # routed there by its tenant's policy
+    else:  # no routing policy applies to the embedding and speech models
+        assert send(gw, endpoint, policed, speech).status_code == 200
+    assert len(fake.requests) == before  # nothing of these keys reached the cloud
 
 
 @pytest.mark.parametrize("endpoint", ENDPOINTS)

@@ -84,6 +84,22 @@ def test_tenants_read_their_own_and_change_nothing(gw: Gateway) -> None:
     assert httpx.get(f"{gw.url}/admin/api/tenants/default/policy").status_code == 401
 
 
+def test_a_tenant_admin_key_changes_its_own_tenants_policy_only(gw: Gateway) -> None:
+    """The one rule of gateway.accounts.tenants (shared with people signed in through single sign-on)."""
+    for name in ("ta-mine", "ta-other"):
+        assert admin(gw, "POST", "/tenants", json={"name": name}).status_code == 201
+    made = admin(gw, "POST", "/tenants/ta-mine/keys", json={"role": "tenant-admin"})
+    boss = made.json()["key"]
+    body = {"strategy": "always-edge"}
+    changed = admin(gw, "PUT", "/tenants/ta-mine/policy", key=boss, json=body)
+    assert changed.status_code == 200, changed.text
+    assert changed.json()["policy"]["strategy"] == "always-edge"
+    assert changed.json()["updated_by"].startswith("tenant-admin:")
+    assert admin(gw, "PUT", "/tenants/ta-other/policy", key=boss, json=body).status_code == 404
+    assert admin(gw, "PUT", "/policies/default", key=boss, json=body).status_code == 403
+    assert admin(gw, "GET", "/cloud/replicas", key=boss).status_code == 403
+
+
 def test_the_next_request_obeys_a_change(gw: Gateway) -> None:
     """cache on/off is read per request: turning it off makes the next repeat a miss (bypass)."""
     payload = {

@@ -109,6 +109,7 @@ def test_a_spent_budget_refuses_or_routes_to_the_cheapest(gw: Gateway) -> None:
     while (resp := ask(gw)).status_code == 200 and time.monotonic() < deadline:
         time.sleep(0.2)
     assert resp.status_code == 429 and "budget" in resp.json()["error"]["message"]
+    assert resp.json()["error"]["code"] == "insufficient_quota" and resp.headers["x-should-retry"] == "false"
     assert int(resp.headers["retry-after"]) > 0
     set_policy(gw, {"strategy": "learned", "budget": {"amount_usd": 1e-9, "on_exhausted": "cheapest"}})
     resp = ask(gw, max_tokens=64)

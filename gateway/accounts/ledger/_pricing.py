@@ -1,7 +1,8 @@
 """The price table: versioned in the database, charged per row in integer nano-USD.
 
 The configured prices (``pricing.prices``) are compared with the newest stored version of
-each (tier, model) at start; a changed price is stored as a new version.  A row records
+each (tier, model) at start; a changed price is stored as a new version, and recorded in the
+audit trail (by ``system``: it came from the settings file) in the same transaction.  A row records
 the id of the version it was charged, so later changes never rewrite history.
 """
 
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 import msgspec
 from sqlalchemy import Engine, select
 
+from gateway.accounts.audit import SYSTEM_ACTOR, Actor, Event, append
 from gateway.accounts.storage import prices
 
 
@@ -102,7 +104,13 @@ class PriceBook:
         self.counterfactual_tier = counterfactual_tier
 
     @classmethod
-    def sync(cls, engine: Engine, configured: list[Price], counterfactual_tier: str) -> PriceBook:
+    def sync(
+        cls,
+        engine: Engine,
+        configured: list[Price],
+        counterfactual_tier: str,
+        actor: Actor = SYSTEM_ACTOR,
+    ) -> PriceBook:
         """Store configured prices that differ from their newest version; load the current ones."""
         with engine.begin() as conn:
             rows = conn.execute(select(prices).order_by(prices.c.effective_from, prices.c.id)).all()
@@ -114,6 +122,18 @@ class PriceBook:
                     values = {f: getattr(price, f) for f in _FIELDS}
                     values.update(tier=price.tier, model=price.model, effective_from=now)
                     conn.execute(prices.insert().values(**values))
+                    before = None if old is None else {f: getattr(old, f) for f in _FIELDS}
+                    append(
+                        conn,
+                        Event(
+                            actor=actor,
+                            action="price.set",
+                            object_type="price",
+                            object_id=f"{price.tier}/{price.model}",
+                            before=before,
+                            after={f: getattr(price, f) for f in _FIELDS},
+                        ),
+                    )
             rows = conn.execute(select(prices).order_by(prices.c.effective_from, prices.c.id)).all()
         versions = {
             (r.tier, r.model): _Version(

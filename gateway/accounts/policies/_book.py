@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 
 import router
+from gateway.accounts.audit import SYSTEM_ACTOR, Actor
 from gateway.accounts.policies._store import DEFAULT_KEY, PolicyChange, PolicyRecord, PolicyStore
 from gateway.ops.background import background_thread
 
@@ -69,16 +71,29 @@ class PolicyBook:
         return await asyncio.to_thread(self.store.get, tenant)
 
     async def set(
-        self, tenant: str, policy: router.TenantPolicy, who: str, expected_version: int | None = None
+        self,
+        tenant: str,
+        policy: router.TenantPolicy,
+        who: str,
+        expected_version: int | None = None,
+        *,
+        actor: Actor = SYSTEM_ACTOR,
     ) -> PolicyRecord:
         record = await asyncio.to_thread(
-            self.store.set, tenant, policy, who, expected_version=expected_version
+            functools.partial(self.store.set, expected_version=expected_version, actor=actor),
+            tenant,
+            policy,
+            who,
         )
         await self.reload()
         return record
 
-    async def rollback(self, tenant: str, to_version: int, who: str) -> PolicyRecord:
-        record = await asyncio.to_thread(self.store.rollback, tenant, to_version, who)
+    async def rollback(
+        self, tenant: str, to_version: int, who: str, *, actor: Actor = SYSTEM_ACTOR
+    ) -> PolicyRecord:
+        record = await asyncio.to_thread(
+            functools.partial(self.store.rollback, actor=actor), tenant, to_version, who
+        )
         await self.reload()
         return record
 

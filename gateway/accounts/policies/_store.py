@@ -17,6 +17,7 @@ from sqlalchemy import Engine, func, select
 from sqlalchemy.exc import IntegrityError
 
 import router
+from gateway.accounts.audit import SYSTEM_ACTOR, Actor, Event, append
 from gateway.accounts.storage import policy_versions, tenant_policies
 from gateway.errors import Conflict, NotFound, to_gateway_error
 
@@ -116,9 +117,11 @@ class PolicyStore:
         *,
         expected_version: int | None = None,
         action: str = "set",
+        actor: Actor = SYSTEM_ACTOR,
     ) -> PolicyRecord:
         """Make ``policy`` the tenant's; ``expected_version`` (the version the editor saw)
-        refuses the change with 409 if someone changed it since."""
+        refuses the change with 409 if someone changed it since. ``who`` is the history's
+        ``changed_by``; ``actor`` the audit trail's (one row, in the same transaction)."""
         self.check(policy)
         now = time.time()
         after = _encode(policy).decode()
@@ -154,6 +157,18 @@ class PolicyStore:
                         changed_at=now,
                     )
                 )
+                append(
+                    conn,
+                    Event(
+                        actor=actor,
+                        action="policy.rolled_back" if action == "rollback" else "policy.set",
+                        object_type="policy",
+                        object_id=tenant,
+                        tenant=None if tenant == DEFAULT_KEY else tenant,
+                        before=None if row is None else {"version": version, "policy": _decode(row.policy)},
+                        after={"version": version + 1, "policy": policy},
+                    ),
+                )
         except IntegrityError as exc:  # another writer took the same version number first
             raise Conflict(f"the policy of {tenant!r} changed meanwhile; try again", param="version") from exc
         return self.get(tenant)
@@ -185,7 +200,9 @@ class PolicyStore:
             )
         return out
 
-    def rollback(self, tenant: str, to_version: int, who: str) -> PolicyRecord:
+    def rollback(
+        self, tenant: str, to_version: int, who: str, *, actor: Actor = SYSTEM_ACTOR
+    ) -> PolicyRecord:
         """Set the policy of an earlier version again (as a new version)."""
         with self.engine.connect() as conn:
             row = conn.execute(
@@ -197,4 +214,4 @@ class PolicyStore:
             raise NotFound(f"the policy of {tenant!r} has no version {to_version}", param="version")
         policy = _decode(row.after)
         assert policy is not None
-        return self.set(tenant, policy, who, action="rollback")
+        return self.set(tenant, policy, who, action="rollback", actor=actor)

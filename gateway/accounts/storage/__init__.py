@@ -10,6 +10,8 @@ from gateway.accounts.storage._lock import DataFolderInUse, DataFolderLock
 from gateway.accounts.storage._schema import (
     answer_labels,
     api_keys,
+    audit_head,
+    audit_log,
     ledger,
     ledger_tags,
     metadata,
@@ -28,6 +30,8 @@ __all__ = [
     "WriteAheadLog",
     "answer_labels",
     "api_keys",
+    "audit_head",
+    "audit_log",
     "ledger",
     "ledger_tags",
     "metadata",

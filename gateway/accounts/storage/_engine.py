@@ -23,7 +23,7 @@ from gateway.accounts.storage._schema import metadata, schema_version
 log = logging.getLogger(__name__)
 
 # Bump with a migration step in _MIGRATIONS when a table changes.
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 # version -> statements that bring a database from version-1 to version.
 _MIGRATIONS: dict[int, list[str]] = {
     2: [
@@ -57,6 +57,8 @@ _MIGRATIONS: dict[int, list[str]] = {
         "ALTER TABLE ledger ADD COLUMN cached_tokens INTEGER NOT NULL DEFAULT 0",
         "ALTER TABLE ledger ADD COLUMN cache_write_tokens INTEGER NOT NULL DEFAULT 0",
     ],
+    # The audit trail: its two tables are new, so create_all makes them (nothing to alter).
+    8: [],
 }
 
 

@@ -192,3 +192,38 @@ answer_labels = Table(
     Column("labelled_at", Float, nullable=False),
     Index("ix_answer_labels_tenant_at", "tenant", "labelled_at"),
 )
+
+
+# Schema v8: the audit trail (gateway/accounts/audit/): one row per change or sign-in, append-only,
+# each row's hash the SHA-256 of the previous row's hash and its own canonical content, numbered
+# without gaps by seq (a deleted row leaves a hole that `tiergate audit verify` names).
+audit_log = Table(
+    "audit_log",
+    metadata,
+    Column("seq", BigInteger, primary_key=True, autoincrement=False),  # 1, 2, 3, ... never reused
+    Column("at", String(32), nullable=False),  # UTC, YYYY-MM-DDTHH:MM:SS.ffffffZ: sorts as text
+    Column("actor", String(256), nullable=False),  # a person's subject/email, a key's id, cli:<user>
+    Column("actor_kind", String(16), nullable=False),  # person | key | cli | system
+    Column("address", String(64)),  # the client's address, when it came over HTTP
+    Column("action", String(64), nullable=False),  # e.g. key.created, policy.rolled_back, sign_in.failed
+    Column("object_type", String(32), nullable=False),
+    Column("object_id", String(256), nullable=False),
+    Column("tenant", String(64)),  # the tenant the object belongs to, for a tenant admin's view
+    Column("before", Text),  # canonical JSON, secrets stripped; NULL: nothing before
+    Column("after", Text),  # canonical JSON, secrets stripped; NULL: nothing after
+    Column("prev_hash", String(64), nullable=False),
+    Column("hash", String(64), nullable=False),
+    Index("ix_audit_log_at", "at"),
+    Index("ix_audit_log_object", "object_type", "object_id"),
+)
+
+# The chain's head: one row (id 1) with the last seq and hash. Appends lock it (PostgreSQL: a row
+# lock; SQLite: the database's write lock) so that gateways sharing one database never fork the
+# chain, and verify compares it with the last row, so a deleted last row is found too.
+audit_head = Table(
+    "audit_head",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("seq", BigInteger, nullable=False),
+    Column("hash", String(64), nullable=False),
+)

@@ -5,6 +5,7 @@
 a :class:`RateLimiter` (in-process or Redis) admits or refuses each request.
 """
 
+from gateway.accounts.tenants._access import READ_ONLY, check_change, check_not_read_only, check_read
 from gateway.accounts.tenants._auth import Authenticator, key_of
 from gateway.accounts.tenants._keylimits import NO_LIMITS, KeyLimits, check_tiers, checked_limits
 from gateway.accounts.tenants._keys import hash_key, key_id_of, matches, new_key
@@ -23,6 +24,7 @@ from gateway.accounts.tenants._models import (
     TENANT,
     TENANT_ADMIN,
     TENANT_ROLES,
+    VIEWER,
     Caller,
     KeyInfo,
     NewKey,
@@ -37,9 +39,11 @@ __all__ = [
     "DEFAULT_TENANT",
     "NO_LIMITS",
     "OPEN_MODE_KEY_ID",
+    "READ_ONLY",
     "TENANT",
     "TENANT_ADMIN",
     "TENANT_ROLES",
+    "VIEWER",
     "Authenticator",
     "Caller",
     "Demand",
@@ -54,6 +58,9 @@ __all__ = [
     "Tenant",
     "TenantLimits",
     "TenantStore",
+    "check_change",
+    "check_not_read_only",
+    "check_read",
     "check_tenant_name",
     "check_tiers",
     "checked_limits",

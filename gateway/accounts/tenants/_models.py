@@ -13,6 +13,7 @@ ADMIN = "admin"  # every tenant; the only role that creates tenants, admin keys 
 TENANT = "tenant"  # an inference key: chats and reads its own tenant, manages no keys
 TENANT_ADMIN = "tenant-admin"  # a tenant's key that also creates, lists and revokes that tenant's keys
 TENANT_ROLES = (TENANT, TENANT_ADMIN)  # the roles a tenant's key may have
+VIEWER = "viewer"  # a person signed in through single sign-on who sees everything and changes nothing
 DEFAULT_TENANT = "default"
 OPEN_MODE_KEY_ID = "open-mode"  # the caller of every request under auth.open_mode
 
@@ -49,21 +50,41 @@ class NewKey(msgspec.Struct, frozen=True, kw_only=True):
 
 @dataclass(frozen=True, slots=True)
 class Caller:
-    """Who is calling: an admin (all tenants) or a tenant's key (that tenant only; ``role`` says
-    whether it may manage the tenant's keys)."""
+    """Who is calling: an admin (all tenants), a viewer (sees all, changes nothing), or a tenant's
+    key (that tenant only; ``role`` says whether it may manage the tenant's keys).
+
+    A person signed in to the admin UI through single sign-on is a caller too: ``person`` names
+    them (the ID token's ``sub``/email), ``key_id`` is ``person:<sub>``, and a tenant admin among
+    them holds ``tenants`` (every tenant their groups name) instead of one ``tenant``."""
 
     key_id: str
     role: str
-    tenant: Tenant | None  # None for admin keys
+    tenant: Tenant | None  # None for admin keys and for people
     limits: KeyLimits = NO_LIMITS  # the key's own, beneath its tenant's
+    person: str = ""  # who signed in through single sign-on ("" for a key)
+    tenants: tuple[str, ...] = ()  # the tenants a tenant-admin person administers
 
     @property
     def is_admin(self) -> bool:
         return self.role == ADMIN
 
+    @property
+    def sees_all(self) -> bool:
+        """Every tenant is visible: an admin, or a viewer."""
+        return self.role in (ADMIN, VIEWER)
+
+    @property
+    def read_only(self) -> bool:
+        return self.role == VIEWER
+
+    @property
+    def tenant_names(self) -> tuple[str, ...]:
+        """The tenants this caller is limited to (empty for admins and viewers)."""
+        return (self.tenant.name,) if self.tenant is not None else self.tenants
+
     def may_see(self, tenant_name: str) -> bool:
-        return self.is_admin or (self.tenant is not None and self.tenant.name == tenant_name)
+        return self.sees_all or tenant_name in self.tenant_names
 
     def may_manage_keys(self, tenant_name: str) -> bool:
         """Whether this caller may create, list and revoke ``tenant_name``'s keys."""
-        return self.is_admin or (self.role == TENANT_ADMIN and self.may_see(tenant_name))
+        return self.is_admin or (self.role == TENANT_ADMIN and tenant_name in self.tenant_names)

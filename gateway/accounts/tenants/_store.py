@@ -9,9 +9,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgspec
-from sqlalchemy import Engine, Row, select
+from sqlalchemy import Connection, Engine, Row, select
 from sqlalchemy.exc import IntegrityError
 
+from gateway.accounts.audit import SYSTEM_ACTOR, Actor, Event, append
 from gateway.accounts.storage import api_keys, tenants
 from gateway.accounts.tenants._keylimits import NO_LIMITS, KeyLimits, from_row, to_row
 from gateway.accounts.tenants._keys import hash_key, new_key
@@ -69,7 +70,9 @@ class TenantStore:
 
     # -- tenants -------------------------------------------------------------
 
-    def create_tenant(self, name: str, limits: dict[str, int] | None = None) -> Tenant:
+    def create_tenant(
+        self, name: str, limits: dict[str, int] | None = None, *, actor: Actor = SYSTEM_ACTOR
+    ) -> Tenant:
         check_tenant_name(name)
         unknown = set(limits or {}) - set(_LIMIT_FIELDS)
         if unknown:
@@ -80,9 +83,12 @@ class TenantStore:
         try:
             with self.engine.begin() as conn:
                 conn.execute(tenants.insert().values(name=name, created_at=time.time(), **(limits or {})))
+                row = conn.execute(select(tenants).where(tenants.c.name == name)).one()
+                created = self._tenant(row)
+                append(conn, _event(actor, "tenant.created", "tenant", name, name, None, created))
         except IntegrityError as exc:
             raise Conflict(f"tenant {name!r} already exists", param="name") from exc
-        return self.tenant(name)
+        return created
 
     def tenant(self, name: str) -> Tenant:
         with self.engine.connect() as conn:
@@ -104,7 +110,13 @@ class TenantStore:
     # -- keys ----------------------------------------------------------------
 
     def create_key(
-        self, tenant_name: str | None, name: str = "", role: str = TENANT, limits: KeyLimits = NO_LIMITS
+        self,
+        tenant_name: str | None,
+        name: str = "",
+        role: str = TENANT,
+        limits: KeyLimits = NO_LIMITS,
+        *,
+        actor: Actor = SYSTEM_ACTOR,
     ) -> NewKey:
         """A key for ``tenant_name`` with ``role`` (tenant or tenant-admin) and its own ``limits``, or
         an admin key when ``tenant_name`` is None (an admin key calls no model: no limits)."""
@@ -128,17 +140,25 @@ class TenantStore:
                     **to_row(limits),
                 )
             )
+            after = _key_in(conn, key_id)
+            append(conn, _event(actor, "key.created", "key", key_id, tenant_name, None, after))
         return NewKey(id=key_id, tenant=tenant_name, role=role, name=name, key=key, limits=limits)
 
-    def update_key(self, key_id: str, limits: KeyLimits) -> KeyInfo:
+    def update_key(self, key_id: str, limits: KeyLimits, *, actor: Actor = SYSTEM_ACTOR) -> KeyInfo:
         """Replace a tenant key's limits (the caller merged the changes into its current ones)."""
-        if self.key(key_id).tenant is None:
+        before = self.key(key_id)
+        if before.tenant is None:
             raise InvalidRequest("an admin key calls no model: it takes no limits", param="limits")
         with self.engine.begin() as conn:
             conn.execute(api_keys.update().where(api_keys.c.id == key_id).values(**to_row(limits)))
-        return self.key(key_id)
+            after = _key_in(conn, key_id)
+            if after.limits != before.limits:  # nothing changed: no change to record
+                append(conn, _event(actor, "key.limits_changed", "key", key_id, before.tenant, before, after))
+        return after
 
-    def rotate_key(self, key_id: str, overlap_s: float, now: float | None = None) -> NewKey:
+    def rotate_key(
+        self, key_id: str, overlap_s: float, now: float | None = None, *, actor: Actor = SYSTEM_ACTOR
+    ) -> NewKey:
         """A new secret for the same key id (its limits, budget, ledger rows and name stay); the old
         secret keeps working for ``overlap_s`` seconds (0: not at all), then is a 401."""
         if overlap_s < 0:
@@ -155,6 +175,8 @@ class TenantStore:
                 .where(api_keys.c.id == key_id)
                 .values(key_hash=key_hash, previous_hash=old, previous_until=now + overlap_s)
             )
+            after = _key_in(conn, key_id)
+            append(conn, _event(actor, "key.rotated", "key", key_id, info.tenant, info, after))
         assert hash_key(key) == key_hash
         return NewKey(
             id=key_id, tenant=info.tenant, role=info.role, name=info.name, key=key, limits=info.limits
@@ -190,14 +212,18 @@ class TenantStore:
             raise NotFound(f"no key with id {key_id!r}")
         return _key_info(row)
 
-    def revoke_key(self, key_id: str) -> KeyInfo:
+    def revoke_key(self, key_id: str, *, actor: Actor = SYSTEM_ACTOR) -> KeyInfo:
+        before = self.key(key_id)
         with self.engine.begin() as conn:
-            conn.execute(
+            done = conn.execute(
                 api_keys.update()
                 .where(api_keys.c.id == key_id, api_keys.c.revoked_at.is_(None))
                 .values(revoked_at=time.time())
             )
-        return self.key(key_id)
+            after = _key_in(conn, key_id)
+            if done.rowcount:  # revoking a revoked key changes nothing: no row
+                append(conn, _event(actor, "key.revoked", "key", key_id, before.tenant, before, after))
+        return after
 
     def lookup(self, key_id: str) -> KeyRecord | None:
         """What authentication needs of a key."""
@@ -231,6 +257,26 @@ class TenantStore:
         with contextlib.suppress(Conflict):
             self.create_tenant(DEFAULT_TENANT)
         return self.create_key(None, "bootstrap admin"), self.create_key(DEFAULT_TENANT, "bootstrap")
+
+
+def _key_in(conn: Connection, key_id: str) -> KeyInfo:
+    """A key as its transaction sees it (for the audit row's after)."""
+    query = select(api_keys, tenants.c.name.label("tenant")).outerjoin(tenants)
+    return _key_info(conn.execute(query.where(api_keys.c.id == key_id)).one())
+
+
+def _event(
+    actor: Actor, action: str, kind: str, object_id: str, tenant: str | None, before: Any, after: Any
+) -> Event:
+    return Event(
+        actor=actor,
+        action=action,
+        object_type=kind,
+        object_id=object_id,
+        tenant=tenant,
+        before=before,
+        after=after,
+    )
 
 
 def _key_info(row: Row[Any]) -> KeyInfo:

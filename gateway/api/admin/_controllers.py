@@ -11,6 +11,7 @@ from litestar.di import NamedDependency
 from litestar.params import FromPath, FromQuery
 
 from gateway.accounts.admin import AdminService
+from gateway.accounts.audit import AuditQuery
 from gateway.accounts.ledger import FORMATS, report_csv
 from gateway.accounts.tenants import TENANT, Caller
 from gateway.errors import InvalidRequest
@@ -181,6 +182,35 @@ async def cost_report(
     return _json(report)
 
 
+@get("/admin/api/audit")
+async def audit_trail(
+    request: Request[object, object, State],
+    services: NamedDependency[Services],
+    actor: FromQuery[str | None] = None,
+    object_type: FromQuery[str | None] = None,
+    object_id: FromQuery[str | None] = None,
+    tenant: FromQuery[str | None] = None,
+    since: FromQuery[str | None] = None,
+    until: FromQuery[str | None] = None,
+    limit: FromQuery[int] = 100,
+    after: FromQuery[int | None] = None,
+) -> Response[bytes]:
+    """The audit trail, newest first, a page at a time (``after``: the ``last_id`` of the page before);
+    an admin reads every row, a tenant-admin key its tenant's."""
+    admin, caller = await _admin(request, services)
+    query = AuditQuery(
+        actor=actor,
+        object_type=object_type,
+        object_id=object_id,
+        since=since,
+        until=until,
+        tenants=None if tenant is None else frozenset({tenant}),
+        limit=limit,
+        after=after,
+    )
+    return _json(await admin.audit(caller, query))
+
+
 ADMIN_ROUTES = [
     list_tenants,
     create_tenant,
@@ -194,4 +224,5 @@ ADMIN_ROUTES = [
     rotate_key,
     revoke_key,
     cost_report,
+    audit_trail,
 ]

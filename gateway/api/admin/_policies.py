@@ -7,7 +7,8 @@
     POST /admin/api/tenants/{name}/policy/rollback   {"version": N}: set version N's policy again
     ...  /admin/api/policies/default[/history|/rollback]  the same for the default policy
 
-A tenant's key may read its own policy and history; changing one takes an admin key.
+A tenant's key may read its own policy and history; changing one takes an admin key or the tenant's
+tenant-admin key (:mod:`gateway.accounts.tenants._access`: the rule the admin UI applies to people too).
 A change takes effect on this gateway's next request, on others within policies.refresh_s.
 """
 
@@ -22,9 +23,10 @@ from litestar.di import NamedDependency
 from litestar.params import FromPath, FromQuery
 
 import router
+from gateway.accounts.admin import actor_of
 from gateway.accounts.policies import DEFAULT_KEY, PolicyBook
-from gateway.accounts.tenants import Caller
-from gateway.errors import InvalidRequest, NotFound, PermissionDenied, to_gateway_error
+from gateway.accounts.tenants import Caller, check_change, check_read
+from gateway.errors import InvalidRequest, to_gateway_error
 from gateway.services import Services
 from gateway.wire.chat import encode
 
@@ -44,15 +46,12 @@ async def _policies(
     request: Request[object, object, State], services: Services, tenant: str | None, *, write: bool = False
 ) -> tuple[PolicyBook, Caller, str]:
     caller = await services.auth.caller(request.headers)
-    if tenant is None:  # the default policy
-        if write and not caller.is_admin:
-            raise PermissionDenied("the default policy is changed with an admin key")
+    if tenant is None:  # the default policy: a tenant's key reads it (its routing falls back to it)
+        if write:
+            check_change(caller, None, "the default policy is")
         return services.policies, caller, DEFAULT_KEY
-    if not caller.may_see(tenant):
-        raise NotFound(f"no tenant named {tenant!r}")
+    (check_change if write else check_read)(caller, tenant, "a tenant's policy is")
     await asyncio.to_thread(services.tenants.tenant, tenant)  # 404 for an unknown tenant
-    if write and not caller.is_admin:
-        raise PermissionDenied("a tenant's policy is changed with an admin key")
     return services.policies, caller, tenant
 
 
@@ -86,7 +85,8 @@ async def _write(
         policy = router.decode_policy(await request.body() or b"{}")
     except router.PolicyInvalid as exc:
         raise to_gateway_error(exc) from exc
-    return _json(await book.set(key, policy, who(caller), _expected_version(request)))
+    expected = _expected_version(request)
+    return _json(await book.set(key, policy, who(caller), expected, actor=actor_of(caller)))
 
 
 async def _history(
@@ -106,7 +106,7 @@ async def _rollback(
         body = msgspec.json.decode(await request.body() or b"{}", type=RollbackBody)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         raise InvalidRequest(f"invalid request body: {exc}", param="version") from exc
-    return _json(await book.rollback(key, body.version, who(caller)))
+    return _json(await book.rollback(key, body.version, who(caller), actor=actor_of(caller)))
 
 
 @get("/admin/api/tenants/{name:str}/policy")

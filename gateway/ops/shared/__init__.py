@@ -7,7 +7,7 @@ import msgspec
 
 import cache
 from gateway.ops.shared._bus import Bus, instance_name, publish_now
-from gateway.ops.shared._state import RELOAD, SharedPool, SharedState, check_replica_urls
+from gateway.ops.shared._state import RELOAD, SharedPool, SharedState, check_replica_urls, pool_reloader
 from router import BreakerConfig
 
 __all__ = [
@@ -18,6 +18,7 @@ __all__ = [
     "SharedState",
     "check_replica_urls",
     "open_shared",
+    "pool_reloader",
     "publish_now",
 ]
 

@@ -202,3 +202,32 @@ class SharedPool:
         if drained and url is not None:
             self._shared.bus.publish(DRAIN, {"url": url})
         return drained
+
+
+MembersChanged = Callable[[list[str], list[str]], None]
+
+
+def pool_reloader(
+    urls_of: Callable[[], Sequence[str]] | None, pool: Pool | None, on_change: MembersChanged | None = None
+) -> Callable[[], None]:
+    """SIGHUP: re-read the settings (``urls_of``: their ``cloud.urls``; a ValueError: not readable)
+    and apply the cloud pool's membership; ``on_change(before, after)`` is told (the audit trail)."""
+
+    def reload() -> None:
+        if urls_of is None or pool is None:
+            return
+        try:
+            urls = list(urls_of())
+        except ValueError as exc:
+            log.error("SIGHUP: settings not reloaded: %s", exc)
+            return
+        if urls:
+            log.info("SIGHUP: cloud pool members are now %s", urls)
+            before = [str(r["url"]) for r in pool.replicas()]
+            pool.set_members(urls)
+            if on_change is not None:
+                on_change(before, urls)
+        else:
+            log.warning("SIGHUP: cloud.urls is empty; the pool keeps its members")
+
+    return reload

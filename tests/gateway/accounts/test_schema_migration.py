@@ -1,5 +1,6 @@
 """A database written by an older schema gains the media-seconds limit columns and the ledger's
-metadata (v3), tags (v4, and the ledger_tags table), endpoint (v5) and prompt-cache (v7) columns on open."""
+metadata (v3), tags (v4, and the ledger_tags table), endpoint (v5) and prompt-cache (v7) columns, and
+the audit trail's tables (v8), on open."""
 
 from __future__ import annotations
 
@@ -32,12 +33,12 @@ def test_a_v1_database_is_migrated_and_a_fresh_one_is_created_current(tmp_path: 
         assert {"video_seconds_per_min", "audio_seconds_per_min"} <= columns
         with engine.connect() as conn:
             versions = conn.execute(select(schema_version.c.version)).scalars().all()
-        assert max(versions) == SCHEMA_VERSION == 7
+        assert max(versions) == SCHEMA_VERSION == 8
         ledger = {c["name"] for c in inspect(engine).get_columns("ledger")}
         assert {"metadata", "tags", "endpoint", "cached_tokens", "cache_write_tokens"} <= ledger
         prices = {c["name"] for c in inspect(engine).get_columns("prices")}
         assert {"cached_prompt_per_1k", "cache_write_per_1k"} <= prices
-        assert "ledger_tags" in inspect(engine).get_table_names()
+        assert {"ledger_tags", "audit_log", "audit_head"} <= set(inspect(engine).get_table_names())
         engine.dispose()
 
 
