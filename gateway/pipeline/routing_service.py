@@ -185,8 +185,6 @@ class RoutingService:
         policy = self._policy_of(features.tenant)
         if features.strategy:  # the model alias the client named routes its own way
             policy = msgspec.structs.replace(policy, strategy=features.strategy)
-        if features.relaxed:  # a batch line: no latency bound (its deadline is hours away)
-            policy = msgspec.structs.replace(policy, latency=router.LatencyObjective(total_ms=None))
         spend, tag = None, None
         if self._budgets is not None and (policy.budget.amount_usd > 0 or policy.tag_budgets):
             policy, spend, tag = self._budgets.governing(features.tenant, policy, features.tags)

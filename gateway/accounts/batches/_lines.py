@@ -136,4 +136,9 @@ def line_rows(
             yield row | {"custom_id": custom_id_of(raw), "body": None, "state": "done", "error": error}
         else:
             # The same keys in every row: an insert of many rows takes the first row's columns.
-            yield row | {"custom_id": checked[0], "body": checked[1].decode(), "state": "pending", "error": None}
+            yield row | {
+                "custom_id": checked[0],
+                "body": checked[1].decode(),
+                "state": "pending",
+                "error": None,
+            }
