@@ -240,15 +240,20 @@ class BatchStore:
             .with_for_update(skip_locked=True)
         )
         with self._engine.begin() as conn:
-            rows = conn.execute(query).all()
+            found = conn.execute(query).all()
+            # Each line taken only if it is still takeable (a compare-and-set): on SQLite two
+            # connections may both read it before either writes.
+            rows = [
+                r
+                for r in found
+                if conn.execute(
+                    update(batch_lines)
+                    .where(and_(c.batch_id == r.batch_id, c.line == r.line, takeable))
+                    .values(state="running", owner=self.owner, claimed_at=now)
+                ).rowcount
+            ]
             if not rows:
                 return []
-            for r in rows:
-                conn.execute(
-                    update(batch_lines)
-                    .where(and_(c.batch_id == r.batch_id, c.line == r.line))
-                    .values(state="running", owner=self.owner, claimed_at=now)
-                )
             ids = {r.batch_id for r in rows}
             owners = {
                 x.id: x
