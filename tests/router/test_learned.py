@@ -5,7 +5,6 @@ quality, exploration; and that a decision is cheap."""
 from __future__ import annotations
 
 import dataclasses
-
 import time
 
 import pytest
