@@ -12,7 +12,6 @@ ending's (gateway/pipeline/ending.py): a JSON answer's runs here, a stream's as 
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 
 from gateway.errors import to_gateway_error
@@ -57,9 +56,8 @@ class Dispatcher:
             attempt = self._ending.attempt(plan, name, gen.stream, lookup)
             events: EventStream | None = None
             try:
-                # 7 admit; a batch line waits in the slow lane, whatever its size
-                cost = math.inf if call is not None and call.deferred else gen.cost
-                attempt.slot = await self._tiers.gates.take(name, cost, gen.tenant)
+                deferred = call is not None and call.deferred  # a batch line: the slow lane
+                attempt.slot = await self._tiers.gates.take(name, gen.cost, gen.tenant, deferred=deferred)
                 events = self._generate(plan, name, gen)  # 8 dispatch
                 with self._tracing.span(f"tier.{name}"):
                     begun, head = await (

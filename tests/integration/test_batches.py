@@ -308,7 +308,9 @@ def test_files_api_and_tenant_isolation(gw: Gateway, client: openai.OpenAI) -> N
     assert too_big.status_code == 400 and too_big.json()["error"]["param"] == "expires_after[anchor]"
 
 
-def test_a_cancelled_batch_takes_no_new_line_and_bills_what_ran(gw: Gateway, client: openai.OpenAI) -> None:
+def test_lines_yield_to_an_interactive_request_and_a_cancelled_batch_bills_what_ran(
+    gw: Gateway, client: openai.OpenAI
+) -> None:
     url = "/v1/chat/completions"
     body = {"model": "edge", "max_tokens": 24, "temperature": 0}
     lines = [
@@ -321,6 +323,16 @@ def test_a_cancelled_batch_takes_no_new_line_and_bills_what_ran(gw: Gateway, cli
     while client.batches.retrieve(batch.id).request_counts.completed < 1:  # type: ignore[union-attr]
         assert time.monotonic() < deadline
         time.sleep(0.1)
+    # An interactive request stops the lines being answered (they go back, unbilled, and run later).
+    yielded = metric(gw, 'tiergate_batch_lines_total{outcome="yielded"}')
+    live = client.chat.completions.create(
+        model="edge",
+        max_tokens=4,
+        messages=[{"role": "user", "content": "Hi."}],
+        extra_headers={"Cache-Control": "no-cache"},
+    )
+    assert live.choices[0].message.content is not None
+    assert metric(gw, 'tiergate_batch_lines_total{outcome="yielded"}') > yielded
     cancelling = client.batches.cancel(batch.id)
     assert cancelling.status in ("cancelling", "cancelled")
     done = finished(client, batch.id)

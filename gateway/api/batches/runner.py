@@ -35,6 +35,7 @@ from gateway.wire.chat import encode
 
 log = logging.getLogger(__name__)
 PROGRESS_S = 5.0  # how often the gauges of every gateway's batches are read from the database
+QUIET_POLL_S = 0.02  # how often lines waiting for the tiers to go quiet look again
 
 
 class BatchRunner:
@@ -43,65 +44,100 @@ class BatchRunner:
         self._store = store
         self._settings = services.settings.batch
         self._running: dict[asyncio.Task[None], LineJob] = {}
+        self._answering: set[asyncio.Task[None]] = set()  # lines not answered yet: these yield
         self._wake = asyncio.Event()
         self._paused_until = 0.0
-        self._progress_at = 0.0
+        self._more = False  # the last claim found as many lines as it asked for: likely more
         metrics = services.metrics
-        self._outcomes = {o: metrics.batch_lines.labels(o) for o in ("ok", "error", "retried")}
+        self._outcomes = {o: metrics.batch_lines.labels(o) for o in ("ok", "error", "retried", "yielded")}
+        self._gates = list(services.tiers.gates.by_tier.values())
+        for gate in self._gates:
+            gate.on_interactive = self._yield
 
     def room(self) -> int:
-        """Lines this gateway may start now: none while any interactive request waits for a tier."""
-        if time.monotonic() < self._paused_until:
+        """Lines this gateway may start now: none while any interactive request holds or waits for a
+        slot on any tier (every tier here shares the machine's cores), else up to the concurrency."""
+        if time.monotonic() < self._paused_until or any(g.interactive > 0 for g in self._gates):
             return 0
-        free = self._settings.concurrency - len(self._running)
-        gates = self._services.tiers.gates.by_tier.values()
-        if gates:
-            if any(g.waiting for g in gates):
-                return 0
-            free = min(free, sum(max(0, g.slots - g.busy) for g in gates))
-        return max(0, free)
+        return max(0, self._settings.concurrency - len(self._running))
+
+    def _yield(self) -> None:
+        """An interactive request asks a tier for a slot: the lines not answered yet stop now (each
+        goes back to pending, unbilled, and runs again once the tiers are quiet)."""
+        for task in self._answering:
+            task.cancel()
 
     async def run(self) -> None:
         moved = await asyncio.to_thread(self._store.take_back)
         if moved:
             log.info("batches: %d lines left running by the last start are pending again", moved)
+        probe = progress = 0.0  # when the database was last asked for lines, and for the gauges
         while True:
             try:
-                await self._tick()
+                now = time.monotonic()
+                if now - probe >= self._settings.poll_s:
+                    probe = now
+                    await self._finalize()
+                if self._more and (n := self.room()) > 0:
+                    await self._claim(n)
+                if now - progress >= PROGRESS_S:
+                    progress = now
+                    await self._progress()
             except Exception:  # the database away, say: the lines wait, the runner tries again
                 log.exception("batches: a round of the runner failed")
+                self._more = False
+            self._services.metrics.batch_lines_running.set(len(self._running))
             self._wake.clear()
+            # Lines waiting for the tiers to go quiet: look again soon (no database read); else
+            # at the next line's end, or the next probe.
+            wait = QUIET_POLL_S if self._more and self.room() == 0 else self._settings.poll_s
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self._settings.poll_s)
+                await asyncio.wait_for(self._wake.wait(), wait)
 
-    async def _tick(self) -> None:
-        store = self._store
-        for batch_id in await asyncio.to_thread(store.ready_to_end):
-            if await asyncio.to_thread(store.finalize, batch_id):
+    async def _finalize(self) -> None:
+        for batch_id in await asyncio.to_thread(self._store.ready_to_end):
+            if await asyncio.to_thread(self._store.finalize, batch_id):
                 log.info("batches: %s finalized", batch_id)
-        if (n := self.room()) > 0:
-            for job in await asyncio.to_thread(store.claim, n):
-                task = asyncio.create_task(self._line(job), name=f"batch line {job.request_id}")
-                self._running[task] = job
-                task.add_done_callback(self._ended)
-        self._services.metrics.batch_lines_running.set(len(self._running))
-        if time.monotonic() - self._progress_at > PROGRESS_S:
-            self._progress_at = time.monotonic()
-            active = await asyncio.to_thread(store.active)
-            self._services.metrics.batches_active.set(len(active))
-            left = sum(b.total - b.completed - b.failed for b in active if b.status == "in_progress")
-            self._services.metrics.batch_lines_left.set(left)
+        self._more = True  # look for lines at this probe
+
+    async def _claim(self, n: int) -> None:
+        jobs = await asyncio.to_thread(self._store.claim, n)
+        self._more = len(jobs) == n
+        for job in jobs:
+            task = asyncio.create_task(self._line(job), name=f"batch line {job.request_id}")
+            self._running[task] = job
+            self._answering.add(task)
+            task.add_done_callback(self._ended)
+
+    async def _progress(self) -> None:
+        active = await asyncio.to_thread(self._store.active)
+        self._services.metrics.batches_active.set(len(active))
+        left = sum(b.total - b.completed - b.failed for b in active if b.status == "in_progress")
+        self._services.metrics.batch_lines_left.set(left)
 
     def _ended(self, task: asyncio.Task[None]) -> None:
         self._running.pop(task, None)
+        self._answering.discard(task)
         self._wake.set()
 
     async def _line(self, job: LineJob) -> None:
         try:
-            status, body, error = 200, await self._answer(job), None
-        except Exception as exc:
-            failure = to_gateway_error(exc)
-            if failure.status == 429:  # the tenant's limits or a full lane: later, after the wait it was told
+            answered: bytes | Exception | asyncio.CancelledError = await self._answer(job)
+        except (Exception, asyncio.CancelledError) as exc:
+            answered = exc
+        if (task := asyncio.current_task()) is not None:
+            self._answering.discard(task)
+        if isinstance(answered, asyncio.CancelledError):  # an interactive request came, or a stop
+            self._outcomes["yielded"].inc()
+            self._more = True
+            await asyncio.to_thread(self._store.put_back, job)
+            return
+        status, error = 200, None
+        if isinstance(answered, bytes):
+            body = answered
+        else:
+            failure = to_gateway_error(answered)
+            if failure.status == 429:  # the tenant's limits or a full lane: later, as it was told
                 self._paused_until = max(self._paused_until, time.monotonic() + _retry_after(failure))
                 self._outcomes["retried"].inc()
                 await asyncio.to_thread(self._store.put_back, job)
@@ -143,13 +179,11 @@ class BatchRunner:
     async def aclose(self) -> None:
         """Stop: lines still running go back to pending (another gateway, or the next start, runs
         them; none was billed: a cancelled batch line leaves no ledger row)."""
-        jobs = list(self._running.values())
+        for gate in self._gates:
+            gate.on_interactive = None
         for task in list(self._running):
             task.cancel()
         await asyncio.gather(*self._running, return_exceptions=True)
-        for job in jobs:
-            with contextlib.suppress(Exception):
-                await asyncio.to_thread(self._store.put_back, job)
 
 
 def _retry_after(error: GatewayError) -> float:
