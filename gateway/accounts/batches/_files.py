@@ -152,6 +152,9 @@ class FileStore:
             rows = conn.execute(query.order_by(*order).limit(limit + 1)).all()
         return [FileRecord(**r._asdict()) for r in rows[:limit]], len(rows) > limit
 
+    def present(self, record: FileRecord) -> bool:
+        return (self._data / record.path).is_file()
+
     def chunks(self, record: FileRecord) -> Iterator[bytes]:
         with (self._data / record.path).open("rb") as f:
             while chunk := f.read(CHUNK):

@@ -201,6 +201,8 @@ async def file_content(
     tenant = await tenant_of(request, services)
     files = store_of(services).files
     record = await asyncio.to_thread(files.get, tenant, file_id)
+    if not await asyncio.to_thread(files.present, record):
+        raise NotFound(f"the bytes of {file_id} are not on this gateway's data folder (batch.md, 'Not done')")
     # A sync iterator: Litestar reads it in a worker thread, a chunk at a time.
     return Stream(files.chunks(record), media_type="application/octet-stream")
 
