@@ -28,7 +28,7 @@ from tests.openai_schema import validate
 
 CONFIG = (
     "[cloud]\nenabled = false\n[ledger]\nflush_interval_s = 0.1\n"
-    "[batch]\npoll_s = 0.1\nconcurrency = 2\nprice_factor = 0.5\n"
+    "[batch]\npoll_s = 0.1\nconcurrency = 2\nprice_factor = 0.5\nmax_file_bytes = 1048576\nmax_lines = 1000\n"
 )
 EMBEDDING_MODEL = "all-MiniLM-L6-v2"
 WEATHER = {
@@ -254,14 +254,18 @@ def test_responses_and_embeddings_batches(client: openai.OpenAI) -> None:
 
 def test_files_api_and_tenant_isolation(gw: Gateway, client: openai.OpenAI) -> None:
     data = jsonl([line("a", "/v1/embeddings", {"model": EMBEDDING_MODEL, "input": "a"})])
+    older = client.files.create(file=("older.jsonl", data), purpose="batch")
     mine = client.files.create(file=("mine.jsonl", data), purpose="batch")
     assert client.files.retrieve(mine.id).filename == "mine.jsonl"
     assert client.files.content(mine.id).content == data
     listed = client.files.list(purpose="batch")
     assert mine.id in [f.id for f in listed.data]
     validate("ListFilesResponse", get(gw, "/v1/files?purpose=batch"))
-    first_two = client.files.list(limit=1)
-    assert len(first_two.data) == 1 and first_two.has_more
+    first = client.files.list(limit=1)
+    assert len(first.data) == 1 and first.has_more
+    following = client.files.list(limit=1, after=first.data[0].id)
+    assert following.data[0].id != first.data[0].id
+    assert {older.id, mine.id} <= {f.id for f in client.files.list().data}
     with pytest.raises(openai.BadRequestError) as refused:
         client.files.create(file=("x.jsonl", data), purpose="assistants")
     assert refused.value.body["param"] == "purpose"  # type: ignore[index]
@@ -291,6 +295,7 @@ def test_files_api_and_tenant_isolation(gw: Gateway, client: openai.OpenAI) -> N
     assert batch.id in [b.id for b in client.batches.list().data]
 
     assert client.files.delete(mine.id).deleted
+    before = len(client.files.list().data)
     with pytest.raises(openai.NotFoundError):
         client.files.retrieve(mine.id)
     empty = client.files.create(file=("empty.jsonl", b"\n"), purpose="batch")
@@ -299,13 +304,22 @@ def test_files_api_and_tenant_isolation(gw: Gateway, client: openai.OpenAI) -> N
     assert failed.errors.data[0].code == "empty_file"
     with pytest.raises(openai.BadRequestError):
         client.batches.create(input_file_id=empty.id, endpoint="/v1/moderations", completion_window="24h")  # type: ignore[arg-type]
-    too_big = httpx.post(
+    unknown_field = httpx.post(
         f"{gw.url}/v1/files",
         headers=gw.auth,
         files={"file": ("x.jsonl", b"{}\n" * 10)},
         data={"purpose": "batch", "expires_after[anchor]": "created_at"},
     )
-    assert too_big.status_code == 400 and too_big.json()["error"]["param"] == "expires_after[anchor]"
+    assert (
+        unknown_field.status_code == 400 and unknown_field.json()["error"]["param"] == "expires_after[anchor]"
+    )
+    with pytest.raises(openai.BadRequestError) as many:  # batch.max_lines = 1000
+        client.files.create(file=("many.jsonl", b"{}\n" * 1001), purpose="batch")
+    assert "max_lines" in many.value.message
+    with pytest.raises(openai.APIStatusError) as large:  # batch.max_file_bytes = 1 MiB
+        client.files.create(file=("large.jsonl", b"x" * (1 << 20) + b"\n"), purpose="batch")
+    assert large.value.status_code == 413
+    assert len(client.files.list().data) == before + 1  # none of the refused was kept (only the empty one)
 
 
 def test_lines_yield_to_an_interactive_request_and_a_cancelled_batch_bills_what_ran(
