@@ -25,6 +25,10 @@ class BatchSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     price_factor: Annotated[float, msgspec.Meta(ge=0)] = 0.5
     # Lines one gateway runs at once, at most; fewer while interactive requests wait for a tier.
     concurrency: Annotated[int, msgspec.Meta(ge=1)] = 2
+    # ... and only once no interactive request has been in flight for this long: an interactive
+    # request that arrives while a line is in an engine step waits for that step, so lines keep
+    # out of the short gaps between interactive requests (0: start in any gap).
+    quiet_s: Annotated[float, msgspec.Meta(ge=0)] = 0.5
     # A claimed line whose gateway has not finished it in this long is taken again (it died).
     lease_s: Annotated[float, msgspec.Meta(gt=0)] = 600.0
     # How often an idle runner looks for lines to run (and batches to finish).

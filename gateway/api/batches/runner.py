@@ -47,6 +47,7 @@ class BatchRunner:
         self._answering: set[asyncio.Task[None]] = set()  # lines not answered yet: these yield
         self._wake = asyncio.Event()
         self._paused_until = 0.0
+        self._quiet_since = 0.0  # when an interactive request was last seen in flight
         self._more = False  # the last claim found as many lines as it asked for: likely more
         metrics = services.metrics
         self._outcomes = {o: metrics.batch_lines.labels(o) for o in ("ok", "error", "retried", "yielded")}
@@ -56,14 +57,20 @@ class BatchRunner:
 
     def room(self) -> int:
         """Lines this gateway may start now: none while any interactive request holds or waits for a
-        slot on any tier (every tier here shares the machine's cores), else up to the concurrency."""
-        if time.monotonic() < self._paused_until or any(g.interactive > 0 for g in self._gates):
+        slot on any tier (every tier here shares the machine's cores) or did within ``batch.quiet_s``,
+        else up to the concurrency."""
+        now = time.monotonic()
+        if any(g.interactive > 0 for g in self._gates):
+            self._quiet_since = now
+            return 0
+        if now < self._paused_until or now - self._quiet_since < self._settings.quiet_s:
             return 0
         return max(0, self._settings.concurrency - len(self._running))
 
     def _yield(self) -> None:
         """An interactive request asks a tier for a slot: the lines not answered yet stop now (each
         goes back to pending, unbilled, and runs again once the tiers are quiet)."""
+        self._quiet_since = time.monotonic()
         for task in self._answering:
             task.cancel()
 
