@@ -295,7 +295,7 @@ def test_files_api_and_tenant_isolation(gw: Gateway, client: openai.OpenAI) -> N
     assert batch.id in [b.id for b in client.batches.list().data]
 
     assert client.files.delete(mine.id).deleted
-    before = len(client.files.list().data)
+    before = len(client.files.list(purpose="batch").data)
     with pytest.raises(openai.NotFoundError):
         client.files.retrieve(mine.id)
     empty = client.files.create(file=("empty.jsonl", b"\n"), purpose="batch")
@@ -319,7 +319,9 @@ def test_files_api_and_tenant_isolation(gw: Gateway, client: openai.OpenAI) -> N
     with pytest.raises(openai.APIStatusError) as large:  # batch.max_file_bytes = 1 MiB
         client.files.create(file=("large.jsonl", b"x" * (1 << 20) + b"\n"), purpose="batch")
     assert large.value.status_code == 413
-    assert len(client.files.list().data) == before + 1  # none of the refused was kept (only the empty one)
+    assert (
+        len(client.files.list(purpose="batch").data) == before + 1
+    )  # none of the refused was kept (only the empty one)
 
 
 def test_lines_yield_to_an_interactive_request_and_a_cancelled_batch_bills_what_ran(

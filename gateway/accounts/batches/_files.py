@@ -108,9 +108,10 @@ class FileStore:
             conn.execute(insert(batch_files).values(**msgspec.structs.asdict(record)))
         return record
 
-    def written(self, file_id: str, tenant: str, filename: str, lines: Iterable[bytes]) -> FileRecord:
-        """A file the gateway writes (a batch's output or errors) under a given id: written whole
-        again if it was begun before (by a finalizing gateway that died), recorded once."""
+    def written(self, file_id: str, tenant: str, filename: str, lines: Iterable[bytes]) -> FileRecord | None:
+        """A file the gateway writes (a batch's output or errors) under a given id, None when it has
+        no line: written whole again if it was begun before (by a finalizing gateway that died),
+        recorded once."""
         with self._engine.connect() as conn:
             row = conn.execute(select(batch_files).where(batch_files.c.id == file_id)).first()
         if row is not None:
@@ -123,6 +124,9 @@ class FileStore:
         except BaseException:
             upload.discard()
             raise
+        if not upload.bytes:
+            upload.discard()
+            return None
         return self.keep(upload, tenant, filename, "batch_output")
 
     def get(self, tenant: str, file_id: str) -> FileRecord:

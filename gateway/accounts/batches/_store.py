@@ -352,8 +352,8 @@ class BatchStore:
                 .where(b.id == batch_id)
                 .values(
                     status=final,
-                    output_file_id=out.id if out.bytes else None,
-                    error_file_id=err.id if err.bytes else None,
+                    output_file_id=out.id if out is not None else None,
+                    error_file_id=err.id if err is not None else None,
                     **{f"{final}_at": time.time()},
                 )
             )
