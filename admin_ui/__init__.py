@@ -24,6 +24,7 @@ from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.static_files import create_static_files_router
 from litestar.template import TemplateConfig
 
+from admin_ui._batches import BATCH_ROUTES
 from admin_ui._context import UI, problem, refused
 from admin_ui._costs import COST_ROUTES
 from admin_ui._format import key_limit_label, limit_label, usd, utc_time
@@ -68,6 +69,7 @@ def create_admin_ui(settings: AdminUISettings) -> Router:
             *POLICY_ROUTES,
             *COST_ROUTES,
             *QUALITY_ROUTES,
+            *BATCH_ROUTES,
             static,
         ],
         dependencies={"ui": Provide(lambda: ui, use_cache=True, sync_to_thread=False)},

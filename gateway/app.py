@@ -23,6 +23,7 @@ from litestar.types import ASGIApp
 from prometheus_client import disable_created_metrics
 
 from gateway.api.admin import ADMIN_ROUTES
+from gateway.api.batches import running_batches
 from gateway.api.controllers import ROUTES
 from gateway.api.openapi import OPENAPI_ROUTES
 from gateway.errors import error_response
@@ -88,7 +89,10 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
-        async with open_services(settings, observer, tiers, reload_settings) as services:
+        async with (
+            open_services(settings, observer, tiers, reload_settings) as services,
+            running_batches(services),
+        ):
             app.state.services = services
             # Start-up leaves about a million long-lived objects (models, libraries, the app). Left in
             # the collector's oldest generation, each full collection walks them all: 50-85 ms with the

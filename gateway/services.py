@@ -33,8 +33,8 @@ import router
 from gateway.accounts import bootstrap
 from gateway.accounts.admin import AdminService
 from gateway.accounts.audit import SYSTEM_ACTOR, AuditTrail, Event
-from gateway.accounts.budgets import BudgetBook
-from gateway.accounts.key_budgets import KeyBudgets
+from gateway.accounts.batches import BatchStore, batch_store
+from gateway.accounts.budgets import BudgetBook, KeyBudgets
 from gateway.accounts.ledger import Ledger, PriceBook
 from gateway.accounts.policies import PolicyBook, PolicyStore
 from gateway.accounts.quality.feedback import Outcomes
@@ -94,6 +94,7 @@ class Services:
     embeddings: EmbeddingPipeline | None = None  # POST /v1/embeddings, when [embedding] is enabled
     speech: SpeechPipeline | None = None  # POST /v1/audio/*, when [speech] and [media] are enabled
     outcomes: Outcomes | None = None  # answers kept for their labels (POST /v1/feedback)
+    batches: BatchStore | None = None  # the Files and Batch APIs' store, when [batch] is enabled
 
     @property
     def metrics(self) -> Metrics:
@@ -293,9 +294,8 @@ async def open_services(
             targets = MediaTargets.of([t.capabilities for t in tiers.values()], video_audio=hears_video)
             media = MediaPipeline(settings.media, settings.data_path, targets, metrics=MediaMetrics(metrics))
         key_budgets = KeyBudgets(engine, settings.router.budget_refresh_s)  # keys' own budgets
-        front = Front(
-            auth, policies, limiter, recorder, tracing, metrics, key_budgets
-        )  # every endpoint's way in
+        batches = batch_store(engine, settings.data_path, settings.batch) if settings.batch.enabled else None
+        front = Front(auth, policies, limiter, recorder, tracing, metrics, key_budgets)  # every endpoint's
         speech = hearing = None
         if transcriber is not None and media is not None:
             await transcriber.start()
@@ -363,6 +363,7 @@ async def open_services(
             embeddings=embeddings,
             speech=speech,
             outcomes=outcomes,
+            batches=batches,
         )
         log.info("tiergate stopping its tiers")
 

@@ -21,6 +21,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from cache import CacheConfig, RedisPolicy
+from gateway.accounts.batches import BatchSettings
 from gateway.accounts.ledger import PricingSettings
 from gateway.accounts.people import OidcSettings
 from gateway.accounts.quality.settings import FeedbackSettings
@@ -242,6 +243,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     responses: ResponseSettings = msgspec.field(default_factory=ResponseSettings)
     router: RouterSettings = msgspec.field(default_factory=RouterSettings)
     feedback: FeedbackSettings = msgspec.field(default_factory=FeedbackSettings)  # answers kept for labels
+    batch: BatchSettings = msgspec.field(default_factory=BatchSettings)  # the Files and Batch APIs
 
     @property
     def data_path(self) -> Path:

@@ -47,6 +47,9 @@ class Features:
     kept_local: str | None = None
     # The request's cost tags (metadata and X-Tiergate-Tags): a spent tag budget governs it.
     tags: Mapping[str, str] | None = None
+    # Nobody waits for the answer (a batch line, due in hours): the policy's latency objective does
+    # not bind it, so the cheapest tier that meets the quality floor may take it.
+    relaxed: bool = False
 
     @classmethod
     def estimate(

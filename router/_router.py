@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import msgspec
+
 from router._decision import (
     AutoRule,
     Decision,
@@ -19,7 +21,7 @@ from router._decision import (
     why_not,
 )
 from router._features import Features
-from router._policy import FIXED_STRATEGIES, TenantPolicy, always_tier
+from router._policy import FIXED_STRATEGIES, LatencyObjective, TenantPolicy, always_tier
 from router._reason import PINNED, Exclusion, Reason
 from router._snapshot import NOTHING_LEARNED, Snapshot
 from router._strategies import Always, Learned, RoundRobin, RouteRequest, Rule, Strategy
@@ -62,6 +64,8 @@ class Router:
         The learned strategy needs the snapshot's prediction for every able tier."""
         if features.pinned is not None:
             return _pinned(features.pinned, views, features, snapshot)
+        if features.relaxed:  # nobody waits (a batch line, due in hours): no latency bound binds it
+            policy = msgspec.structs.replace(policy, latency=LatencyObjective(ttft_ms=None, total_ms=None))
         excluded: list[Exclusion] = []
         able = []
         for view in views:

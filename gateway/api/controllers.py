@@ -15,6 +15,7 @@ from litestar.types import Receive, Scope, Send
 from gateway.accounts.tenants import key_of
 from gateway.api import completions as legacy
 from gateway.api.asgi_io import JSONAnswer, SSEResponse
+from gateway.api.batches import ROUTES as BATCH_ROUTES
 from gateway.api.door import door, respond
 from gateway.api.feedback import FEEDBACK_ROUTES
 from gateway.api.framing import event_stream, json_body, route_headers
@@ -178,6 +179,7 @@ ROUTES = [
     *RESPONSES_ROUTES,
     *MESSAGES_ROUTES,
     *FEEDBACK_ROUTES,
+    *BATCH_ROUTES,
     list_models,
     retrieve_model,
     healthz,

@@ -258,6 +258,27 @@ class MetricFamilies:
             "tiergate_ledger_quarantined_rows",
             "Ledger rows the database refused, set aside with the reason in ledger/quarantine.jsonl.",
         )
+        # -- batches ---------------------------------------------------------------------------------
+        self.batch_lines = self._family(
+            Counter,
+            "tiergate_batch_lines",
+            "Batch lines this gateway ran, by outcome (ok: a 2xx answer; error: any other; retried: "
+            "refused for a limit or a full lane and put back).",
+            ["outcome"],
+        )
+        self.batch_lines_running = self._family(
+            Gauge, "tiergate_batch_lines_running", "Batch lines this gateway is running now."
+        )
+        self.batches_active = self._family(
+            Gauge,
+            "tiergate_batches_active",
+            "Batches in progress, cancelling or finalizing (every gateway's, read from the database).",
+        )
+        self.batch_lines_left = self._family(
+            Gauge,
+            "tiergate_batch_lines_left",
+            "Lines of active batches not yet done (every gateway's, read from the database).",
+        )
         # -- scaling signal -------------------------------------------------------------------------
         self.desired_replicas = self._family(
             Gauge,

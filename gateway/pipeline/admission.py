@@ -88,6 +88,10 @@ class Gate:
         # How long each of the last 64 completed requests would have held its slot alone.
         self._service_s: collections.deque[float] = collections.deque(maxlen=64)
         self._grants = 0
+        # Batch lines (deferred requests) holding or waiting for a slot, and what to call when an
+        # interactive request asks for one (the batch runner stops its lines: gateway/api/batches/).
+        self.deferred = 0
+        self.on_interactive: Callable[[], None] | None = None
 
     @property
     def slots(self) -> int:
@@ -127,9 +131,28 @@ class Gate:
     def bound(self, lane: Lane) -> int:
         return max(self._settings.min_queue, 1, math.floor(self.rate() * self._delay[lane]))
 
-    async def acquire(self, cost: float, tenant: str = "") -> None:
-        lane = self.lane_of(cost)
+    @property
+    def interactive(self) -> int:
+        """Requests other than batch lines holding or waiting for a slot."""
+        return self._busy + self.waiting - self.deferred
+
+    async def acquire(self, cost: float, tenant: str = "", *, deferred: bool = False) -> None:
+        """A slot, waiting in the lane of ``cost`` (a ``deferred`` request's, a batch line's: the slow
+        lane, whatever its cost); the caller releases it with ``deferred`` as it took it."""
+        lane = Lane.SLOW if deferred else self.lane_of(cost)
         self.arrivals += 1
+        if deferred:
+            self.deferred += 1
+        elif self.on_interactive is not None:
+            self.on_interactive()
+        try:
+            await self._acquire(lane, tenant)
+        except BaseException:
+            if deferred:
+                self.deferred -= 1
+            raise
+
+    async def _acquire(self, lane: Lane, tenant: str) -> None:
         if self._busy < self.slots and not self.waiting:
             self._busy += 1
             self._waits[lane].observe(0.0)
@@ -160,9 +183,11 @@ class Gate:
                     queue.remove(slot)
             raise
 
-    def release(self, *, service_s: float | None = None, width: int = 1) -> None:
+    def release(self, *, service_s: float | None = None, width: int = 1, deferred: bool = False) -> None:
         """Free a slot; ``service_s``: how long a request that completed held it, ``width``: the
         slots taken when it was granted one (itself included)."""
+        if deferred:
+            self.deferred -= 1
         if service_s is not None:
             self._service_s.append(service_s / max(1.0, self._slowdown(width)))
         self._busy -= 1
@@ -188,10 +213,11 @@ class Gate:
 class Slot:
     """A slot a request holds on a tier's gate, from stage 7 until its ending releases it (once)."""
 
-    __slots__ = ("_gate", "_started", "_width")
+    __slots__ = ("_deferred", "_gate", "_started", "_width")
 
-    def __init__(self, gate: Gate) -> None:
+    def __init__(self, gate: Gate, deferred: bool = False) -> None:
         self._gate: Gate | None = gate
+        self._deferred = deferred
         self._started = time.monotonic()
         self._width = gate.busy  # the slots taken when it was granted, itself included
 
@@ -200,7 +226,7 @@ class Slot:
         gate, self._gate = self._gate, None
         if gate is not None:
             held = time.monotonic() - self._started if completed else None
-            gate.release(service_s=held, width=self._width)
+            gate.release(service_s=held, width=self._width, deferred=self._deferred)
 
 
 class Gates:
@@ -209,14 +235,14 @@ class Gates:
     def __init__(self, gates: Mapping[str, Gate] | None = None) -> None:
         self.by_tier = dict(gates or {})
 
-    async def take(self, tier: str, cost: float, tenant: str) -> Slot | None:
+    async def take(self, tier: str, cost: float, tenant: str, *, deferred: bool = False) -> Slot | None:
         """Stage 7: a slot on ``tier``'s gate, waiting in its lane; 429 (TierOverloaded) when the
-        lane is full."""
+        lane is full.  ``deferred``: a batch line's (the slow lane; it yields to the others)."""
         gate = self.by_tier.get(tier)
         if gate is None:
             return None
-        await gate.acquire(cost, tenant)
-        return Slot(gate)
+        await gate.acquire(cost, tenant, deferred=deferred)
+        return Slot(gate, deferred)
 
     def waiting(self, tier: str) -> int:
         gate = self.by_tier.get(tier)

@@ -154,6 +154,7 @@ class ChatService:
                 degraded_before=ctx.degraded,
                 note=ctx.note,
                 allowed=ctx.tiers,
+                relaxed=call is not None and call.deferred,
             )
             generation = plan.generation(request_id, ctx.session_id, ctx.tenant, raw_prompt=ctx.raw_prompt)
             generation.cache_marks = list(ctx.cache_marks)

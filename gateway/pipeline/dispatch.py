@@ -60,7 +60,8 @@ class Dispatcher:
             attempt = self._ending.attempt(plan, name, gen.stream, lookup)
             events: EventStream | None = None
             try:
-                attempt.slot = await self._tiers.gates.take(name, gen.cost, gen.tenant)  # 7 admit
+                deferred = call is not None and call.deferred  # a batch line: the slow lane
+                attempt.slot = await self._tiers.gates.take(name, gen.cost, gen.tenant, deferred=deferred)
                 events = self._generate(plan, name, gen)  # 8 dispatch
                 with self._tracing.span(f"tier.{name}"):
                     begun, head = await (

@@ -25,7 +25,7 @@ from typing import Any
 import msgspec
 
 import router
-from gateway.accounts.key_budgets import KeyBudgets
+from gateway.accounts.budgets import KeyBudgets
 from gateway.accounts.policies import PolicyBook
 from gateway.accounts.tenants import Authenticator, Caller, Demand, RateLimiter, key_scope
 from gateway.errors import InvalidRequest, ModelNotAllowed, ModelNotFound, PermissionDenied
@@ -47,6 +47,17 @@ async def parse_chat(body: bytes, tenant: str) -> ChatCompletionRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class Deferred:
+    """A request run later for a client that is not waiting for it (a batch line): its caller, known
+    since the batch was made (its key read again, so a key revoked since refuses it), and the share
+    of the live price its ledger row costs.  Its row's id comes from its request id, so a line run
+    twice (its gateway killed between the answer and the line's mark) is billed once."""
+
+    caller: Caller
+    price_factor: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
 class Incoming:
     """A request as the HTTP face hands it over: Chat Completions', or another endpoint's with the
     translation to it (``parse``)."""
@@ -64,6 +75,7 @@ class Incoming:
     # Prompt-cache breakpoints the request marked (Anthropic's cache_control on /v1/messages), filled
     # by ``parse``; they reach the generation (tiers.Generation.cache_marks).
     cache_marks: list[dict[str, Any]] = field(default_factory=list)
+    deferred: Deferred | None = None  # a batch line's (gateway/api/batches/runner.py)
 
 
 class RuleBook:
@@ -110,6 +122,8 @@ class Front:
 
     async def caller(self, incoming: Incoming) -> Caller:
         """1 authenticate: the key's caller, a tenant's (before any of a tenant's data is read)."""
+        if incoming.deferred is not None:  # a batch line: its batch's key, read again
+            return incoming.deferred.caller
         with self._tracing.span("auth"):
             caller = await self._auth.caller(incoming.headers)
         if caller.tenant is None:
@@ -123,8 +137,12 @@ class Front:
         ``request``: a chat request (its metadata and media parts count); None for another endpoint's."""
         tags = incoming.headers.get("x-tiergate-tags")
         if request is not None:
-            return self._recorder.begin(caller, request, incoming.request_id, tags, incoming.endpoint)
-        return self._recorder.begin_other(caller, model, incoming.request_id, incoming.endpoint, tags)
+            call = self._recorder.begin(caller, request, incoming.request_id, tags, incoming.endpoint)
+        else:
+            call = self._recorder.begin_other(caller, model, incoming.request_id, incoming.endpoint, tags)
+        if incoming.deferred is not None:
+            call.price_factor, call.deferred = incoming.deferred.price_factor, True
+        return call
 
     async def admit(self, call: Call, demand: Demand | None = None) -> None:
         """3 limit: the key's own limits, then the tenant's per-minute limits (``demand``: what it asks

@@ -231,16 +231,18 @@ class Planner:
         degraded_before: tuple[str, ...] = (),
         note: str = "",
         allowed: tuple[str, ...] = (),
+        relaxed: bool = False,
     ) -> Plan:
         """``degraded_before``, ``note``: what happened to the request before (its audio transcribed);
         ``allowed``: the only tiers its key may use (empty: all): the router's candidates, and so its
-        choice and its fallbacks, are those alone."""
+        choice and its fallbacks, are those alone; ``relaxed``: nobody waits for it (a batch line), so
+        no latency objective binds its route."""
         views = self._tiers.views()
         if allowed:
             views = [v for v in views if v.name in allowed]
         kept_local = residency.first("keep_local")
         features = dataclasses.replace(
-            features_of(request, media, tenant, strategy), kept_local=kept_local, tags=tags
+            features_of(request, media, tenant, strategy), kept_local=kept_local, tags=tags, relaxed=relaxed
         )
         lost = router.to_degrade(views, features)
         degraded: tuple[str, ...] = ()
@@ -259,6 +261,7 @@ class Planner:
                 features_of(request, degrade.summary_without(media, lost), tenant, strategy),
                 kept_local=kept_local,
                 tags=tags,
+                relaxed=relaxed,
             )
             degraded = tuple(sorted(m.value for m in lost))
             for m in lost:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import math
 import time
 from collections.abc import Mapping
@@ -79,6 +80,10 @@ class Call:
     ttft_ms: float | None = None  # a stream's: when its first byte was ready
     ended: bool = False  # its ending ran (gateway/pipeline/ending.py): it runs once
     session: str | None = None  # its client's session (prompt_cache_key, X-Session-ID, user): re-asks
+    price_factor: float = 1.0  # its row costs this times the live price (a batch line's: [batch])
+    # A batch line's (gateway/pipeline/front.py's Deferred): its row's id comes from its request id
+    # (written twice, kept once), it waits in the slow lane, and no latency objective binds its route.
+    deferred: bool = False
 
 
 def _begun(
@@ -162,7 +167,7 @@ class Recorder:
         writer without waiting (a client that left is not kept waiting for it)."""
         self._note(call, routed, status)
         await self._charge(call, usage.total_tokens)
-        if self._ledger is None:
+        if self._ledger is None or not _kept(call, status):
             return
         row = self._row(call, routed, model, usage, call.ttft_ms, status=status, error=error)
         if not durable:
@@ -182,7 +187,7 @@ class Recorder:
         task = asyncio.get_running_loop().create_task(self._charge(call, usage.total_tokens))
         self._charging.add(task)
         task.add_done_callback(self._charging.discard)
-        if self._ledger is not None:
+        if self._ledger is not None and _kept(call, status):
             self._ledger.submit(
                 self._row(call, routed, model, usage, call.ttft_ms, status=status, error=error)
             )
@@ -209,7 +214,7 @@ class Recorder:
     def failed(self, call: Call, exc: Exception) -> None:
         error = to_gateway_error(exc)
         self._note(call, None, error.status, error.message)
-        if self._ledger is not None:
+        if self._ledger is not None and _kept(call, error.status):
             row = self._row(call, None, "", Usage(0, 0), None, status=error.status, error=error.message)
             self._ledger.submit(row)
 
@@ -275,8 +280,11 @@ class Recorder:
             counterfactual = charge.cost_nusd
         if hit:
             charge = Charge(None, 0)
+        if call.price_factor != 1.0:  # a batch line: the operator's share of the live price
+            charge = Charge(charge.price_id, round(charge.cost_nusd * call.price_factor))
+            counterfactual = round(counterfactual * call.price_factor)
         return LedgerRow(
-            entry_id=new_entry_id(),
+            entry_id=stable_entry_id(call.request_id) if call.deferred else new_entry_id(),
             request_id=call.request_id,
             tenant_id=call.tenant.id,
             key_id=call.caller.key_id,
@@ -306,6 +314,18 @@ class Recorder:
             cached_tokens=usage.cached_tokens,
             cache_write_tokens=usage.cache_write_tokens,
         )
+
+
+def _kept(call: Call, status: int) -> bool:
+    """Whether the ending writes a row: not for a batch line refused for a limit or a full lane (429)
+    or stopped with its gateway (499), which runs again later under the same row id: its row then
+    would take the place of the answer's."""
+    return not (call.deferred and status in (429, 499))
+
+
+def stable_entry_id(request_id: str) -> str:
+    """A row id (32 hex digits, as :func:`new_entry_id`'s) that is the same for the same request id."""
+    return hashlib.blake2b(request_id.encode(), digest_size=16).hexdigest()
 
 
 def _metadata_of(request: ChatCompletionRequest) -> str | None:

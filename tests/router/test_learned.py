@@ -4,6 +4,7 @@ quality, exploration; and that a decision is cheap."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import pytest
@@ -82,6 +83,19 @@ def test_a_slow_tier_is_passed_over_and_no_tier_meeting_it_takes_the_likeliest()
     d = route(r, "tiergate-auto", tiers(), long, impossible)
     assert d.tier == "cloud" and "no tier is predicted to meet the objective" in str(d.reason)
     assert d.fallbacks == ("edge",)
+
+
+def test_a_relaxed_request_is_bound_by_no_latency_objective() -> None:
+    """A batch line (nobody waits for it) goes to the cheapest tier, slow as it is, where a live
+    request of the same size goes to the tier that meets the objective."""
+    r = make()
+    teach(r, "edge", 0.2)  # 5 tokens/s
+    teach(r, "cloud", 0.02)
+    long = feats(max_tokens=200)  # edge ~40 s, cloud ~4 s
+    assert route(r, "tiergate-auto", tiers(), long, POLICY).tier == "cloud"
+    relaxed = dataclasses.replace(long, relaxed=True)
+    d = route(r, "tiergate-auto", tiers(), relaxed, POLICY)
+    assert d.tier == "edge" and "slo" not in str(d.reason) and d.fallbacks == ("cloud",)
 
 
 def test_budget_exhausted_goes_cheapest_or_refuses(learned: router.Learner) -> None:

@@ -227,3 +227,67 @@ audit_head = Table(
     Column("seq", BigInteger, nullable=False),
     Column("hash", String(64), nullable=False),
 )
+
+# The Files and Batch APIs (gateway/accounts/batches/): new tables, so create_all makes them (no
+# migration step).  A file's bytes are on the data folder (``path``); its row says whose it is.
+batch_files = Table(
+    "batch_files",
+    metadata,
+    Column("id", String(40), primary_key=True),  # file- + 24 hex digits
+    Column("tenant", String(64), nullable=False),
+    Column("purpose", String(32), nullable=False),  # batch (uploaded), batch_output (written)
+    Column("filename", String(256), nullable=False),
+    Column("bytes", BigInteger, nullable=False),
+    Column("lines", Integer, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("path", Text, nullable=False),  # relative to the data folder
+    Index("ix_batch_files_tenant_created", "tenant", "created_at"),
+)
+
+batches = Table(
+    "batches",
+    metadata,
+    Column("id", String(40), primary_key=True),  # batch_ + 24 hex digits
+    Column("tenant", String(64), nullable=False),
+    Column("key_id", String(32), nullable=False),  # the key that created it: its lines run as it
+    Column("endpoint", String(32), nullable=False),
+    Column("input_file_id", String(40), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("metadata", Text),  # JSON
+    Column("errors", Text),  # JSON list of {code, message, line, param}: why it failed validation
+    Column("output_file_id", String(40)),
+    Column("error_file_id", String(40)),
+    Column("created_at", Float, nullable=False),
+    Column("expires_at", Float, nullable=False),
+    Column("in_progress_at", Float),
+    Column("finalizing_at", Float),
+    Column("completed_at", Float),
+    Column("failed_at", Float),
+    Column("expired_at", Float),
+    Column("cancelling_at", Float),
+    Column("cancelled_at", Float),
+    Column("total", Integer, nullable=False, server_default="0"),
+    Index("ix_batches_tenant_created", "tenant", "created_at"),
+    Index("ix_batches_status", "status"),
+)
+
+# One row per input line, keyed by (batch, line number): a line is claimed (state "running", with
+# the claim's owner and time: an expired claim is taken again), then done once, with what it
+# answered.  Its ledger row's entry id is derived from the same key, so running it again after a
+# crash bills it once (gateway/pipeline/record.py).
+batch_lines = Table(
+    "batch_lines",
+    metadata,
+    Column("batch_id", String(40), primary_key=True),
+    Column("line", Integer, primary_key=True),  # 1-based, as an editor numbers them
+    Column("custom_id", String(512)),
+    Column("body", Text),  # the line's request body (JSON); NULL for a line refused at validation
+    Column("state", String(8), nullable=False),  # pending, running, done
+    Column("owner", String(32)),
+    Column("claimed_at", Float),
+    Column("status_code", Integer),  # the endpoint's HTTP status; NULL: the line never ran
+    Column("response", Text),  # the endpoint's JSON answer, or its error body
+    Column("error", Text),  # JSON {code, message, line} for a line that failed
+    Column("done_at", Float),
+    Index("ix_batch_lines_state", "batch_id", "state"),
+)

@@ -139,6 +139,19 @@ class Authenticator:
         self._used[key_id] = now
         return Caller(key_id=key_id, role=entry.role, tenant=entry.tenant, limits=entry.limits)
 
+    async def caller_of_key(self, key_id: str) -> Caller:
+        """The caller of a key known by its id (a batch's lines run as the key that made the batch):
+        401 when the key is gone, revoked or expired since."""
+        if self._open_caller is not None:
+            return self._open_caller
+        entry = await self._entry(key_id)
+        if entry is None or entry.revoked:
+            raise AuthenticationFailed("the API key that created this batch is gone or revoked")
+        expires = entry.limits.expires_at
+        if expires is not None and expires <= self._clock():
+            raise AuthenticationFailed("the API key that created this batch has expired")
+        return Caller(key_id=key_id, role=entry.role, tenant=entry.tenant, limits=entry.limits)
+
     async def _entry(self, key_id: str) -> _Entry | None:
         now = time.monotonic()
         if key_id in self._cache and now - self._fetched[key_id] < self._cache_s:

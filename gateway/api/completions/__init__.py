@@ -47,7 +47,8 @@ async def start(
     time, so one request cannot fill a tier's admission lanes by itself; any failure fails it. A
     stream begins with the first prompt's answer; the others are the runs returned, each begun when
     the one before has been streamed (a begun stream holds its admission slot until it is read)."""
-    await auth.caller(incoming.headers)
+    if incoming.deferred is None:  # a batch line's caller is known
+        await auth.caller(incoming.headers)
     body = await incoming.body()
     completions = await decoded(parse_completions, body)
 

@@ -96,7 +96,8 @@ def _response(turn: Turn, answer: Answer, events: list[Event]) -> ro.Response:
     return final
 
 
-async def _json(turn: Turn, answer: Answer) -> bytes:
+async def response_body(turn: Turn, answer: Answer) -> bytes:
+    """The ``response`` object of a JSON answer (also a batch line's: gateway/api/batches/runner.py)."""
     events = [e async for e in answer.events]
     return await turn.keep(_response(turn, answer, events), events)
 
@@ -139,7 +140,7 @@ async def create_response(scope: Scope, receive: Receive, send: Send) -> None:
             services.outcomes.alias(turn.id, incoming.request_id)
         if answer.stream:
             return SSEResponse(_stream(turn, answer), route_headers(answer.routed))
-        return JSONAnswer(await _json(turn, answer), route_headers(answer.routed))
+        return JSONAnswer(await response_body(turn, answer), route_headers(answer.routed))
 
     await respond(scope, receive, send, departure, make)
 

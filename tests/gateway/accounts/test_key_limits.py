@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import event, inspect
 
-from gateway.accounts.budgets import period_bounds
-from gateway.accounts.key_budgets import spent_by_key
+from gateway.accounts.budgets import period_bounds, spent_by_key
 from gateway.accounts.storage import open_database
 from gateway.accounts.tenants import Authenticator, KeyLimits, TenantLimits, TenantStore, checked_limits
 from gateway.errors import AuthenticationFailed, InvalidRequest

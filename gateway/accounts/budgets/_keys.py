@@ -3,7 +3,7 @@
 A key with a budget has its spend read from the ledger at most every ``refresh_s`` (2 s): one indexed
 query per budgeted key in use (``ix_ledger_tenant_ts`` on the key's tenant and the month's start, then
 the key id), run in a thread; requests arriving while it runs wait for that one read.  Between reads
-the spend is the last one read, so, like the tenant budget (gateway/accounts/budgets.py), a burst can
+the spend is the last one read, so, like the tenant budget (gateway/accounts/budgets/_tenants.py), a burst can
 overshoot a key's budget by what it spends in ``refresh_s`` plus the ledger's flush delay
 (``ledger.flush_interval_s``).  A key at its budget is refused with OpenAI's quota error (429
 insufficient_quota; Retry-After: the seconds to the next UTC day or month) while the tenant's other
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Engine, case, func, select
 
-from gateway.accounts.budgets import period_bounds
+from gateway.accounts.budgets._tenants import period_bounds
 from gateway.accounts.ledger import NANO
 from gateway.accounts.storage import ledger
 from gateway.accounts.tenants import Caller
