@@ -25,7 +25,7 @@ def live_state(request: AnyRequest) -> dict[str, Any]:
     running = services(request)
     tiers, activity = running.tiers, running.activity
     summary = activity.summary(WINDOW_S)
-    states = tiers.states()
+    states = activity.with_spend(tiers.states())
     replicas = [dict(r, tier=t["name"]) for t in states for r in t.get("instances", ())]
     return {
         "time": time.time(),

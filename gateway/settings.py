@@ -173,7 +173,7 @@ class CloudTier(CloudConfig, frozen=True, tag="cloud", tag_field="kind"):
     It starts no local server: list its servers in ``urls``."""
 
 
-class ProviderTier(ProviderConfig, frozen=True, tag="provider", tag_field="kind"):
+class HostedTier(ProviderConfig, frozen=True, tag="provider", tag_field="kind"):
     """A hosted provider's model (``kind = "provider"``): OpenAI, Azure OpenAI, an OpenAI-compatible
     vendor or Anthropic, one account and model per tier (docs/providers.md)."""
 
@@ -208,7 +208,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     # More tiers, by name, beside edge and cloud (the embedded default's two): [tiers.<name>] with
     # kind = "edge" or "cloud" and that section's settings, or kind = "provider" (a hosted model).
     # Route to them like to any other tier.
-    tiers: dict[TierName, EdgeTier | CloudTier | ProviderTier] = msgspec.field(default_factory=dict)
+    tiers: dict[TierName, EdgeTier | CloudTier | HostedTier] = msgspec.field(default_factory=dict)
     # Model names clients already use, e.g. "gpt-4o-mini" = "edge", or
     # "fast" = { model = "tiergate-auto", strategy = "latency" }; listed by /v1/models.
     aliases: dict[AliasName, str | Alias] = msgspec.field(default_factory=dict)
@@ -284,7 +284,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
                 out[name] = msgspec.structs.replace(
                     tier, local=msgspec.structs.replace(tier.local, enabled=False)
                 )
-            elif isinstance(tier, ProviderTier) and tier.enabled:
+            elif isinstance(tier, HostedTier) and tier.enabled:
                 out[name] = tier
         return out
 

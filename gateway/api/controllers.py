@@ -150,7 +150,7 @@ async def _may_see_details(request: Request[object, object, State], services: Se
 async def readyz(
     request: Request[object, object, State], services: NamedDependency[Services]
 ) -> Response[bytes]:
-    tiers = services.tiers.states()
+    tiers = services.activity.with_spend(services.tiers.states())
     ready = any(t["health"] == "ready" for t in tiers)
     body: dict[str, object] = {"ready": ready}
     if await _may_see_details(request, services):

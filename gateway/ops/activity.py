@@ -88,6 +88,29 @@ def percentile(values: list[float], q: float) -> float:
 class Activity:
     def __init__(self, recent: int = DEFAULT_RECENT) -> None:
         self._ring: deque[Decision] = deque(maxlen=max(1, recent))
+        self._day = ""  # the UTC day (YYYY-MM-DD) _spend counts
+        self._spend: dict[str, int] = {}  # nano-USD per tier that day, as the ledger rows charged it
+
+    def spent(self, tier: str, nusd: int, day: str) -> None:
+        """A ledger row charged ``nusd`` to ``tier`` on UTC ``day``."""
+        if day != self._day:
+            if day < self._day:
+                return  # a row of yesterday written after midnight
+            self._day, self._spend = day, {}
+        self._spend[tier] = self._spend.get(tier, 0) + nusd
+
+    def with_spend(self, states: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Tier states with each provider tier's spend today (UTC, this gateway since it started) in
+        ``provider.spent_today_usd``, for /readyz and the live view."""
+        today = time.strftime("%Y-%m-%d", time.gmtime())
+        spend = self._spend if self._day == today else {}
+        for state in states:
+            if "provider" in state:
+                state["provider"] = {
+                    **state["provider"],
+                    "spent_today_usd": spend.get(state["name"], 0) / 1e9,
+                }
+        return states
 
     def note(self, decision: Decision) -> None:
         if len(decision.model_asked) > MAX_MODEL_CHARS or len(decision.reason) > MAX_REASON_CHARS:

@@ -5,8 +5,9 @@ A tier that fails before its answer begins is passed over for the next one (fail
 answer is read whole here, so it can fail over until its last event (its client has seen nothing
 yet); a stream is handed on once its first piece is ready.  Every call is charged to the breaker
 of (tier, modality): timeouts, 5xx and unreachable servers count as failures; a client's own 4xx
-and a full queue do not.  How the answer ends (completed, its client gone, the tier failed) is the
-ending's (gateway/pipeline/ending.py): a JSON answer's runs here, a stream's as its events end.
+and a full queue do not; a hosted provider's refusal of the tier's key opens it at once.  How the
+answer ends (completed, its client gone, the tier failed) is the ending's (gateway/pipeline/ending.py):
+a JSON answer's runs here, a stream's as its events end.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import time
 
+import router
 from gateway.errors import to_gateway_error
 from gateway.ops.metrics import Metrics
 from gateway.ops.tracing import Tracing
@@ -29,6 +31,8 @@ from tiers import (
     EventStream,
     Finished,
     Generation,
+    KeyRefused,
+    Modality,
     Started,
     TierOverloaded,
     TierUnavailable,
@@ -66,6 +70,9 @@ class Dispatcher:
             except (TierUnavailable, TierOverloaded) as exc:  # the next tier in the fallback order
                 await _closed(events)
                 self._ending.passed_over(attempt, exc)
+                if isinstance(exc, KeyRefused):  # no call will do until an operator acts: open at once
+                    for modality in router.attributed(plan.modalities) | {Modality.TEXT}:
+                        self._breakers.apply(name, modality, router.BreakerState.OPEN, why=str(exc))
                 if isinstance(exc, TierUnavailable):
                     self._metrics.failovers.labels(name).inc()
                 last = exc

@@ -169,6 +169,7 @@ class Plan:
             ignore_eos=bool(request.ignore_eos),
             stop_token_ids=list(request.stop_token_ids or ()),
             reasoning_effort=request.reasoning_effort,
+            prompt_cache_key=request.prompt_cache_key,
             request_id=request_id,
             cost=request.choices
             * (PROMPT_TOKEN_COST * features.prompt_tokens + (features.max_tokens or DEFAULT_OUTPUT_TOKENS)),

@@ -242,6 +242,21 @@ class Recorder:
         status: int = 200,
         error: str | None = None,
     ) -> LedgerRow:
+        row = self._priced(call, routed, model, usage, ttft_ms, status, error)
+        if self._activity is not None and row.tier:
+            self._activity.spent(row.tier, row.cost_nusd, row.day)
+        return row
+
+    def _priced(
+        self,
+        call: Call,
+        routed: Routed | None,
+        model: str,
+        usage: Usage,
+        ttft_ms: float | None,
+        status: int,
+        error: str | None,
+    ) -> LedgerRow:
         prompt, completion = usage.prompt_tokens, usage.completion_tokens
         tier = routed.tier if routed is not None else ""
         hit = routed is not None and routed.cache in (CacheStatus.HIT, CacheStatus.SEMANTIC)

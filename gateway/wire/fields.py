@@ -59,7 +59,8 @@ CHAT: Mapping[str, Honoured | Refused] = {
     "safety_identifier": Honoured("validated (≤ 64 characters); the end user, as `user` (and before it)"),
     "prompt_cache_key": Honoured(
         "the affinity key: requests sharing it go to the same cloud replica and edge instance, "
-        "whose prefix cache holds their prompt (instead of a hash of the conversation's opening)"
+        "whose prefix cache holds their prompt (instead of a hash of the conversation's opening); "
+        "sent on to a hosted OpenAI or Azure provider tier, whose prompt cache it names"
     ),
     "prompt_cache_retention": Honoured(
         "`in_memory` (what the engines' prefix caches are); `24h` is refused as OpenAI refuses "

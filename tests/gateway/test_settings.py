@@ -102,3 +102,38 @@ def test_a_named_tier_must_have_a_free_name_and_a_kind(tmp_path: Path, table: st
     config.write_text(table)
     with pytest.raises(SettingsError, match=why):
         load_settings(config, environ={})
+
+
+def test_a_provider_tier_is_configured_by_its_section_and_built_as_a_remote_tier(tmp_path: Path) -> None:
+    config = tmp_path / "tiergate.toml"
+    config.write_text(
+        '[tiers.gpt]\nkind = "provider"\nbase_url = "https://api.openai.com/v1"\nmodel = "gpt-4.1-mini"\n'
+        'api_key_env = "OPENAI_API_KEY"\nquality = 0.95\nabilities = ["tools"]\n'
+        '[[pricing.prices]]\ntier = "gpt"\nprompt_per_1k = 0.0004\ncached_prompt_per_1k = 0.0001\n'
+    )
+    settings = load_settings(config, environ={})
+    gpt = settings.tier_configs()["gpt"]
+    assert gpt.location == "remote"
+    tier = build_tiers(settings)["gpt"]
+    assert tier.capabilities.model == "gpt-4.1-mini" and tier.capabilities.quality == 0.95
+    assert {a.value for a in tier.capabilities.abilities} == {"tools"}
+    assert settings.pricing.prices[0].cached_prompt_per_1k == 0.0001
+
+
+@pytest.mark.parametrize(
+    ("lines", "why"),
+    [
+        ('api_key = "sk-in-the-file"', "api_key"),  # never the key itself
+        ('api_key_env = "A"\napi_key_file = "/k"', "not both"),
+        ('protocol = "azure"', "api_version"),
+        ('protocol = "bedrock"', "protocol"),
+        ('headers = { Authorization = "Bearer x" }', "set by the tier itself"),
+    ],
+)
+def test_a_provider_tier_refuses_what_it_cannot_use(tmp_path: Path, lines: str, why: str) -> None:
+    config = tmp_path / "tiergate.toml"
+    config.write_text(
+        f'[tiers.gpt]\nkind = "provider"\nbase_url = "https://x.test/v1"\nmodel = "m"\n{lines}\n'
+    )
+    with pytest.raises(SettingsError, match=why):
+        load_settings(config, environ={})

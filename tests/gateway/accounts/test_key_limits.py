@@ -111,7 +111,7 @@ def test_a_v5_database_gains_the_key_columns_and_its_keys_keep_working(tmp_path:
     with sqlite3.connect(path) as conn:  # back to v5: the api_keys table as it was
         conn.executescript(
             """
-            DELETE FROM schema_version WHERE version = 6;
+            DELETE FROM schema_version WHERE version >= 6;
             CREATE TABLE k5 AS SELECT id, tenant_id, role, key_hash, name, created_at, revoked_at FROM api_keys;
             DROP TABLE api_keys;
             ALTER TABLE k5 RENAME TO api_keys;
@@ -145,7 +145,7 @@ def test_on_postgresql_a_v5_database_is_migrated_and_a_keys_spend_is_summed(post
     with engine.begin() as conn:  # back to v5
         for column in NEW_COLUMNS:
             conn.exec_driver_sql(f"ALTER TABLE api_keys DROP COLUMN IF EXISTS {column}")
-        conn.exec_driver_sql("DELETE FROM schema_version WHERE version = 6")
+        conn.exec_driver_sql("DELETE FROM schema_version WHERE version >= 6")
     engine.dispose()
     engine = open_database(postgres_url)
     assert set(NEW_COLUMNS) <= {c["name"] for c in inspect(engine).get_columns("api_keys")}

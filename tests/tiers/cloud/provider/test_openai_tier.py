@@ -238,3 +238,15 @@ async def test_the_certificate_is_verified_against_the_system_cas_without_ca_fil
     with pytest.raises(TierUnavailable, match="cannot reach"):
         await collect(tier.generate(Generation(messages=HELLO)))
     await tier.aclose()
+
+
+async def test_https_proxy_from_the_environment_is_honoured(
+    standin: tuple[OpenAIStandIn, str], ca: TestCA, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")  # nothing listens: the call must try it
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    tier = await started(config(standin[1], ca))
+    with pytest.raises(TierUnavailable, match=r"ProxyError|ConnectError"):
+        await collect(tier.generate(Generation(messages=HELLO)))
+    await tier.aclose()
