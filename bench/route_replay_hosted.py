@@ -41,7 +41,7 @@ Method
   load average before and after (2 cores, shared with other work).
 
     PYTHONPATH=$PWD flock /tmp/tiergate-heavy.lock .venv/bin/python -m bench.route_replay --hosted \\
-        [--requests 30] [--rate 0.5] [--slo-ms 15000] [--calibrate 6]
+        --requests 30 --rate 0.5 --slo-ms 15000 --calibrate 4
 
 Prints a table and writes bench/results/route_replay_hosted.json.
 """
