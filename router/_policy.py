@@ -10,6 +10,9 @@ A :class:`TenantPolicy` is a plain value (msgspec, JSON on the wire and in the d
     tag_budgets     spend allowed per period to the requests carrying one cost tag (``team=search``);
                     once one is spent, a request with that tag is treated as ``budget.on_exhausted`` says
     preferred_tier  taken whenever it meets the objective and the quality floor, even if dearer
+    fallbacks       the tiers tried, in this order, when the chosen one fails before its answer
+                    begins (a hosted provider's 429, a timeout): only those, and only those able to
+                    take the request then; empty: every able tier, in the strategy's order
     quality_floor   the least declared quality level (0..1) a tier's model must have
     acceptable_floor  (learned) the least probability that a tier's answer is acceptable, once the
                     quality model has learned it from the tenant's own labels covering the request
@@ -152,6 +155,7 @@ class TenantPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     budget: Budget = msgspec.field(default_factory=Budget)
     tag_budgets: Annotated[tuple[TagBudget, ...], Meta(max_length=16)] = ()
     preferred_tier: str | None = None
+    fallbacks: Annotated[tuple[str, ...], Meta(max_length=16)] = ()
     quality_floor: Fraction = 0.0
     acceptable_floor: Fraction = 0.7
     weigh_difficulty: bool = True
@@ -223,6 +227,13 @@ def check_policy(policy: TenantPolicy, tiers: Collection[str]) -> TenantPolicy:
         raise PolicyInvalid(
             "preferred_tier", f"no tier named {policy.preferred_tier!r}; tiers: {', '.join(sorted(tiers))}"
         )
+    for i, tier in enumerate(policy.fallbacks):
+        if tier not in tiers:
+            raise PolicyInvalid(
+                f"fallbacks.{i}", f"no tier named {tier!r}; tiers: {', '.join(sorted(tiers))}"
+            )
+    if len(set(policy.fallbacks)) != len(policy.fallbacks):
+        raise PolicyInvalid("fallbacks", "fallbacks names a tier twice")
     tags = [b.tag for b in policy.tag_budgets]
     if len(set(tags)) != len(tags):
         raise PolicyInvalid("tag_budgets", "tag_budgets names a tag twice")

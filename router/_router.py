@@ -81,6 +81,8 @@ class Router:
         # Why a tier was not a candidate (down, breaker, size); the rule says it itself.
         left_out = () if strategy.name == "rule" else tuple(excluded)
         tier, *fallbacks = choice.order
+        if policy.fallbacks:  # the policy's own order, of the tiers able to take the request now
+            fallbacks = [f for f in policy.fallbacks if f != tier and f in fallbacks]
         reason = Reason(tier, choice.cause, rules, left_out)
         return Decision(tier, tuple(fallbacks), reason, strategy.name, snapshot)
 

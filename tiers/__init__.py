@@ -1,5 +1,6 @@
 """Tiers: where a generation runs. ``tiers.edge`` runs a small model in-process,
-``tiers.cloud`` talks to a pool of vLLM servers. Both implement :class:`Tier`: one
+``tiers.cloud`` talks to a pool of vLLM servers, ``tiers.cloud.provider`` to a hosted model
+provider (OpenAI, Azure OpenAI, Anthropic). Each implements :class:`Tier`: one
 ``generate`` method, a stream of :data:`Event` values, from which :func:`collect`
 makes a JSON answer."""
 

@@ -192,3 +192,20 @@ def test_deciding_changes_nothing_and_the_same_inputs_give_the_same_decision() -
     assert str(d.reason).startswith(
         "big: exploring (10% of requests keep every tier measured): p50 predicted "
     )
+
+
+def test_a_policys_fallbacks_are_tried_in_its_order_and_only_those_able() -> None:
+    decide = router.Router().decide
+    p = router.TenantPolicy(strategy="always:tiny", fallbacks=("big", "small"))
+    d = decide(feats(), tiers(), p)
+    assert (d.tier, d.fallbacks) == ("tiny", ("big", "small"))
+    d = decide(feats(), tiers({"big": Health.DOWN}), p)  # big cannot take it now: not a fallback
+    assert (d.tier, d.fallbacks) == ("tiny", ("small",))
+    only = router.TenantPolicy(strategy="always:big", fallbacks=("tiny",))
+    assert decide(feats(), tiers(), only).fallbacks == ("tiny",)  # small is not named: not tried
+    names = ["tiny", "small", "big"]
+    with pytest.raises(router.PolicyInvalid, match="no tier named 'gpt'") as bad:
+        router.check_policy(router.TenantPolicy(fallbacks=("gpt",)), names)
+    assert bad.value.field == "fallbacks.0"
+    with pytest.raises(router.PolicyInvalid, match="twice"):
+        router.check_policy(router.TenantPolicy(fallbacks=("tiny", "tiny")), names)

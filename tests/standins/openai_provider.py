@@ -17,8 +17,10 @@ prompt are reported as read from the cache.
 
 Faults, on demand (:meth:`OpenAIStandIn.fail`), for the next ``times`` requests (of one model, or
 any): ``429`` (``retry-after`` and ``x-ratelimit-*`` headers), ``500``, ``stall`` (no answer for
-``stall_s``), ``midstream`` (two chunks, then an ``error`` chunk), ``401`` (the key refused),
-``400`` (a context-length error). The anthropic stand-in mirrors this module's shape.
+``stall_s``), ``429bare`` (``retry-after`` alone), ``midstream`` (two chunks, then an ``error``
+chunk), ``401`` (the key refused), ``400`` (a context-length error), ``garbled`` (content that is
+not JSON). The anthropic stand-in mirrors
+this module's shape.
 
 Latency, optional (:attr:`OpenAIStandIn.latency`, a :class:`tests.standins.latency.LatencyModel`): each
 answer waits a drawn time to first token and streams at a drawn rate, and may run to a drawn length
@@ -58,7 +60,7 @@ _PARAMS = {
     True: pydantic.TypeAdapter(CompletionCreateParamsStreaming),
 }
 _KNOWN = set(get_type_hints(CompletionCreateParamsNonStreaming)) | {"stream"}
-FAULTS = ("429", "500", "stall", "midstream", "401", "400")
+FAULTS = ("429", "429bare", "500", "stall", "midstream", "401", "400", "garbled")
 
 
 @dataclass
@@ -66,6 +68,8 @@ class Recorded:
     path: str
     headers: dict[str, str]
     body: dict[str, Any]
+    http_version: str = "1.1"
+    client: tuple[str, int] | None = None  # the connection it came on (address, port)
 
 
 @dataclass
@@ -142,18 +146,29 @@ class OpenAIStandIn:
         except ValueError:
             await _json(send, 400, _error("We could not parse the JSON body", "invalid_request_error"))
             return
-        self.requests.append(Recorded(path, headers, body))
+        client = (scope["client"][0], scope["client"][1]) if scope.get("client") else None
+        self.requests.append(Recorded(path, headers, body, scope.get("http_version", "1.1"), client))
         model = path.split("/")[3] if azure else str(body.get("model", ""))
         fault = self._fault_for(model)
         if given != self.key or fault == "401":
-            await _json(
-                send, 401, _error("Incorrect API key provided.", "invalid_request_error", "invalid_api_key")
+            shown = f"{(given or '')[:8]}****{(given or '')[-4:]}"  # as OpenAI quotes a refused key
+            message = (
+                f"Incorrect API key provided: {shown}. You can find your API key at platform.openai.com."
             )
+            await _json(send, 401, _error(message, "invalid_request_error", "invalid_api_key"))
             return
         problem = self._check(body, azure)
         if problem:
             self.invalid.append(problem)
             await _json(send, 400, _error(problem, "invalid_request_error"))
+            return
+        if fault == "429bare":  # retry-after alone, no x-ratelimit-* headers
+            await _json(
+                send,
+                429,
+                _error("Rate limit reached", "requests", "rate_limit_exceeded"),
+                {"retry-after": "2"},
+            )
             return
         if fault == "429":
             limits = {
@@ -183,6 +198,8 @@ class OpenAIStandIn:
             await asyncio.sleep(self.stall_s)
         timing = self.latency.draw() if self.latency is not None else None
         answer = _answer(body, model, self.cached_tokens, timing.tokens if timing else None)
+        if fault == "garbled":  # content that breaks a json response_format, as a lax vendor's might
+            answer.choices[0].message.content = "{not json"
         if body.get("stream"):
             await self._stream(send, body, answer, midstream=fault == "midstream", timing=timing)
         else:

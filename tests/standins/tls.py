@@ -86,3 +86,50 @@ class ServerThread:
     def stop(self) -> None:
         self._server.should_exit = True
         self._thread.join(timeout=10)
+
+
+class H2ServerThread:
+    """The same over HTTP/2 (hypercorn, offering ``h2`` then ``http/1.1`` by ALPN), as the hosted
+    providers that speak it do; uvicorn speaks only HTTP/1.1."""
+
+    def __init__(self, app: Any, ca: TestCA) -> None:
+        from hypercorn.config import Config
+
+        self.port = _free_port()
+        self._config = Config()
+        self._config.bind = [f"127.0.0.1:{self.port}"]
+        self._config.certfile, self._config.keyfile = str(ca.cert_file), str(ca.key_file)
+        self._config.alpn_protocols = ["h2", "http/1.1"]
+        self._app = app
+        self._started = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._serve()), daemon=True)
+
+    async def _serve(self) -> None:
+        from hypercorn.asyncio import serve
+
+        self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
+        self._loop.call_soon(self._started.set)
+        await serve(self._app, self._config, shutdown_trigger=self._stop.wait)  # type: ignore[arg-type]
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    def start(self) -> H2ServerThread:
+        self._thread.start()
+        if not self._started.wait(10):
+            raise RuntimeError("the stand-in did not start")
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # until it listens
+            with socket.socket() as sock:
+                if sock.connect_ex(("127.0.0.1", self.port)) == 0:
+                    return self
+            time.sleep(0.02)
+        raise RuntimeError("the stand-in does not listen")
+
+    def stop(self) -> None:
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(timeout=10)

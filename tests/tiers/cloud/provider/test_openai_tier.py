@@ -6,6 +6,8 @@ tier down (401)."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,12 +15,13 @@ import msgspec
 import pytest
 
 from tests.standins.openai_provider import OpenAIStandIn
-from tests.standins.tls import ServerThread, TestCA
+from tests.standins.tls import H2ServerThread, ServerThread, TestCA
 from tiers import (
     Finished,
     Generation,
     Health,
     KeyRefused,
+    OutputRefused,
     Started,
     TierFailed,
     TierOverloaded,
@@ -27,7 +30,7 @@ from tiers import (
     TierUnavailable,
     collect,
 )
-from tiers.cloud.provider import ProviderConfig, ProviderTier
+from tiers.cloud.provider import Headroom, ProviderConfig, ProviderTier, dialect_for
 
 KEY = "sk-standin-tier-0123456789"
 HELLO = [{"role": "user", "content": "hello there provider"}]
@@ -210,7 +213,8 @@ async def test_a_refused_key_takes_the_tier_down_saying_what_to_fix_and_never_th
         await collect(tier.generate(Generation(messages=HELLO)))
     state = tier.state()
     assert state.health is Health.DOWN and "api_key_env" in state.detail
-    assert "sk-wrong-key-987" not in repr(state.as_dict())
+    assert "invalid_api_key" in state.detail
+    assert "sk-wrong" not in repr(state.as_dict()) and "-987" not in repr(state.as_dict())
     with pytest.raises(TierUnavailable, match="refused the key"):  # not retried: down, no call made
         await collect(tier.generate(Generation(messages=HELLO)))
     await tier.aclose()
@@ -250,3 +254,94 @@ async def test_https_proxy_from_the_environment_is_honoured(
     with pytest.raises(TierUnavailable, match=r"ProxyError|ConnectError"):
         await collect(tier.generate(Generation(messages=HELLO)))
     await tier.aclose()
+
+
+async def test_http2_where_the_provider_offers_it_with_calls_sharing_one_connection(ca: TestCA) -> None:
+    app = OpenAIStandIn(KEY)
+    server = H2ServerThread(app, ca).start()
+    try:
+        tier = await started(config(server.url, ca))
+        first = await collect(tier.generate(Generation(messages=HELLO)))  # the connection; then 4 at once
+        answers = [
+            first,
+            *await asyncio.gather(*(collect(tier.generate(Generation(messages=HELLO))) for _ in range(4))),
+        ]
+        streamed = await collect(tier.generate(Generation(messages=HELLO, stream=True)))
+        await tier.aclose()
+    finally:
+        server.stop()
+    assert [a.text for a in [*answers, streamed]] == ["Echo: hello there provider"] * 6
+    assert {r.http_version for r in app.requests} == {"2"}
+    assert len({r.client for r in app.requests}) == 1  # multiplexed on one connection
+    assert app.invalid == []
+
+
+async def test_an_unreadable_ca_file_takes_the_tier_down_saying_so(
+    standin: tuple[OpenAIStandIn, str], ca: TestCA, tmp_path: Path
+) -> None:
+    bad = tmp_path / "not-a-ca.pem"
+    bad.write_text("not a certificate")
+    tier = await started(config(standin[1], ca, ca_file=str(bad)))
+    state = tier.state()
+    assert state.health is Health.DOWN and "cannot use ca_file" in state.detail
+    with pytest.raises(TierUnavailable, match="ca_file"):
+        await collect(tier.generate(Generation(messages=HELLO)))
+    await tier.aclose()
+
+
+async def test_a_429s_retry_after_alone_keeps_calls_away_until_it_passes(
+    app: OpenAIStandIn, standin: tuple[OpenAIStandIn, str], ca: TestCA
+) -> None:
+    tier = await started(config(standin[1], ca))
+    app.fail("429bare")
+    with pytest.raises(TierOverloaded):
+        await collect(tier.generate(Generation(messages=HELLO)))
+    state = tier.state()
+    assert state.health is Health.DOWN and "retry after 2 s" in state.detail
+    with pytest.raises(TierUnavailable, match="rate limited"):  # not called: one request reached it
+        await collect(tier.generate(Generation(messages=HELLO)))
+    assert len(app.requests) == 1
+    await tier.aclose()
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+async def test_an_answer_that_breaks_the_requests_format_is_refused_not_passed_on(
+    app: OpenAIStandIn, standin: tuple[OpenAIStandIn, str], ca: TestCA, stream: bool
+) -> None:
+    tier = await started(config(standin[1], ca))
+    app.fail("garbled")
+    gen = Generation(messages=HELLO, response_format={"type": "json_object"}, stream=stream)
+    events = tier.generate(gen)
+    if stream:  # the pieces went on; the end is refused, so no Finished says it was whole
+        assert isinstance(await anext(events), Started)
+    with pytest.raises(OutputRefused, match="not valid JSON"):
+        async for event in events:
+            assert not isinstance(event, Finished)
+    await tier.aclose()
+
+
+async def test_total_s_bounds_a_call_whose_first_byte_is_within_its_own_deadline(
+    app: OpenAIStandIn, standin: tuple[OpenAIStandIn, str], ca: TestCA
+) -> None:
+    timeouts = {"connect_s": 2, "first_byte_s": 10.0, "total_s": 0.5}
+    tier = await started(config(standin[1], ca, timeouts=timeouts))
+    app.fail("stall")
+    started_at = time.monotonic()
+    with pytest.raises(TierTimeout):
+        await collect(tier.generate(Generation(messages=HELLO)))
+    assert time.monotonic() - started_at < 2.0
+    await tier.aclose()
+
+
+def test_headroom_is_used_up_by_the_calls_in_flight_and_read_from_openais_headers() -> None:
+    assert Headroom(requests=0).exhausted() and Headroom(tokens=0).exhausted()
+    assert Headroom(requests=2).exhausted(in_flight=2) and not Headroom(requests=3).exhausted(in_flight=2)
+    assert not Headroom().exhausted(in_flight=5)  # nothing said: nothing known to be used up
+    cfg = msgspec.convert({"base_url": "https://api.openai.com/v1", "model": "m"}, ProviderConfig)
+    headers = {
+        "x-ratelimit-remaining-requests": "4999",
+        "x-ratelimit-remaining-tokens": "0",
+        "x-ratelimit-reset-requests": "12ms",
+        "x-ratelimit-reset-tokens": "6m0.5s",
+    }
+    assert dialect_for("gpt", cfg, "k").headroom(headers) == Headroom(4999, 0, 360.5)
