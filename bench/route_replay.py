@@ -50,6 +50,9 @@ Method
     flock /tmp/tiergate-heavy.lock .venv/bin/python -m bench.route_replay \\
         [--requests 60] [--rate 0.5] [--slo-ms 15000] [--calibrate 40]
 
+``--hosted``: the three-tier case (the edge, the vLLM pool and a hosted model on a provider tier,
+the OpenAI stand-in over TLS with a latency model), ``bench/route_replay_hosted.py``'s docstring.
+
 Prints a table and writes bench/results/route_replay.json.
 """
 
@@ -74,6 +77,7 @@ from typing import Any
 
 import httpx
 
+from bench import route_replay_hosted
 from bench.overhead import free_port
 from gateway.tools.calibration import mp4_clip
 
@@ -428,7 +432,12 @@ def tier_quality() -> dict[str, float]:
 
 
 async def replay(
-    url: str, keys: dict[str, str], trace: list[dict[str, Any]], strategy: str, slo_ms: float
+    url: str,
+    keys: dict[str, str],
+    trace: list[dict[str, Any]],
+    strategy: str,
+    slo_ms: float,
+    quality: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     admin = {"Authorization": f"Bearer {keys['admin']}"}
     policy = {"strategy": strategy, "latency": {"total_ms": slo_ms, "percentile": 95}, "cache": False}
@@ -453,7 +462,7 @@ async def replay(
             "group_by": "tier",
         }
         report = (await client.get("/admin/api/reports/costs", params=params, headers=admin)).json()
-    row = summarise(strategy, results, report, slo_ms, tier_quality())
+    row = summarise(strategy, results, report, slo_ms, quality or tier_quality())
     # The machine's 1-minute load average before and after (2 cores: above ~3, something else ran).
     row["load"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
     return row
@@ -660,6 +669,7 @@ def main() -> None:
     )
     parser.add_argument("--key")
     parser.add_argument("--admin-key")
+    route_replay_hosted.add_options(parser)
     args = parser.parse_args()
 
     if args.trace:
@@ -670,6 +680,9 @@ def main() -> None:
     if args.write_trace:
         args.write_trace.write_text("".join(json.dumps(e) + "\n" for e in trace))
         print(f"wrote {len(trace)} requests to {args.write_trace}")
+        return
+    if args.hosted:
+        route_replay_hosted.run(args, trace)
         return
 
     proc = standin = None

@@ -21,6 +21,10 @@ any): ``429`` (``retry-after`` and ``x-ratelimit-*`` headers), ``500``, ``stall`
 chunk), ``401`` (the key refused), ``400`` (a context-length error), ``garbled`` (content that is
 not JSON). The anthropic stand-in mirrors
 this module's shape.
+
+Latency, optional (:attr:`OpenAIStandIn.latency`, a :class:`tests.standins.latency.LatencyModel`): each
+answer waits a drawn time to first token and streams at a drawn rate, and may run to a drawn length
+(the echo repeated) instead of the echo's own; without one, answers come at once.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ from openai.types.chat.completion_create_params import (
 from openai.types.completion_usage import CompletionUsage, PromptTokensDetails
 
 from tests.openai_schema import validate
+from tests.standins.latency import LatencyModel, Timing
 
 _PARAMS = {
     False: pydantic.TypeAdapter(CompletionCreateParamsNonStreaming),
@@ -86,6 +91,7 @@ class OpenAIStandIn:
     invalid: list[str] = field(default_factory=list)
     # x-ratelimit-* headers sent with every answer: remaining requests/tokens and their reset.
     ratelimit: dict[str, str] = field(default_factory=dict)
+    latency: LatencyModel | None = None  # None: answer at once
     _faults: list[_Fault] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -190,12 +196,16 @@ class OpenAIStandIn:
             return
         if fault == "stall":
             await asyncio.sleep(self.stall_s)
-        answer = _answer(body, model, self.cached_tokens)
+        timing = self.latency.draw() if self.latency is not None else None
+        answer = _answer(body, model, self.cached_tokens, timing.tokens if timing else None)
         if fault == "garbled":  # content that breaks a json response_format, as a lax vendor's might
             answer.choices[0].message.content = "{not json"
         if body.get("stream"):
-            await self._stream(send, body, answer, midstream=fault == "midstream")
+            await self._stream(send, body, answer, midstream=fault == "midstream", timing=timing)
         else:
+            if timing is not None and answer.usage is not None:
+                tokens = answer.usage.completion_tokens
+                await asyncio.sleep(timing.ttft_s + max(0, tokens - 1) * timing.per_token_s)
             self.usages.append(answer.usage)  # type: ignore[arg-type]
             await _send(send, 200, answer.model_dump_json(exclude_unset=True).encode(), self.ratelimit)
 
@@ -214,8 +224,16 @@ class OpenAIStandIn:
         return ""
 
     async def _stream(
-        self, send: Any, body: dict[str, Any], answer: ChatCompletion, *, midstream: bool
+        self,
+        send: Any,
+        body: dict[str, Any],
+        answer: ChatCompletion,
+        *,
+        midstream: bool,
+        timing: Timing | None = None,
     ) -> None:
+        if timing is not None:
+            await asyncio.sleep(timing.ttft_s)
         await send(
             {
                 "type": "http.response.start",
@@ -231,6 +249,8 @@ class OpenAIStandIn:
                 )
                 await send({"type": "http.response.body", "body": b""})
                 return
+            if timing is not None and sent > 1 and chunk.choices and chunk.choices[0].delta.content:
+                await asyncio.sleep(timing.per_token_s)  # the first token came with the first byte
             data = chunk.model_dump_json(exclude_unset=True).encode()
             await send({"type": "http.response.body", "body": b"data: " + data + b"\n\n", "more_body": True})
         if (body.get("stream_options") or {}).get("include_usage"):
@@ -290,7 +310,9 @@ def sample(schema: dict[str, Any]) -> Any:
     return {"integer": 7, "number": 1.5, "boolean": True, "null": None}.get(str(kind), "stand-in")
 
 
-def _answer(body: dict[str, Any], model: str, cached: int) -> ChatCompletion:
+def _answer(body: dict[str, Any], model: str, cached: int, length: int | None = None) -> ChatCompletion:
+    """The answer to ``body``; ``length``: the text answer's natural length in words (the echo
+    repeated), before ``max_tokens`` cuts it; None: the echo, at most 40 words."""
     messages = body["messages"]
     prompt = max(1, len(json.dumps(messages)) // 4)
     tools = body.get("tools") or []
@@ -315,7 +337,8 @@ def _answer(body: dict[str, Any], model: str, cached: int) -> ChatCompletion:
         content, reason = json.dumps({"answer": "stand-in"}), "stop"
     else:
         user = next((m for m in reversed(messages) if m.get("role") == "user"), last)
-        words = ("Echo: " + _text_of(user.get("content"))).split()[:40]
+        echo = ("Echo: " + _text_of(user.get("content"))).split()
+        words = echo[:40] if length is None else [echo[i % len(echo)] for i in range(length)]
         limit = body.get("max_completion_tokens") or body.get("max_tokens")
         reason = "length" if limit is not None and len(words) > limit else "stop"
         content = " ".join(words[:limit] if limit is not None else words)
