@@ -13,10 +13,11 @@ to meet a 429."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import ssl
 import time
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from urllib.parse import urlsplit
 
 import httpx
@@ -32,6 +33,8 @@ from tiers.cloud.provider._dialects import dialect_for
 from tiers.cloud.provider._keys import KeyMissing, read_key
 from tiers.cloud.provider._sse import sse_events
 from tiers.cloud.provider._transport import client_for
+
+_DRAIN_S = 1.0  # the most a finished stream's rest is read for, to keep its connection
 
 
 class ProviderTier:
@@ -138,7 +141,8 @@ class ProviderTier:
         outgoing = dialect.request(gen)
         headers = {**outgoing.headers, "content-type": "application/json"}
         deadline = time.monotonic() + self._config.timeouts.total_s
-        begun = False
+        begun = ended = False
+        chunks: AsyncIterator[bytes] | None = None
         self._in_flight += 1
         try:
             request = self._client.build_request("POST", outgoing.url, headers=headers, content=outgoing.body)
@@ -168,7 +172,9 @@ class ProviderTier:
                     for event in events:
                         yield event
                     return
-                async for event in dialect.stream(sse_events(response.aiter_bytes()), gen):
+                chunks = response.aiter_bytes()
+                async for event in dialect.stream(sse_events(chunks), gen):
+                    ended = ended or isinstance(event, Finished)
                     if not begun:
                         begun = True
                         yield Started(self._instance, self._config.model)
@@ -179,6 +185,8 @@ class ProviderTier:
                             self.name, f"the answer ran past total_s ({self._config.timeouts.total_s} s)"
                         )
             finally:
+                if ended and chunks is not None:  # the consumer may stop at Finished: drained here
+                    await _drained(chunks)
                 await response.aclose()
         except (httpx.TimeoutException, TimeoutError) as exc:
             if begun:
@@ -200,6 +208,16 @@ class ProviderTier:
             raise TierFailed(self.name, f"the provider's answer is not its protocol's: {exc}") from None
         finally:
             self._in_flight -= 1
+
+
+async def _drained(chunks: AsyncIterator[bytes]) -> None:
+    """Read what is left of a stream's body after its last event (OpenAI's ``[DONE]``: the end of the
+    chunked body), briefly: httpx puts an HTTP/1.1 connection back in its pool only when its body was
+    read to the end, and closes it otherwise, so every stream would pay a new TLS handshake."""
+    with contextlib.suppress(httpx.HTTPError, TimeoutError):
+        async with asyncio.timeout(_DRAIN_S):
+            async for _ in chunks:
+                pass
 
 
 def _checked(check: OutputCheck, reasons: dict[int, str], event: Event) -> None:

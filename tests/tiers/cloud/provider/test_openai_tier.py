@@ -276,6 +276,19 @@ async def test_http2_where_the_provider_offers_it_with_calls_sharing_one_connect
     assert app.invalid == []
 
 
+async def test_http11_streams_one_after_another_reuse_one_connection(
+    app: OpenAIStandIn, standin: tuple[OpenAIStandIn, str], ca: TestCA
+) -> None:
+    """A stream's body is read to its end after ``[DONE]``, so the connection goes back to the pool
+    (left unread, httpx closes it and each stream pays a new TLS handshake)."""
+    tier = await started(config(standin[1], ca))
+    streamed = [await collect(tier.generate(Generation(messages=HELLO, stream=True))) for _ in range(3)]
+    await tier.aclose()
+    assert [a.text for a in streamed] == ["Echo: hello there provider"] * 3
+    assert {r.http_version for r in app.requests} == {"1.1"}
+    assert len({r.client for r in app.requests}) == 1
+
+
 async def test_an_unreadable_ca_file_takes_the_tier_down_saying_so(
     standin: tuple[OpenAIStandIn, str], ca: TestCA, tmp_path: Path
 ) -> None:
