@@ -297,6 +297,29 @@ ROWS: list[tuple[str, list[Panel]]] = [
         ],
     ),
     (
+        "Batches",
+        [
+            (
+                "Batch lines by outcome",
+                "reqps",
+                [("sum by (outcome) (rate(tiergate_batch_lines_total[5m]))", "{{outcome}}")],
+            ),
+            (
+                "Batch lines running (per gateway)",
+                "short",
+                [("tiergate_batch_lines_running", "{{instance}}")],
+            ),
+            (
+                "Active batches and lines left",
+                "short",
+                [
+                    ("max(tiergate_batches_active)", "batches"),
+                    ("max(tiergate_batch_lines_left)", "lines left"),
+                ],
+            ),
+        ],
+    ),
+    (
         "Scaling signal",
         [
             (
@@ -364,7 +387,7 @@ def dashboard() -> dict[str, Any]:
         "title": "tiergate",
         "uid": "tiergate",
         "description": "tiergate gateway: requests, admission, tiers and replicas, preprocessing, caches, "
-        "routing, breakers, ledger and the cloud scaling signal (built by deploy/grafana/build_dashboard.py)",
+        "routing, breakers, ledger, batches and the cloud scaling signal (built by deploy/grafana/build_dashboard.py)",
         "tags": ["tiergate"],
         "timezone": "utc",
         "schemaVersion": 39,
