@@ -387,7 +387,8 @@ def dashboard() -> dict[str, Any]:
         "title": "tiergate",
         "uid": "tiergate",
         "description": "tiergate gateway: requests, admission, tiers and replicas, preprocessing, caches, "
-        "routing, breakers, ledger, batches and the cloud scaling signal (built by deploy/grafana/build_dashboard.py)",
+        "routing, breakers, ledger, batches and the cloud scaling signal "
+        "(built by deploy/grafana/build_dashboard.py)",
         "tags": ["tiergate"],
         "timezone": "utc",
         "schemaVersion": 39,
