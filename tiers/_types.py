@@ -182,6 +182,10 @@ class Generation:
     # OpenAI's prompt_cache_key: requests sharing it are routed to the same prompt cache at a
     # provider that has one (hosted OpenAI); other tiers have their own prefix caches and ignore it.
     prompt_cache_key: str | None = None
+    # Work that must not slow anyone else's (a batch line): an engine shared with live requests gives
+    # it only what they leave (the llama.cpp edge evaluates its prompt in small steps and does not
+    # keep its tokens as a prefix in place of a live request's).
+    background: bool = False
 
     @property
     def tool_mode(self) -> str:

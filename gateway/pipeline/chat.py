@@ -158,6 +158,7 @@ class ChatService:
             )
             generation = plan.generation(request_id, ctx.session_id, ctx.tenant, raw_prompt=ctx.raw_prompt)
             generation.cache_marks = list(ctx.cache_marks)
+            generation.background = call is not None and call.deferred
             answer = await self._dispatcher.dispatch(
                 plan, generation, lookup, started, call
             )  # 7 admit, 8 dispatch

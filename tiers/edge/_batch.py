@@ -20,6 +20,12 @@ later prompt that shares at least ``MIN_GAIN_TOKENS`` with a slot gets those cel
 rest: a shared system prompt is evaluated once.  The context holds ``(max_sequences + slots) ×
 per-sequence context`` cells, so no sequence runs out of room: a request's budget is checked against
 ``edge.sequence_tokens`` (at most ``context_tokens``).
+
+Background requests (``Generation.background``: batch lines) take only what live requests leave: their
+prompts go :data:`BACKGROUND_CHUNK` tokens a step (a live request that arrives waits for the step in
+progress, never for a whole prompt), and their finished tokens fill a free prefix slot or one that
+another background request filled, never a live request's.  The gateway cancels them when a live
+request comes (gateway/api/batches/runner.py), and a cancelled sequence leaves before the next step.
 """
 
 from __future__ import annotations
@@ -41,14 +47,18 @@ from tiers._types import Generation, Health, TierState
 from tiers.edge._config import EdgeConfig, default_threads
 from tiers.edge._decode import Decoder, Emit, Steps, budget_for
 from tiers.edge._llamacpp import LlamaCppTier, model_file, vocabulary
-from tiers.edge._prefix import MIN_GAIN_TOKENS, shared_prefix
+from tiers.edge._prefix import SlotTable
 from tiers.edge._text import prompt_text
 
 log = logging.getLogger(__name__)
 
 # Prompt tokens a joining request may add to a step in which others decode (all of n_batch when alone).
-# On a 2-core AVX2 machine a prompt token costs ~8 ms: 32 of them stretch the others' step ~0.25 s.
+# On a 2-core AVX2 machine a prompt token costs ~5 ms: 32 of them stretch the others' step ~0.15 s.
 PREFILL_CHUNK = 32
+# Prompt tokens a background request (a batch line) adds to a step, alone or not: a live request that
+# arrives waits for the step in progress, so the step is kept about as short as a decode step (a
+# batch line's whole prompt in one step was ~90 ms, against a ~60 ms live answer).
+BACKGROUND_CHUNK = 2
 # Finished requests' token cells kept for prefix reuse when edge.prefix_cache_mb is not 0 (else one).
 PREFIX_SLOTS = 2
 
@@ -88,8 +98,7 @@ class BatchedLlamaTier(LlamaCppTier):
         self.max_sequences = config.max_sequences
         self.sequence_tokens = min(config.sequence_tokens or config.context_tokens, config.context_tokens)
         first = self.max_sequences  # prefix slots' sequence ids come after the requests'
-        self._slot_ids = list(range(first, first + (PREFIX_SLOTS if config.prefix_cache_mb else 1)))
-        self._slots: collections.OrderedDict[int, tuple[int, ...]] = collections.OrderedDict()
+        self._kept = SlotTable(range(first, first + (PREFIX_SLOTS if config.prefix_cache_mb else 1)))
         self._ctx: Any = None
         self._model: Any = None
         self._batch: Any = None
@@ -133,9 +142,9 @@ class BatchedLlamaTier(LlamaCppTier):
         params.n_gpu_layers = self._place()
         model = _internals.LlamaModel(path_model=str(path), params=params, verbose=False)
         context = llama_cpp.llama_context_default_params()
-        context.n_ctx = (self.max_sequences + len(self._slot_ids)) * self.sequence_tokens
+        context.n_ctx = (self.max_sequences + len(self._kept.ids)) * self.sequence_tokens
         context.n_batch = context.n_ubatch = self._config.batch_tokens
-        context.n_seq_max = self.max_sequences + len(self._slot_ids)
+        context.n_seq_max = self.max_sequences + len(self._kept.ids)
         context.kv_unified = True
         context.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED  # as the serial engine (Llama)
         context.n_threads = self._config.threads or default_threads()  # a step of one token
@@ -268,12 +277,16 @@ class BatchedLlamaTier(LlamaCppTier):
                 seq.next_token = None
         decoding, started = len(rows), time.perf_counter()
         room = min(self._config.batch_tokens - batch.n_tokens, PREFILL_CHUNK if rows else 1 << 30)
+        quiet = BACKGROUND_CHUNK  # of the room, what background prompts may take
         for seq in self._running:
             if room <= 0:
                 break
-            if seq.pending:
-                chunk, seq.pending = seq.pending[:room], seq.pending[room:]
+            background = seq.job.gen.background
+            size = min(room, quiet) if background else room
+            if seq.pending and size > 0:
+                chunk, seq.pending = seq.pending[:size], seq.pending[size:]
                 room -= len(chunk)
+                quiet -= len(chunk) if background else 0
                 at = self._add(seq, chunk, last=not seq.pending)
                 if not seq.pending:
                     rows.append((at, seq))
@@ -359,17 +372,12 @@ class BatchedLlamaTier(LlamaCppTier):
         """Share the cells of the slot that has the most of ``seq``'s prompt: how many tokens it has."""
         import llama_cpp
 
-        best, found = 0, None
-        for slot, tokens in self._slots.items():
-            n = min(shared_prefix(tokens, seq.prompt), len(seq.prompt) - 1)
-            if n > best:
-                best, found = n, slot
-        if found is None or best < MIN_GAIN_TOKENS:
+        found, shared = self._kept.best(seq.prompt)
+        if found is None:
             return 0
-        llama_cpp.llama_memory_seq_cp(self._ctx.memory, found, seq.seq_id, 0, best)
-        self._slots.move_to_end(found)
+        llama_cpp.llama_memory_seq_cp(self._ctx.memory, found, seq.seq_id, 0, shared)
         self.prefixes.hits += 1
-        return best
+        return shared
 
     def _forget_prefixes(self) -> None:
         """Empty the cache (nothing running): no slot kept, the cells placed from the first again."""
@@ -377,22 +385,12 @@ class BatchedLlamaTier(LlamaCppTier):
 
         assert not self._running
         llama_cpp.llama_memory_clear(self._ctx.memory, True)
-        self._slots.clear()
+        self._kept.clear()
 
     def _keep_prefix(self, seq: _Seq) -> None:
         import llama_cpp
 
-        if len(seq.tokens) < MIN_GAIN_TOKENS:
-            return
-        sharing = max(
-            self._slots, key=lambda slot: shared_prefix(self._slots[slot], seq.tokens), default=None
-        )
-        free = [s for s in self._slot_ids if s not in self._slots]
-        if sharing is not None and shared_prefix(self._slots[sharing], seq.tokens) >= MIN_GAIN_TOKENS:
-            slot = sharing  # the newer tokens hold the shared part too
-        else:
-            slot = free[0] if free else next(iter(self._slots))
-        self._remove(slot)
-        self._slots.pop(slot, None)
-        llama_cpp.llama_memory_seq_cp(self._ctx.memory, seq.seq_id, slot, 0, len(seq.tokens))
-        self._slots[slot] = tuple(seq.tokens)
+        slot = self._kept.place(seq.tokens, seq.job.gen.background)
+        if slot is not None:
+            self._remove(slot)
+            llama_cpp.llama_memory_seq_cp(self._ctx.memory, seq.seq_id, slot, 0, len(seq.tokens))

@@ -77,3 +77,55 @@ class PrefixStore(Generic[State]):
     def clear(self) -> None:
         self._entries.clear()
         self._bytes = 0
+
+
+class SlotTable:
+    """Which tokens each prefix slot of a batched engine holds (a slot: an extra sequence id of one
+    unified llama.cpp cache, tiers/edge/_batch.py); the engine moves the cells, this picks the slot.
+    A background request's tokens fill only a free slot or one another background request filled:
+    a live prompt kept in a slot is not pushed out by a batch line that shares its system prompt."""
+
+    def __init__(self, ids: Sequence[int]) -> None:
+        self.ids = list(ids)
+        self._held: collections.OrderedDict[int, tuple[int, ...]] = collections.OrderedDict()
+        self._background: set[int] = set()
+
+    def best(self, prompt: Sequence[int]) -> tuple[int | None, int]:
+        """The slot sharing the most of ``prompt`` (all but its last token at most) and how much,
+        when that is worth it (``MIN_GAIN_TOKENS``); else (None, 0)."""
+        best, found = 0, None
+        for slot, tokens in self._held.items():
+            n = min(shared_prefix(tokens, prompt), len(prompt) - 1)
+            if n > best:
+                best, found = n, slot
+        if found is None or best < MIN_GAIN_TOKENS:
+            return None, 0
+        self._held.move_to_end(found)
+        return found, best
+
+    def place(self, tokens: Sequence[int], background: bool) -> int | None:
+        """The slot that keeps ``tokens`` now (its old tokens forgotten), or None: the one sharing
+        the most with them (the newer holds the shared part too), else a free one, else the least
+        recently used."""
+        if len(tokens) < MIN_GAIN_TOKENS:
+            return None
+        mine = [s for s in self._held if not background or s in self._background]
+        sharing = max(mine, key=lambda slot: shared_prefix(self._held[slot], tokens), default=None)
+        free = [s for s in self.ids if s not in self._held]
+        if sharing is not None and shared_prefix(self._held[sharing], tokens) >= MIN_GAIN_TOKENS:
+            slot = sharing
+        elif free or mine:
+            slot = free[0] if free else mine[0]
+        else:
+            return None
+        self._held.pop(slot, None)
+        self._held[slot] = tuple(tokens)
+        if background:
+            self._background.add(slot)
+        else:
+            self._background.discard(slot)
+        return slot
+
+    def clear(self) -> None:
+        self._held.clear()
+        self._background.clear()

@@ -49,6 +49,7 @@ class BatchRunner:
         self._paused_until = 0.0
         self._quiet_since = 0.0  # when an interactive request was last seen in flight
         self._more = False  # the last claim found as many lines as it asked for: likely more
+        self._writes: set[asyncio.Future[None]] = set()  # lines going back to pending
         metrics = services.metrics
         self._outcomes = {o: metrics.batch_lines.labels(o) for o in ("ok", "error", "retried", "yielded")}
         self._gates = list(services.tiers.gates.by_tier.values())
@@ -123,9 +124,19 @@ class BatchRunner:
         self._services.metrics.batch_lines_left.set(left)
 
     def _ended(self, task: asyncio.Task[None]) -> None:
-        self._running.pop(task, None)
+        job = self._running.pop(task, None)
         self._answering.discard(task)
         self._wake.set()
+        if task.cancelled() and job is not None:
+            # Cancelled before its first step (an interactive request came just as it was claimed:
+            # nothing of _line ran), or while its row was written: pending again either way, not
+            # left claimed until its lease ends (put_back moves only a running line, so a line
+            # already finished stays finished).
+            self._outcomes["yielded"].inc()
+            self._more = True
+            back = asyncio.ensure_future(asyncio.to_thread(self._store.put_back, job))
+            self._writes.add(back)
+            back.add_done_callback(self._writes.discard)
 
     async def _line(self, job: LineJob) -> None:
         try:
@@ -191,6 +202,7 @@ class BatchRunner:
         for task in list(self._running):
             task.cancel()
         await asyncio.gather(*self._running, return_exceptions=True)
+        await asyncio.gather(*self._writes, return_exceptions=True)
 
 
 def _retry_after(error: GatewayError) -> float:

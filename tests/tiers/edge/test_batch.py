@@ -24,7 +24,7 @@ import pytest
 from tiers import Completion, Finished, Generation, Started, TextDelta, TierUnavailable, collect
 from tiers._slots import MIN_STEPS, SustainedSlots
 from tiers.edge import EdgeConfig, EdgeRegistry
-from tiers.edge._batch import PREFILL_CHUNK, BatchedLlamaTier
+from tiers.edge._batch import BACKGROUND_CHUNK, PREFILL_CHUNK, BatchedLlamaTier
 
 # Two sequences' first tokens differ by less than this (nats, in the solo run): batched math may flip them.
 NEAR_TIE = 1.0
@@ -199,6 +199,36 @@ async def test_a_shared_system_prompt_is_evaluated_once() -> None:
         second = await collect(tier.generate(Generation(messages=asking, max_tokens=4, temperature=0)))
         assert tier.prefixes.hits == 1
         assert second.usage.cached_tokens > 64  # the system prompt's cells, shared from the slot
+    finally:
+        await tier.aclose()
+
+
+async def test_a_background_request_goes_in_small_steps_and_leaves_the_live_prefix_alone() -> None:
+    """A batch line (``background``) shares the live request's system prompt but does not take its
+    prefix slot: the live prompt asked again is still served whole from it, where after a live
+    request of the same shape it is not.  Its own prompt goes BACKGROUND_CHUNK tokens a step."""
+    tier = BatchedLlamaTier(EdgeConfig(threads=1, max_sequences=1, prefix_cache_mb=0))  # one slot
+    await tier.start()
+
+    def ask(content: str, **kw: Any) -> Generation:
+        messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": content}]
+        return Generation(messages=messages, max_tokens=4, temperature=0, **kw)
+
+    try:
+        live = await collect(tier.generate(ask("Museums in Lisbon?")))
+        whole = live.usage.prompt_tokens - 1  # all but the last token, which gives the logits
+        steps = tier.steps
+        line = await collect(tier.generate(ask("Which trains go from Lisbon to Porto?", background=True)))
+        assert line.usage.cached_tokens > 64  # it read the shared system prompt from the live slot
+        evaluated = line.usage.prompt_tokens - line.usage.cached_tokens
+        prompt_steps = -(-evaluated // BACKGROUND_CHUNK)
+        assert evaluated > BACKGROUND_CHUNK
+        assert prompt_steps <= tier.steps - steps <= prompt_steps + line.usage.completion_tokens
+        again = await collect(tier.generate(ask("Museums in Lisbon?")))
+        assert again.usage.cached_tokens == whole  # the live prompt's slot is still its own
+        await collect(tier.generate(ask("Which trains go from Lisbon to Porto?")))  # live this time
+        after_live = await collect(tier.generate(ask("Museums in Lisbon?")))
+        assert 64 < after_live.usage.cached_tokens < whole  # the slot went to the other live prompt
     finally:
         await tier.aclose()
 
