@@ -116,9 +116,11 @@ def phase(url: str, key: str, args: argparse.Namespace) -> list[Sample]:
     return samples
 
 
-def batch_file(args: argparse.Namespace) -> bytes:
+def batch_file(args: argparse.Namespace, first: int) -> bytes:
+    """``args.lines`` chat lines about tickets ``first``, ``first + 1``, ...: each round's its own, so
+    no line is answered from the result cache by an earlier round's."""
     lines = []
-    for i in range(args.lines):
+    for i in range(first, first + args.lines):
         body = {
             "model": "tiergate-auto",
             "messages": [{"role": "user", "content": f"Summarise support ticket number {i} in one line."}],
@@ -132,10 +134,10 @@ def batch_file(args: argparse.Namespace) -> bytes:
 
 
 def run_batch(
-    client: openai.OpenAI, url: str, key: str, args: argparse.Namespace
+    client: openai.OpenAI, url: str, key: str, args: argparse.Namespace, first: int
 ) -> tuple[list[Sample], Any]:
     """A ``with batch`` phase, then the batch waited for: its samples and the batch's summary."""
-    uploaded = client.files.create(file=("bench.jsonl", batch_file(args)), purpose="batch")
+    uploaded = client.files.create(file=("bench.jsonl", batch_file(args, first)), purpose="batch")
     created = time.monotonic()
     batch = client.batches.create(
         input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
@@ -187,8 +189,8 @@ def main() -> None:
                     model="edge", messages=[{"role": "user", "content": "Hi."}], max_tokens=4
                 )
             alone.append(phase(url, key, args))
-            for _ in range(args.repeats):
-                samples, summary = run_batch(client, url, key, args)
+            for i in range(args.repeats):
+                samples, summary = run_batch(client, url, key, args, i * args.lines)
                 with_batch.append(samples)
                 batches.append(summary)
                 alone.append(phase(url, key, args))
