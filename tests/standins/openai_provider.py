@@ -94,6 +94,9 @@ class OpenAIStandIn:
     latency: LatencyModel | None = None  # None: answer at once
     _faults: list[_Fault] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    # Bumped by clear(): a request begun before (a stalled one answering after its client left, say)
+    # reports no usage after it, so one test's leftovers do not land in the next test's sums.
+    _epoch: int = 0
 
     def fail(self, kind: str, model: str = "", times: int = 1) -> None:
         assert kind in FAULTS, kind
@@ -102,10 +105,16 @@ class OpenAIStandIn:
 
     def clear(self) -> None:
         with self._lock:
+            self._epoch += 1
             self._faults.clear()
             self.requests.clear()
             self.usages.clear()
             self.invalid.clear()
+
+    def _used(self, usage: CompletionUsage | None, epoch: int) -> None:
+        with self._lock:
+            if usage is not None and epoch == self._epoch:
+                self.usages.append(usage)
 
     def _fault_for(self, model: str) -> str:
         with self._lock:
@@ -122,6 +131,7 @@ class OpenAIStandIn:
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
+        epoch = self._epoch
         raw = b""
         while True:
             message = await receive()
@@ -201,12 +211,12 @@ class OpenAIStandIn:
         if fault == "garbled":  # content that breaks a json response_format, as a lax vendor's might
             answer.choices[0].message.content = "{not json"
         if body.get("stream"):
-            await self._stream(send, body, answer, midstream=fault == "midstream", timing=timing)
+            await self._stream(send, body, answer, epoch, midstream=fault == "midstream", timing=timing)
         else:
             if timing is not None and answer.usage is not None:
                 tokens = answer.usage.completion_tokens
                 await asyncio.sleep(timing.ttft_s + max(0, tokens - 1) * timing.per_token_s)
-            self.usages.append(answer.usage)  # type: ignore[arg-type]
+            self._used(answer.usage, epoch)
             await _send(send, 200, answer.model_dump_json(exclude_unset=True).encode(), self.ratelimit)
 
     def _check(self, body: dict[str, Any], azure: bool) -> str:
@@ -228,6 +238,7 @@ class OpenAIStandIn:
         send: Any,
         body: dict[str, Any],
         answer: ChatCompletion,
+        epoch: int,
         *,
         midstream: bool,
         timing: Timing | None = None,
@@ -262,7 +273,7 @@ class OpenAIStandIn:
                 object="chat.completion.chunk",
                 usage=answer.usage,
             )
-            self.usages.append(answer.usage)  # type: ignore[arg-type]
+            self._used(answer.usage, epoch)
             data = usage.model_dump_json(exclude_unset=True).encode()
             await send({"type": "http.response.body", "body": b"data: " + data + b"\n\n", "more_body": True})
         await send({"type": "http.response.body", "body": b"data: [DONE]\n\n"})
