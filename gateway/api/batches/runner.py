@@ -128,10 +128,10 @@ class BatchRunner:
         self._answering.discard(task)
         self._wake.set()
         if task.cancelled() and job is not None:
-            # Cancelled before its first step (an interactive request came just as it was claimed:
-            # nothing of _line ran), or while its row was written: pending again either way, not
-            # left claimed until its lease ends (put_back moves only a running line, so a line
-            # already finished stays finished).
+            # An interactive request came, or a stop: whether the line was running, was claimed but
+            # not yet started, or was having its row written, it is pending again now, not left
+            # claimed until its lease ends (put_back moves only a running line, so a line already
+            # finished stays finished).  Unbilled: a cancelled line leaves no ledger row.
             self._outcomes["yielded"].inc()
             self._more = True
             back = asyncio.ensure_future(asyncio.to_thread(self._store.put_back, job))
@@ -139,17 +139,12 @@ class BatchRunner:
             back.add_done_callback(self._writes.discard)
 
     async def _line(self, job: LineJob) -> None:
-        try:
-            answered: bytes | Exception | asyncio.CancelledError = await self._answer(job)
-        except (Exception, asyncio.CancelledError) as exc:
+        try:  # cancelled (an interactive request came, or a stop): _ended puts the line back
+            answered: bytes | Exception = await self._answer(job)
+        except Exception as exc:
             answered = exc
         if (task := asyncio.current_task()) is not None:
             self._answering.discard(task)
-        if isinstance(answered, asyncio.CancelledError):  # an interactive request came, or a stop
-            self._outcomes["yielded"].inc()
-            self._more = True
-            await asyncio.to_thread(self._store.put_back, job)
-            return
         status, error = 200, None
         if isinstance(answered, bytes):
             body = answered
